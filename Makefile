@@ -1,0 +1,41 @@
+# Kiln: `make run` installs, builds and runs the demo; `make test` installs, builds and runs the tests.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+CMAKE_FLAGS += -DKILN_WERROR=ON
+endif
+
+DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
+  prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
+  libspdlog-dev libarchive-dev libopenblas-dev prometheus docker-compose python3 python3-zmq python3-msgpack
+
+.PHONY: deps build run test bench clean
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all packages present"; fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/bin/kiln up --demo
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	$(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
+
+clean:
+	rm -rf $(BUILD) .kiln

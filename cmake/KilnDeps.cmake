@@ -1,0 +1,30 @@
+# Third-party dependencies, all from Debian 12 packages (`make deps`).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_package(cppzmq QUIET)
+find_package(msgpack REQUIRED)  # Debian's libmsgpack-cxx-dev: config "msgpack", target msgpackc-cxx
+find_package(yaml-cpp REQUIRED)
+find_package(prometheus-cpp REQUIRED COMPONENTS core)
+find_package(SQLite3 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 QUIET)
+find_package(spdlog REQUIRED)
+find_package(LibArchive REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_package(Catch2 REQUIRED)
+include(Catch)
+
+add_library(kiln_msgpack INTERFACE)
+if(TARGET msgpack-cxx)
+  target_link_libraries(kiln_msgpack INTERFACE msgpack-cxx)
+else()
+  target_link_libraries(kiln_msgpack INTERFACE msgpackc-cxx)
+endif()
+target_compile_definitions(kiln_msgpack INTERFACE MSGPACK_NO_BOOST)
+
+add_library(kiln_zmq INTERFACE)
+target_link_libraries(kiln_zmq INTERFACE PkgConfig::ZMQ)
+
+add_library(kiln_catch_main STATIC ${PROJECT_SOURCE_DIR}/tests/catch_main.cc)
+target_link_libraries(kiln_catch_main PUBLIC Catch2::Catch2)

@@ -1,0 +1,48 @@
+# One way to declare things. Every Kiln library is kiln_<name> with the alias kiln::<name>, public
+# headers under include/kiln/<name>/, private code under src/.
+
+add_library(kiln_warnings INTERFACE)
+target_compile_options(kiln_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor -Wno-missing-field-initializers)
+if(KILN_WERROR)
+  target_compile_options(kiln_warnings INTERFACE -Werror)
+endif()
+
+# kiln_library(<name> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+function(kiln_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(kiln_${name} STATIC ${ARG_SOURCES})
+  add_library(kiln::${name} ALIAS kiln_${name})
+  target_include_directories(kiln_${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  target_link_libraries(kiln_${name} PUBLIC ${ARG_DEPS} PRIVATE kiln_warnings ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# kiln_executable(<target> OUTPUT <file name> SOURCES ... DEPS ...)
+function(kiln_executable target)
+  cmake_parse_arguments(ARG "" "OUTPUT" "SOURCES;DEPS" ${ARGN})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE kiln_warnings ${ARG_DEPS})
+  if(ARG_OUTPUT)
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${ARG_OUTPUT})
+  endif()
+endfunction()
+
+# kiln_service(<name> HANDLER_SOURCES ... DEPS ...): a handler library kiln::svc_<name> that tests link
+# directly, and a thin executable kiln-<name> built from main.cc.
+function(kiln_service name)
+  cmake_parse_arguments(ARG "" "" "HANDLER_SOURCES;DEPS" ${ARGN})
+  string(REPLACE "_" "-" exe ${name})
+  kiln_library(svc_${name} SOURCES ${ARG_HANDLER_SOURCES} DEPS ${ARG_DEPS})
+  kiln_executable(kiln_${name}_main OUTPUT kiln-${exe} SOURCES main.cc DEPS kiln::svc_${name} kiln::service)
+endfunction()
+
+# kiln_test(<name> SOURCES ... DEPS ... [LABELS ...])
+function(kiln_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE kiln_warnings kiln_catch_main ${ARG_DEPS})
+  target_compile_definitions(${name} PRIVATE
+    KILN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" KILN_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  catch_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}"
+    ENVIRONMENT "KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

@@ -1,0 +1,183 @@
+// A small schema codec over MessagePack. Each message struct lists its fields once:
+//
+//   struct Foo {
+//     std::string name; int64_t n = 0;
+//     template <class V> void fields(V& v) { v("name", name); v("n", n); }
+//   };
+//
+// and encode()/decode() turn it into a msgpack map {"v": version, "name": ..., "n": ...}. Readers ignore
+// unknown keys and leave missing keys at their defaults; a key present with the wrong type is an error.
+// Decoding is bounded (unpack limits, whole frame consumed) so untrusted input can never crash a reader.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/status.h"
+
+namespace kiln::proto {
+
+inline constexpr int64_t kSchemaVersion = 1;
+
+// Raw bytes: encoded as msgpack bin, where std::string is encoded as str.
+struct Bytes {
+  std::string data;
+  bool operator==(const Bytes&) const = default;
+};
+
+using FileMap = std::map<std::string, Bytes>;  // relative path -> content
+
+struct DecodeLimits {
+  size_t max_frame_bytes = 64u << 20;
+  size_t max_array = 1u << 20;
+  size_t max_map = 1u << 16;
+  size_t max_str = 16u << 20;
+  size_t max_bin = 64u << 20;
+  size_t max_depth = 32;
+};
+
+namespace detail {
+class Packer;      // wraps msgpack::packer over a buffer
+struct ObjectRef;  // wraps const msgpack::object*
+}  // namespace detail
+
+template <class T>
+concept Describable = requires(T& t, int& v) { t.fields(v); };
+
+class Writer {
+ public:
+  Writer();
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  void operator()(std::string_view key, const int64_t& v);
+  void operator()(std::string_view key, const int& v);
+  void operator()(std::string_view key, const double& v);
+  void operator()(std::string_view key, const bool& v);
+  void operator()(std::string_view key, const std::string& v);
+  void operator()(std::string_view key, const Bytes& v);
+  void operator()(std::string_view key, const std::vector<std::string>& v);
+  void operator()(std::string_view key, const std::vector<int64_t>& v);
+  void operator()(std::string_view key, const std::vector<double>& v);
+  void operator()(std::string_view key, const std::map<std::string, std::string>& v);
+  void operator()(std::string_view key, const std::map<std::string, double>& v);
+  void operator()(std::string_view key, const std::map<std::string, int64_t>& v);
+  void operator()(std::string_view key, const FileMap& v);
+
+  template <Describable T>
+  void operator()(std::string_view key, const T& v) {
+    begin_nested(key);
+    const_cast<T&>(v).fields(*this);
+    end_nested();
+  }
+  template <Describable T>
+  void operator()(std::string_view key, const std::vector<T>& v) {
+    begin_list(key, v.size());
+    for (const auto& item : v) {
+      begin_list_item();
+      const_cast<T&>(item).fields(*this);
+      end_nested();
+    }
+  }
+
+  void begin_message();
+  std::string finish_message();
+
+ private:
+  void key(std::string_view k);
+  void begin_nested(std::string_view key);
+  void begin_list(std::string_view key, size_t n);
+  void begin_list_item();
+  void end_nested();
+  std::unique_ptr<detail::Packer> p_;
+};
+
+class Reader {
+ public:
+  // Parses one frame: whole-frame check, limits, top level must be a map.
+  static Result<Reader> parse(std::string_view frame, const DecodeLimits& limits = {});
+
+  ~Reader();
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+
+  void operator()(std::string_view key, int64_t& v);
+  void operator()(std::string_view key, int& v);
+  void operator()(std::string_view key, double& v);
+  void operator()(std::string_view key, bool& v);
+  void operator()(std::string_view key, std::string& v);
+  void operator()(std::string_view key, Bytes& v);
+  void operator()(std::string_view key, std::vector<std::string>& v);
+  void operator()(std::string_view key, std::vector<int64_t>& v);
+  void operator()(std::string_view key, std::vector<double>& v);
+  void operator()(std::string_view key, std::map<std::string, std::string>& v);
+  void operator()(std::string_view key, std::map<std::string, double>& v);
+  void operator()(std::string_view key, std::map<std::string, int64_t>& v);
+  void operator()(std::string_view key, FileMap& v);
+
+  template <Describable T>
+  void operator()(std::string_view key, T& v) {
+    Reader sub;
+    if (!nested(key, sub)) return;
+    v.fields(sub);
+    absorb(sub);
+  }
+  template <Describable T>
+  void operator()(std::string_view key, std::vector<T>& v) {
+    std::vector<Reader> items;
+    if (!list(key, items)) return;
+    v.clear();
+    for (auto& r : items) {
+      T item{};
+      item.fields(r);
+      absorb(r);
+      v.push_back(std::move(item));
+    }
+  }
+
+  bool has(std::string_view key) const;
+  int64_t version() const;
+  // The first error met while reading fields, with the key path.
+  const Status& status() const { return status_; }
+
+ private:
+  Reader();
+  bool nested(std::string_view key, Reader& out);
+  bool list(std::string_view key, std::vector<Reader>& out);
+  void absorb(const Reader& sub);
+  const void* find(std::string_view key) const;  // const msgpack::object* or nullptr
+  void fail(std::string_view key, std::string_view expected);
+
+  std::shared_ptr<void> handle_;  // keeps the unpacked zone alive
+  const void* obj_ = nullptr;     // const msgpack::object* of this map
+  std::string path_;
+  Status status_;
+};
+
+template <Describable T>
+std::string encode(const T& msg) {
+  Writer w;
+  w.begin_message();
+  const_cast<T&>(msg).fields(w);
+  return w.finish_message();
+}
+
+template <Describable T>
+Result<T> decode(std::string_view frame, const DecodeLimits& limits = {}) {
+  auto r = Reader::parse(frame, limits);
+  if (!r.is_ok()) return r.status();
+  T msg{};
+  msg.fields(r.value());
+  if (!r->status().is_ok()) return r->status();
+  return msg;
+}
+
+// Reads one string key of a frame without knowing its schema (e.g. a message's "kind").
+Result<std::string> peek_string(std::string_view frame, std::string_view key);
+
+}  // namespace kiln::proto

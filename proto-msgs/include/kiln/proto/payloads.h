@@ -1,0 +1,423 @@
+// Job payloads that travel through the broker (DESIGN §1-§7). Job ids are deterministic:
+// "<program_id>:<stage>", so a duplicate follow-up is dropped by the broker.
+//
+// Flow of one candidate:
+//   ingest (IngestRequest) -> score (CampaignStart)
+//   score -> propose (ProposalRequest) -> compile (CompileRequest) -> test.<backend> (TestRequest)
+//         -> score (ScoreResult) -> [test.<backend> confirm] -> promote (PromoteRequest) -> score (PromoteOutcome)
+//   a job dead-lettered by the broker -> score (DeadLetter)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/proto/codec.h"
+
+namespace kiln::proto {
+
+// Every payload for the "score" service says what it is in "kind".
+namespace kind {
+inline constexpr std::string_view kCampaignStart = "campaign.start";
+inline constexpr std::string_view kResult = "result";
+inline constexpr std::string_view kDead = "dead";
+inline constexpr std::string_view kPromoted = "promoted";
+}  // namespace kind
+
+// Service names.
+namespace svc {
+inline constexpr std::string_view kBroker = "broker";
+inline constexpr std::string_view kIngest = "ingest";
+inline constexpr std::string_view kPropose = "propose";
+inline constexpr std::string_view kCompile = "compile";
+inline constexpr std::string_view kTestCpu = "test.cpu";
+inline constexpr std::string_view kTestCuda = "test.cuda";
+inline constexpr std::string_view kScore = "score";
+inline constexpr std::string_view kPromote = "promote";
+}  // namespace svc
+
+// "test.cpu" / "test.cuda" for a task backend.
+inline std::string test_service_for(std::string_view backend) { return "test." + std::string(backend); }
+
+struct IngestRequest {
+  std::string campaign_id;
+  int64_t budget = 16;
+  std::string proposer = "tuner";
+  int64_t max_in_flight = 4;
+  FileMap files;  // the task package
+  template <class V> void fields(V& v) {
+    v("campaign_id", campaign_id); v("budget", budget); v("proposer", proposer);
+    v("max_in_flight", max_in_flight); v("files", files);
+  }
+};
+
+struct CampaignStart {
+  std::string kind = std::string(kind::kCampaignStart);
+  std::string campaign_id;
+  std::string task_id;  // sha256 of the package files
+  std::string task_name;
+  int64_t budget = 16;  // proposals after program 0
+  std::string proposer = "tuner";
+  int64_t max_in_flight = 4;
+  FileMap files;  // normalized package
+  double submitted_at = 0;
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("campaign_id", campaign_id); v("task_id", task_id); v("task_name", task_name);
+    v("budget", budget); v("proposer", proposer); v("max_in_flight", max_in_flight); v("files", files);
+    v("submitted_at", submitted_at);
+  }
+};
+
+// One candidate as it moves through propose -> compile -> test -> score.
+struct Candidate {
+  std::string campaign_id;
+  std::string program_id;  // "<campaign_id>/p<index>"
+  std::string parent_id;
+  int64_t generation = 0;
+  int64_t proposal_index = 0;  // 0 = program 0
+  std::string proposer;
+  std::string code;  // the whole kernel file, editable region applied
+  std::map<std::string, std::string> params;  // template parameters, passed as -D defines
+  std::string notes;  // what the proposer says it tried
+  template <class V> void fields(V& v) {
+    v("campaign_id", campaign_id); v("program_id", program_id); v("parent_id", parent_id);
+    v("generation", generation); v("proposal_index", proposal_index); v("proposer", proposer);
+    v("code", code); v("params", params); v("notes", notes);
+  }
+};
+
+struct ProposalRequest {
+  Candidate parent;      // the program to start from (code, params)
+  std::string program_id;  // id the new candidate gets
+  int64_t proposal_index = 0;
+  std::string proposer = "tuner";
+  std::string parent_eval_log;
+  int64_t seed = 0;
+  FileMap files;  // the task package
+  template <class V> void fields(V& v) {
+    v("parent", parent); v("program_id", program_id); v("proposal_index", proposal_index);
+    v("proposer", proposer); v("parent_eval_log", parent_eval_log); v("seed", seed); v("files", files);
+  }
+};
+
+struct CompileRequest {
+  Candidate cand;
+  std::string backend;  // cuda | cpu
+  std::string arch;     // nvcc target (sm_90) or "native"
+  FileMap files;        // the task package (reference source, task.yaml)
+  template <class V> void fields(V& v) {
+    v("cand", cand); v("backend", backend); v("arch", arch); v("files", files);
+  }
+};
+
+struct BuildInfo {
+  bool ok = false;
+  std::string compiler;   // "g++" | "nvcc"
+  std::string flags;
+  std::string toolchain;  // version line
+  std::string log;        // trimmed compiler output
+  double duration_s = 0;
+  bool cache_hit = false;
+  std::string kernel_sha256;  // of the built shared object
+  int64_t registers = -1;     // per thread (nvcc), -1 unknown
+  int64_t shared_bytes = -1;
+  int64_t spill_bytes = -1;
+  int64_t stack_bytes = -1;
+  template <class V> void fields(V& v) {
+    v("ok", ok); v("compiler", compiler); v("flags", flags); v("toolchain", toolchain); v("log", log);
+    v("duration_s", duration_s); v("cache_hit", cache_hit); v("kernel_sha256", kernel_sha256);
+    v("registers", registers); v("shared_bytes", shared_bytes); v("spill_bytes", spill_bytes);
+    v("stack_bytes", stack_bytes);
+  }
+};
+
+struct TestRequest {
+  Candidate cand;
+  std::string purpose = "eval";  // eval | confirm
+  FileMap files;
+  Bytes kernel_so;
+  Bytes reference_so;
+  BuildInfo build;
+  template <class V> void fields(V& v) {
+    v("cand", cand); v("purpose", purpose); v("files", files); v("kernel_so", kernel_so);
+    v("reference_so", reference_so); v("build", build);
+  }
+};
+
+struct Stats {
+  int64_t n = 0;
+  double median_us = 0, mean_us = 0, stdev_us = 0, cv = 0, p10_us = 0, p90_us = 0, min_us = 0, max_us = 0;
+  template <class V> void fields(V& v) {
+    v("n", n); v("median_us", median_us); v("mean_us", mean_us); v("stdev_us", stdev_us); v("cv", cv);
+    v("p10_us", p10_us); v("p90_us", p90_us); v("min_us", min_us); v("max_us", max_us);
+  }
+};
+
+struct BaselineTiming {
+  std::string name;
+  Stats stats;
+  double speedup = 0;  // baseline median / candidate median
+  template <class V> void fields(V& v) { v("name", name); v("stats", stats); v("speedup", speedup); }
+};
+
+struct CaseTiming {
+  std::map<std::string, int64_t> dims;
+  Stats candidate;
+  Stats reference;
+  std::vector<BaselineTiming> baselines;
+  double speedup = 0;     // reference median / candidate median
+  double speedup_lo = 0;  // 95 % interval from the paired samples
+  double speedup_hi = 0;
+  int64_t warmup_iters = 0;
+  std::string stop_reason;  // noise | stalled | max_time
+  template <class V> void fields(V& v) {
+    v("dims", dims); v("candidate", candidate); v("reference", reference); v("baselines", baselines);
+    v("speedup", speedup); v("speedup_lo", speedup_lo); v("speedup_hi", speedup_hi);
+    v("warmup_iters", warmup_iters); v("stop_reason", stop_reason);
+  }
+};
+
+struct Correctness {
+  bool passed = false;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  int64_t mismatches = 0;
+  double rtol = 0, atol = 0;
+  std::vector<std::string> tested_shapes;     // "B=16,H=4097"
+  std::vector<std::string> first_mismatches;  // "y[17]: got 1.5 expected 1.25 (B=1,H=4096 seed 3)"
+  template <class V> void fields(V& v) {
+    v("passed", passed); v("max_abs_error", max_abs_error); v("max_rel_error", max_rel_error);
+    v("mismatches", mismatches); v("rtol", rtol); v("atol", atol); v("tested_shapes", tested_shapes);
+    v("first_mismatches", first_mismatches);
+  }
+};
+
+struct Performance {
+  bool measured = false;
+  std::string method;  // host_clock | cuda_events
+  std::string mode;    // cold | warm
+  std::vector<CaseTiming> cases;
+  template <class V> void fields(V& v) {
+    v("measured", measured); v("method", method); v("mode", mode); v("cases", cases);
+  }
+};
+
+struct WorkerInfo {
+  std::string worker_id;
+  std::string host;
+  std::string backend;
+  std::string device_name;  // GPU model or CPU model name
+  std::string gpu_uuid;
+  std::string driver_version;
+  std::string runtime_version;
+  std::string toolchain;
+  double clock_hz = 0;
+  double temperature_c = -1;
+  template <class V> void fields(V& v) {
+    v("worker_id", worker_id); v("host", host); v("backend", backend); v("device_name", device_name);
+    v("gpu_uuid", gpu_uuid); v("driver_version", driver_version); v("runtime_version", runtime_version);
+    v("toolchain", toolchain); v("clock_hz", clock_hz); v("temperature_c", temperature_c);
+  }
+};
+
+// Test status words, in the order of perf_score (DESIGN §6).
+namespace test_status {
+inline constexpr std::string_view kOk = "ok";                  // correct (5)
+inline constexpr std::string_view kMismatch = "mismatch";      // wrong values (4)
+inline constexpr std::string_view kInputModified = "input_modified";  // wrong values (4)
+inline constexpr std::string_view kWrongShape = "wrong_shape"; // wrong shape or non-finite (3)
+inline constexpr std::string_view kNonFinite = "nonfinite";    // (3)
+inline constexpr std::string_view kCrashed = "crashed";        // crashed / no result (2)
+inline constexpr std::string_view kTimedOut = "timed_out";     // (2)
+inline constexpr std::string_view kLoadFailed = "load_failed"; // (2)
+}  // namespace test_status
+
+struct TestReport {
+  std::string status;   // test_status::*
+  std::string message;  // one line: "crashed: SIGSEGV", "timed out after 30 s"
+  Correctness correctness;
+  Performance performance;
+  WorkerInfo worker;
+  std::string log;  // captured stdout/stderr of the evaluation child, capped
+  double duration_s = 0;
+  template <class V> void fields(V& v) {
+    v("status", status); v("message", message); v("correctness", correctness);
+    v("performance", performance); v("worker", worker); v("log", log); v("duration_s", duration_s);
+  }
+};
+
+// Sent to "score" when a candidate reaches the end of a stage.
+struct ScoreResult {
+  std::string kind = std::string(kind::kResult);
+  Candidate cand;
+  std::string stage;    // propose | compile | test
+  std::string purpose = "eval";  // eval | confirm
+  std::string error;    // propose/compile failure text
+  BuildInfo build;
+  TestReport test;
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("cand", cand); v("stage", stage); v("purpose", purpose); v("error", error);
+    v("build", build); v("test", test);
+  }
+};
+
+// Sent by the broker to "score" when a job is dead-lettered after max_attempts.
+struct DeadLetter {
+  std::string kind = std::string(kind::kDead);
+  std::string job_id;
+  std::string service;
+  int attempts = 0;
+  std::string reason;
+  Bytes payload;  // the dead job's payload (the scorer reads its candidate from it)
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("job_id", job_id); v("service", service); v("attempts", attempts);
+    v("reason", reason); v("payload", payload);
+  }
+};
+
+struct PromoteRequest {
+  std::string campaign_id;
+  std::string program_id;
+  std::string task_name;
+  std::string op;
+  std::string backend;
+  std::string dtype;
+  std::string source;       // the whole kernel file
+  std::string source_ext;   // "cu" | "cpp"
+  std::map<std::string, std::string> params;
+  std::map<std::string, int64_t> shape;  // the benchmark case's dims
+  Correctness verification;
+  CaseTiming benchmark;     // the first measurement
+  CaseTiming confirmation;  // the independent second measurement
+  std::string timing_method;
+  std::string timing_mode;
+  WorkerInfo worker;
+  WorkerInfo confirm_worker;
+  BuildInfo build;
+  template <class V> void fields(V& v) {
+    v("campaign_id", campaign_id); v("program_id", program_id); v("task_name", task_name); v("op", op);
+    v("backend", backend); v("dtype", dtype); v("source", source); v("source_ext", source_ext);
+    v("params", params); v("shape", shape); v("verification", verification); v("benchmark", benchmark);
+    v("confirmation", confirmation); v("timing_method", timing_method); v("timing_mode", timing_mode);
+    v("worker", worker); v("confirm_worker", confirm_worker); v("build", build);
+  }
+};
+
+struct PromoteOutcome {
+  std::string kind = std::string(kind::kPromoted);
+  std::string campaign_id;
+  std::string program_id;
+  bool promoted = false;
+  std::string kernel_id;
+  std::string reason;  // why it was refused
+  template <class V> void fields(V& v) {
+    v("kind", kind); v("campaign_id", campaign_id); v("program_id", program_id); v("promoted", promoted);
+    v("kernel_id", kernel_id); v("reason", reason);
+  }
+};
+
+// ----------------------------------------------------------------------------- archive records
+
+// KernelFoundry's EvalResult fields (DESIGN §6).
+struct EvalResult {
+  bool compiled = false;
+  bool correctness = false;
+  double runtime = -1;  // ms, candidate median of the first benchmark case
+  std::map<std::string, double> runtime_stats;
+  double runtime_improvement = -1;  // speedup vs reference, -1 if not measured
+  double improve_over_baseline = -1;
+  int64_t perf_score = -1;  // 0..5
+  std::map<std::string, double> profiler_data;
+  std::map<std::string, double> template_results;
+  std::string eval_log;  // condensed feedback for proposers
+  double combined_score = 0;
+  std::string status;
+  template <class V> void fields(V& v) {
+    v("compiled", compiled); v("correctness", correctness); v("runtime", runtime);
+    v("runtime_stats", runtime_stats); v("runtime_improvement", runtime_improvement);
+    v("improve_over_baseline", improve_over_baseline); v("perf_score", perf_score);
+    v("profiler_data", profiler_data); v("template_results", template_results); v("eval_log", eval_log);
+    v("combined_score", combined_score); v("status", status);
+  }
+};
+
+// KernelFoundry's Program fields.
+struct Program {
+  std::string id;
+  std::string code;
+  bool is_program0 = false;
+  std::string language;
+  std::string parent_id;
+  int64_t generation = 0;
+  double timestamp = 0;
+  int64_t iteration_found = 0;
+  std::map<std::string, double> metrics;
+  double complexity = 0;
+  double diversity = 0;
+  bool is_templated = false;
+  std::map<std::string, std::string> template_parameters;
+  std::map<std::string, std::string> metadata;
+  EvalResult eval;
+  std::string feedback;
+  template <class V> void fields(V& v) {
+    v("id", id); v("code", code); v("is_program0", is_program0); v("language", language);
+    v("parent_id", parent_id); v("generation", generation); v("timestamp", timestamp);
+    v("iteration_found", iteration_found); v("metrics", metrics); v("complexity", complexity);
+    v("diversity", diversity); v("is_templated", is_templated);
+    v("template_parameters", template_parameters); v("metadata", metadata); v("eval", eval);
+    v("feedback", feedback);
+  }
+};
+
+// ----------------------------------------------------------------------------- scorer queries
+
+struct CampaignQuery {
+  std::string campaign_id;  // empty = all
+  int64_t top = 5;
+  template <class V> void fields(V& v) { v("campaign_id", campaign_id); v("top", top); }
+};
+
+struct CampaignInfo {
+  std::string campaign_id;
+  std::string task_name;
+  std::string task_id;
+  std::string backend;
+  std::string state;  // running | done
+  int64_t budget = 0;
+  int64_t proposed = 0;  // proposals issued (program 0 excluded)
+  int64_t scored = 0;    // programs with a final score (program 0 included)
+  int64_t correct = 0;
+  int64_t in_flight = 0;
+  std::string best_program_id;
+  double best_score = 0;
+  double best_speedup = -1;
+  double best_speedup_lo = -1;
+  double best_speedup_hi = -1;
+  std::map<std::string, std::string> best_params;
+  std::vector<std::string> promoted;  // kernel ids
+  std::vector<std::string> promotion_notes;
+  double started_at = 0;
+  double finished_at = 0;
+  template <class V> void fields(V& v) {
+    v("campaign_id", campaign_id); v("task_name", task_name); v("task_id", task_id); v("backend", backend);
+    v("state", state); v("budget", budget); v("proposed", proposed); v("scored", scored);
+    v("correct", correct); v("in_flight", in_flight); v("best_program_id", best_program_id);
+    v("best_score", best_score); v("best_speedup", best_speedup); v("best_speedup_lo", best_speedup_lo);
+    v("best_speedup_hi", best_speedup_hi); v("best_params", best_params); v("promoted", promoted);
+    v("promotion_notes", promotion_notes); v("started_at", started_at); v("finished_at", finished_at);
+  }
+};
+
+struct CampaignList {
+  std::vector<CampaignInfo> campaigns;
+  template <class V> void fields(V& v) { v("campaigns", campaigns); }
+};
+
+struct BestPrograms {
+  CampaignInfo campaign;
+  std::vector<Program> programs;  // best first
+  template <class V> void fields(V& v) { v("campaign", campaign); v("programs", programs); }
+};
+
+}  // namespace kiln::proto

@@ -1,0 +1,195 @@
+// Bodies of the broker protocol (DESIGN §2). A frame on the wire is ["KILN1"][command][msgpack body].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/proto/codec.h"
+
+namespace kiln::proto {
+
+inline constexpr std::string_view kProtocolTag = "KILN1";
+
+namespace cmd {
+inline constexpr std::string_view kReady = "READY";
+inline constexpr std::string_view kJob = "JOB";
+inline constexpr std::string_view kResult = "RESULT";
+inline constexpr std::string_view kHeartbeat = "HEARTBEAT";
+inline constexpr std::string_view kDisconnect = "DISCONNECT";
+inline constexpr std::string_view kSubmit = "SUBMIT";
+inline constexpr std::string_view kAck = "ACK";
+inline constexpr std::string_view kRequest = "REQUEST";
+inline constexpr std::string_view kReply = "REPLY";
+}  // namespace cmd
+
+// What a worker can do; the broker routes on service name and logs the rest.
+struct Capabilities {
+  std::string backend;    // "cuda" | "cpu" | "" (not an evaluation worker)
+  std::string gpu_name;   // "NVIDIA H200"
+  std::string gpu_uuid;
+  std::string arch;       // "sm_90", "x86_64"
+  std::string toolchain;  // "nvcc 13.0", "g++ 12.2.0"
+  std::string host;
+  template <class V> void fields(V& v) {
+    v("backend", backend); v("gpu_name", gpu_name); v("gpu_uuid", gpu_uuid);
+    v("arch", arch); v("toolchain", toolchain); v("host", host);
+  }
+};
+
+struct Ready {
+  std::string service;
+  std::string worker_id;  // unique per process start
+  int slots = 1;          // credit: the most jobs this worker holds at once
+  Capabilities caps;
+  template <class V> void fields(V& v) {
+    v("service", service); v("worker_id", worker_id); v("slots", slots); v("caps", caps);
+  }
+};
+
+struct Job {
+  std::string job_id;
+  int attempt = 1;
+  std::string service;
+  Bytes payload;
+  double deadline = 0;  // wall-clock seconds: the lease ends then
+  template <class V> void fields(V& v) {
+    v("job_id", job_id); v("attempt", attempt); v("service", service); v("payload", payload);
+    v("deadline", deadline);
+  }
+};
+
+// A follow-up job enqueued in the same transaction that completes its parent.
+struct FollowUp {
+  std::string service;
+  std::string job_id;  // deterministic (candidate id + stage): a duplicate is dropped
+  Bytes payload;
+  double timeout_s = 0;  // lease length; 0 = the service's default
+  template <class V> void fields(V& v) {
+    v("service", service); v("job_id", job_id); v("payload", payload); v("timeout_s", timeout_s);
+  }
+};
+
+namespace outcome {
+inline constexpr std::string_view kOk = "ok";          // done; enqueue `next`
+inline constexpr std::string_view kFailed = "failed";  // done, failed for good; `next` still enqueued
+inline constexpr std::string_view kRetry = "retry";    // give it back: attempt+1 (dead after max_attempts)
+}  // namespace outcome
+
+struct ResultMsg {
+  std::string job_id;
+  int attempt = 1;
+  std::string outcome = "ok";
+  Bytes payload;
+  std::string error;
+  std::vector<FollowUp> next;
+  template <class V> void fields(V& v) {
+    v("job_id", job_id); v("attempt", attempt); v("outcome", outcome); v("payload", payload);
+    v("error", error); v("next", next);
+  }
+};
+
+struct Disconnect {
+  std::string reason;
+  template <class V> void fields(V& v) { v("reason", reason); }
+};
+
+struct Submit {
+  std::string service;
+  std::string job_id;  // client-chosen; resubmitting the same id is a no-op
+  Bytes payload;
+  double timeout_s = 0;
+  template <class V> void fields(V& v) {
+    v("service", service); v("job_id", job_id); v("payload", payload); v("timeout_s", timeout_s);
+  }
+};
+
+struct Ack {
+  std::string job_id;
+  bool accepted = false;
+  bool duplicate = false;
+  std::string error;
+  template <class V> void fields(V& v) {
+    v("job_id", job_id); v("accepted", accepted); v("duplicate", duplicate); v("error", error);
+  }
+};
+
+// A non-durable query routed to a service ("broker" is answered by the broker itself).
+struct Request {
+  std::string request_id;
+  std::string service;
+  std::string method;  // e.g. "status", "campaign", "best"
+  Bytes body;
+  double timeout_s = 5;
+  template <class V> void fields(V& v) {
+    v("request_id", request_id); v("service", service); v("method", method); v("body", body);
+    v("timeout_s", timeout_s);
+  }
+};
+
+struct Reply {
+  std::string request_id;
+  bool ok = false;
+  Bytes body;
+  std::string error;
+  template <class V> void fields(V& v) {
+    v("request_id", request_id); v("ok", ok); v("body", body); v("error", error);
+  }
+};
+
+// --- Broker queries (service "broker")
+
+struct QueueStatus {
+  std::string service;
+  int64_t queued = 0;
+  int64_t leased = 0;
+  int64_t done = 0;
+  int64_t failed = 0;
+  int64_t dead = 0;
+  int64_t workers = 0;
+  template <class V> void fields(V& v) {
+    v("service", service); v("queued", queued); v("leased", leased); v("done", done);
+    v("failed", failed); v("dead", dead); v("workers", workers);
+  }
+};
+
+struct WorkerStatus {
+  std::string service;
+  std::string worker_id;
+  int slots = 0;
+  int64_t in_flight = 0;
+  Capabilities caps;
+  template <class V> void fields(V& v) {
+    v("service", service); v("worker_id", worker_id); v("slots", slots); v("in_flight", in_flight);
+    v("caps", caps);
+  }
+};
+
+struct BrokerStatus {
+  std::vector<QueueStatus> queues;
+  std::vector<WorkerStatus> workers;
+  int64_t rejected_frames = 0;
+  template <class V> void fields(V& v) {
+    v("queues", queues); v("workers", workers); v("rejected_frames", rejected_frames);
+  }
+};
+
+struct JobStatusQuery {
+  std::string job_id;
+  template <class V> void fields(V& v) { v("job_id", job_id); }
+};
+
+struct JobStatus {
+  std::string job_id;
+  std::string service;
+  std::string state;  // queued | leased | done | failed | dead | unknown
+  int attempt = 0;
+  std::string error;
+  Bytes result;  // the RESULT payload of a finished job, while kept
+  template <class V> void fields(V& v) {
+    v("job_id", job_id); v("service", service); v("state", state); v("attempt", attempt);
+    v("error", error); v("result", result);
+  }
+};
+
+}  // namespace kiln::proto

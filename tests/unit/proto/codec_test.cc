@@ -1,0 +1,126 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "kiln/core/files.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+
+using namespace kiln::proto;
+
+namespace {
+std::string golden(const std::string& name) {
+  auto r = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/proto-msgs/golden/" + name + ".msgpack");
+  REQUIRE(r.is_ok());
+  return *r;
+}
+
+struct Extended {  // a newer writer: same keys plus one the old reader does not know
+  std::string job_id;
+  std::string brand_new;
+  template <class V> void fields(V& v) { v("job_id", job_id); v("brand_new", brand_new); }
+};
+struct WrongType {
+  int64_t job_id = 7;
+  template <class V> void fields(V& v) { v("job_id", job_id); }
+};
+}  // namespace
+
+TEST_CASE("messages round-trip", "[proto]") {
+  ResultMsg r;
+  r.job_id = "c/p1:test";
+  r.attempt = 3;
+  r.outcome = "retry";
+  r.error = "worker lost";
+  r.payload = Bytes{std::string("\0\1\2", 3)};
+  r.next.push_back(FollowUp{"score", "c/p1:score", Bytes{"x"}, 5});
+  r.next.push_back(FollowUp{"promote", "c/p1:promote", Bytes{"y"}, 0});
+  auto d = decode<ResultMsg>(encode(r));
+  REQUIRE(d.is_ok());
+  CHECK(d->job_id == r.job_id);
+  CHECK(d->attempt == 3);
+  CHECK(d->payload == r.payload);
+  REQUIRE(d->next.size() == 2);
+  CHECK(d->next[1].service == "promote");
+  CHECK(d->next[0].timeout_s == 5);
+}
+
+TEST_CASE("golden samples decode", "[proto]") {
+  auto ready = decode<Ready>(golden("ready"));
+  REQUIRE(ready.is_ok());
+  CHECK(ready->service == "compile");
+  CHECK(ready->slots == 2);
+  CHECK(ready->caps.toolchain == "g++ 12.2.0");
+
+  auto job = decode<Job>(golden("job"));
+  REQUIRE(job.is_ok());
+  CHECK(job->attempt == 2);
+  CHECK(job->payload.data == "\x01\x02payload");
+
+  auto res = decode<ResultMsg>(golden("result"));
+  REQUIRE(res.is_ok());
+  REQUIRE(res->next.size() == 1);
+  CHECK(res->next[0].job_id == "c1/p3:test");
+
+  auto sr = decode<ScoreResult>(golden("score_result"));
+  REQUIRE(sr.is_ok());
+  CHECK(sr->kind == "result");
+  CHECK(sr->cand.params.at("VEC") == "4");
+  REQUIRE(sr->test.performance.cases.size() == 1);
+  CHECK(sr->test.performance.cases[0].speedup == Approx(4.0));
+  CHECK(sr->test.performance.cases[0].dims.at("H") == 4096);
+
+  auto cs = decode<CampaignStart>(golden("campaign_start"));
+  REQUIRE(cs.is_ok());
+  CHECK(cs->files.at("task.yaml").data == "name: rmsnorm\n");
+  CHECK(peek_string(golden("campaign_start"), "kind").value() == "campaign.start");
+
+  auto dl = decode<DeadLetter>(golden("dead_letter"));
+  REQUIRE(dl.is_ok());
+  CHECK(dl->attempts == 3);
+  CHECK(decode<Submit>(golden("submit")).is_ok());
+}
+
+TEST_CASE("old readers ignore unknown keys", "[proto]") {
+  auto d = decode<JobStatusQuery>(encode(Extended{"j1", "surprise"}));
+  REQUIRE(d.is_ok());
+  CHECK(d->job_id == "j1");
+}
+
+TEST_CASE("malformed frames are rejected with a reason, never a crash", "[proto]") {
+  CHECK_FALSE(decode<Job>("").is_ok());
+  CHECK_FALSE(decode<Job>("\xc1").is_ok());             // never-used byte
+  CHECK_FALSE(decode<Job>("\x92\x01\x02").is_ok());     // an array, not a map
+  CHECK_FALSE(decode<Job>("\x81\xa1v").is_ok());        // truncated
+  std::string good = encode(Job{"j", 1, "s", {}, 0});
+  auto trailing = decode<Job>(good + "x");
+  REQUIRE_FALSE(trailing.is_ok());
+  CHECK(trailing.status().message().find("trailing") != std::string::npos);
+  auto wrong = decode<JobStatusQuery>(encode(WrongType{}));
+  REQUIRE_FALSE(wrong.is_ok());
+  CHECK(wrong.status().message().find("job_id") != std::string::npos);
+
+  DecodeLimits small;
+  small.max_frame_bytes = 16;
+  CHECK_FALSE(decode<Job>(encode(Job{"a-long-job-identifier", 1, "svc", {}, 0}), small).is_ok());
+
+  // A map claiming 2^32-1 entries with nothing behind it.
+  CHECK_FALSE(decode<Job>(std::string("\xdf\xff\xff\xff\xff", 5)).is_ok());
+  // Deep nesting beyond the depth limit.
+  std::string deep(100, '\x91');
+  CHECK_FALSE(decode<Job>(deep + "\x01").is_ok());
+}
+
+TEST_CASE("random bytes never crash the decoder", "[proto]") {
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  std::string good = encode(ResultMsg{"j", 1, "ok", Bytes{"p"}, "", {FollowUp{"a", "b", Bytes{"c"}, 1}}});
+  for (int i = 0; i < 5000; ++i) {
+    std::string m = good;
+    for (int k = 0; k < 3; ++k) {
+      s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+      m[s % m.size()] = static_cast<char>(s >> 32);
+    }
+    (void)decode<ResultMsg>(m);  // must return, either way
+  }
+  SUCCEED();
+}
