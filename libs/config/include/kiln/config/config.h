@@ -1,0 +1,109 @@
+// Kiln's configuration (DESIGN §9): one YAML file with a section per service, KILN_<SECTION>_<KEY>
+// environment variables override it, then it is validated into an immutable struct. Libraries receive
+// values, never files.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/core/status.h"
+
+namespace kiln::config {
+
+struct BrokerConfig {
+  std::string bind = "tcp://127.0.0.1:5555";       // workers and clients
+  std::string events_bind = "tcp://127.0.0.1:5556"; // PUB: job state changes
+  std::string db_path = "broker.db";               // relative paths resolve against the state dir
+  int64_t max_attempts = 3;
+  double heartbeat_interval_s = 1.0;
+  int64_t heartbeat_liveness = 4;                  // peer dead after this many silent intervals
+  int64_t max_message_bytes = 64ll << 20;
+  std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
+      {"default", 60}, {"compile", 180}, {"test.cpu", 300}, {"test.cuda", 300}, {"propose", 300}};
+  int metrics_port = 9470;
+};
+
+struct CompilerConfig {
+  std::string cache_dir = "compile-cache";
+  double timeout_s = 120;
+  std::string cxx = "g++";
+  std::string nvcc = "/usr/local/cuda/bin/nvcc";
+  std::string cuda_arch = "sm_90";
+  int64_t max_log_bytes = 8192;
+  int64_t slots = 1;
+  int metrics_port = 9472;
+};
+
+struct TimingConfig {
+  std::string mode = "cold";  // cold | warm
+  int64_t min_samples = 10;
+  double min_time_s = 0.5;
+  double max_noise = 0.005;  // relative noise (CV) to stop at
+  double max_time_s = 15;
+  int64_t warmup_iters = 3;
+};
+
+struct TesterConfig {
+  std::string backend = "cpu";  // cpu | cuda
+  int64_t gpu_index = -1;       // -1: from CUDA_VISIBLE_DEVICES / 0
+  double timeout_s = 120;       // per evaluation child
+  int64_t cpu_time_limit_s = 300;
+  int64_t memory_limit_mb = 8192;
+  std::vector<int64_t> pin_cores;  // empty: no pinning
+  TimingConfig timing;
+  int metrics_port = 9473;
+};
+
+struct ScorerConfig {
+  std::string db_path = "archive.db";
+  int64_t default_budget = 16;
+  int64_t max_in_flight = 4;
+  double min_speedup = 1.10;  // promotion threshold (DESIGN §7)
+  int metrics_port = 9474;
+};
+
+struct PromoterConfig {
+  std::string registry_dir = "kernel_registry";  // relative to the working directory
+  double min_speedup = 1.10;
+  int metrics_port = 9475;
+};
+
+struct ProposerConfig {
+  std::string kind = "tuner";  // tuner | llm
+  int64_t slots = 2;
+  int metrics_port = 9476;
+};
+
+struct IngestConfig {
+  int metrics_port = 9471;
+};
+
+struct UpConfig {
+  std::string state_dir = ".kiln";
+  int64_t compilers = 2;
+  int64_t testers = 1;
+  std::string log_level = "info";
+};
+
+struct KilnConfig {
+  BrokerConfig broker;
+  IngestConfig ingest;
+  ProposerConfig llm_bridge;
+  CompilerConfig compiler;
+  TesterConfig tester;
+  ScorerConfig scorer;
+  PromoterConfig promoter;
+  UpConfig up;
+  std::string source;  // where it came from ("defaults", a path)
+};
+
+// Parses YAML text (may be empty), applies KILN_* overrides from `env`, validates. Unknown sections or
+// keys are errors naming the key path ("scorer.max_in_flgiht: unknown key").
+Result<KilnConfig> parse_config(const std::string& yaml_text, const std::string& source_name,
+                                const std::map<std::string, std::string>& env);
+// Reads the file (an empty path means defaults) and the process environment.
+Result<KilnConfig> load_config(const std::string& path);
+
+}  // namespace kiln::config

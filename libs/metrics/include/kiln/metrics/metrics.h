@@ -1,0 +1,41 @@
+// Prometheus metrics (DESIGN §8): a registry per process and a /metrics endpoint in text format 0.0.4.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "kiln/core/status.h"
+
+namespace kiln::metrics {
+
+// Serves GET /metrics for one registry on 0.0.0.0:<port> from a background thread; port 0 picks a free
+// port. Stops on destruction.
+class MetricsServer {
+ public:
+  static Result<std::unique_ptr<MetricsServer>> start(std::shared_ptr<prometheus::Registry> registry,
+                                                      const std::string& host, int port);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+  int port() const;
+
+ private:
+  MetricsServer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The text exposition of a registry (what /metrics returns).
+std::string render(prometheus::Registry& registry);
+inline constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+// Bucket boundaries in seconds for job durations: 1 ms .. ~10 min.
+prometheus::Histogram::BucketBoundaries duration_buckets_s();
+
+}  // namespace kiln::metrics

@@ -1,0 +1,84 @@
+// The task package (DESIGN §3): loading, strict validation and the editable regions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/status.h"
+#include "kiln/proto/codec.h"
+
+namespace kiln::task {
+
+// Element types of the kernel ABI (kiln/kernel_abi.h: KILN_F32 ...). Values are part of the ABI.
+enum class DType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4, kI64 = 5, kI8 = 6, kU8 = 7 };
+Result<DType> parse_dtype(std::string_view name);  // "fp32" | "fp16" | "bf16" | "fp64" | "int32" | ...
+std::string_view dtype_name(DType d);
+size_t dtype_bytes(DType d);
+
+enum class InitKind { kNormal, kUniform, kInt, kZeros, kOnes };
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<std::string> shape;  // each a dim name ("B") or an integer literal ("4")
+  InitKind init = InitKind::kNormal;
+  double init_a = 0, init_b = 1;   // uniform(a,b) / int(a,b) bounds
+};
+
+using Dims = std::map<std::string, int64_t>;  // one case: dim name -> size
+
+struct TaskSpec {
+  std::string name;     // [a-z0-9_]+
+  std::string op;
+  std::string backend;  // cuda | cpu
+  std::string dtype;    // main dtype name, used in the kernel id
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<std::pair<std::string, double>> scalars;  // in file order
+  std::vector<Dims> correctness_cases;
+  int64_t seeds = 3;
+  double rtol = 1e-3, atol = 1e-3;
+  std::vector<Dims> benchmark_cases;
+  std::vector<std::pair<std::string, std::vector<std::string>>> params;  // in file order
+  std::vector<std::string> baselines;
+  std::string kernel_file;     // kernel.cu | kernel.cpp
+  std::string reference_file;  // reference.cu | reference.cpp
+  std::string instructions;    // instructions.md, may be empty
+};
+
+// Reads a package from a directory or a .tar.gz of one into memory (regular files only, bounded).
+Result<proto::FileMap> load_package(const std::string& path);
+
+// Validates a package and returns its normalized spec. Errors name the file, the key path and what
+// was expected: "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\"".
+Result<TaskSpec> parse_task(const proto::FileMap& files);
+
+// sha256 of the package files (names and contents).
+std::string task_id(const proto::FileMap& files);
+
+// Shape of a tensor for one case; an error if a dim is missing from the case.
+Result<std::vector<int64_t>> shape_for(const TensorSpec& t, const Dims& dims);
+// "B=16,H=4096"
+std::string dims_string(const Dims& dims);
+
+// ------------------------------------------------------------------------- editable regions
+
+inline constexpr std::string_view kEvolveStart = "[EVOLVE_START]";
+inline constexpr std::string_view kEvolveEnd = "[EVOLVE_END]";
+
+struct Region {
+  size_t begin = 0;  // first byte after the line holding the start marker
+  size_t end = 0;    // first byte of the line holding the end marker
+};
+
+// The editable regions of a source, in order; an error if markers are missing, unbalanced or nested.
+Result<std::vector<Region>> find_regions(std::string_view source);
+// Replaces the content of region `index` with `content`; everything else stays as it was.
+Result<std::string> replace_region(std::string_view source, std::string_view content, size_t index = 0);
+std::string region_text(std::string_view source, const Region& r);
+
+}  // namespace kiln::task
