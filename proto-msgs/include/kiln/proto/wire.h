@@ -89,6 +89,10 @@ struct ResultMsg {
   }
 };
 
+struct Heartbeat {
+  template <class V> void fields(V&) {}
+};
+
 struct Disconnect {
   std::string reason;
   template <class V> void fields(V& v) { v("reason", reason); }

@@ -1,0 +1,47 @@
+// Frames of the broker protocol: ["KILN1"][command][msgpack body] (a ROUTER sees [identity] first).
+#pragma once
+
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kiln/core/status.h"
+
+namespace kiln::messaging {
+
+struct SocketOptions {
+  int64_t max_message_bytes = 64ll << 20;  // ZMQ_MAXMSGSIZE: a larger frame drops the peer
+  int linger_ms = 0;
+  int reconnect_ivl_ms = 1000;
+  int reconnect_ivl_max_ms = 32000;
+  int sndhwm = 10000;
+  int rcvhwm = 10000;
+};
+
+void apply_options(zmq::socket_t& socket, const SocketOptions& options);
+
+struct Envelope {
+  std::string identity;  // routing id (ROUTER side only)
+  std::string command;
+  std::string body;
+};
+
+// Sends one envelope; `identity` is used when non-empty (ROUTER). Returns unavailable when the peer is
+// unreachable (ROUTER_MANDATORY) or the send would block.
+Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::string_view command,
+                     std::string_view body);
+
+// Receives one multipart message without blocking. nullopt: nothing to read. An error Status: a
+// malformed message (wrong tag, frame count, unknown command); it has been fully drained either way.
+// `identity` is filled even for malformed messages from a ROUTER, so the caller can log the peer.
+std::optional<Result<Envelope>> recv_envelope(zmq::socket_t& socket, bool router, std::string* identity = nullptr);
+
+bool is_known_command(std::string_view command);
+
+// Printable form of a routing id for logs.
+std::string printable_identity(std::string_view identity);
+
+}  // namespace kiln::messaging

@@ -1,0 +1,92 @@
+#include "kiln/messaging/frames.h"
+
+#include <vector>
+
+#include "kiln/core/hash.h"
+#include "kiln/proto/wire.h"
+
+namespace kiln::messaging {
+
+namespace {
+// A well-formed message has at most identity + tag + command + body.
+constexpr size_t kMaxFrames = 4;
+}  // namespace
+
+void apply_options(zmq::socket_t& socket, const SocketOptions& options) {
+  socket.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
+  socket.set(zmq::sockopt::linger, options.linger_ms);
+  socket.set(zmq::sockopt::reconnect_ivl, options.reconnect_ivl_ms);
+  socket.set(zmq::sockopt::reconnect_ivl_max, options.reconnect_ivl_max_ms);
+  socket.set(zmq::sockopt::sndhwm, options.sndhwm);
+  socket.set(zmq::sockopt::rcvhwm, options.rcvhwm);
+}
+
+bool is_known_command(std::string_view c) {
+  using namespace proto::cmd;
+  return c == kReady || c == kJob || c == kResult || c == kHeartbeat || c == kDisconnect || c == kSubmit ||
+         c == kAck || c == kRequest || c == kReply;
+}
+
+Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::string_view command,
+                     std::string_view body) {
+  try {
+    if (!identity.empty()) {
+      if (!socket.send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        return unavailable("send would block");
+    }
+    auto tag = proto::kProtocolTag;
+    if (!socket.send(zmq::buffer(tag.data(), tag.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      return unavailable("send would block");
+    socket.send(zmq::buffer(command.data(), command.size()), zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(body.data(), body.size()), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return unavailable(std::string("send failed: ") + e.what());
+  }
+  return Status::ok();
+}
+
+std::optional<Result<Envelope>> recv_envelope(zmq::socket_t& socket, bool router, std::string* identity_out) {
+  std::vector<std::string> frames;
+  bool too_many = false;
+  try {
+    zmq::message_t msg;
+    auto got = socket.recv(msg, zmq::recv_flags::dontwait);
+    if (!got) return std::nullopt;
+    while (true) {
+      if (frames.size() < kMaxFrames)
+        frames.emplace_back(static_cast<const char*>(msg.data()), msg.size());
+      else
+        too_many = true;  // keep draining the rest of this message
+      if (!msg.more()) break;
+      msg.rebuild();
+      (void)socket.recv(msg, zmq::recv_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    return Result<Envelope>(unavailable(std::string("recv failed: ") + e.what()));
+  }
+  size_t base = router ? 1 : 0;
+  if (router && !frames.empty() && identity_out) *identity_out = frames[0];
+  if (too_many) return Result<Envelope>(invalid_argument("too many frames"));
+  if (frames.size() != base + 3)
+    return Result<Envelope>(invalid_argument("expected " + std::to_string(base + 3) + " frames, got " +
+                                             std::to_string(frames.size())));
+  if (frames[base] != proto::kProtocolTag)
+    return Result<Envelope>(invalid_argument("bad protocol tag"));
+  if (!is_known_command(frames[base + 1]))
+    return Result<Envelope>(invalid_argument("unknown command '" + printable_identity(frames[base + 1]) + "'"));
+  Envelope env;
+  if (router) env.identity = std::move(frames[0]);
+  env.command = std::move(frames[base + 1]);
+  env.body = std::move(frames[base + 2]);
+  return Result<Envelope>(std::move(env));
+}
+
+std::string printable_identity(std::string_view id) {
+  bool printable = !id.empty() && id.size() <= 64;
+  for (unsigned char c : id)
+    if (c < 0x20 || c > 0x7e) printable = false;
+  if (printable) return std::string(id);
+  return "0x" + to_hex(id.substr(0, 16));
+}
+
+}  // namespace kiln::messaging

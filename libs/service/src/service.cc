@@ -1,0 +1,107 @@
+#include "kiln/service/service.h"
+
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+
+#include "kiln/core/files.h"
+#include "kiln/log/log.h"
+#include "kiln/messaging/worker.h"
+#include "kiln/metrics/metrics.h"
+
+namespace kiln::service {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+// A bind address ("tcp://*:5555", "tcp://0.0.0.0:5555") as a connect address.
+std::string connect_endpoint(std::string bind) {
+  for (const char* any : {"tcp://*:", "tcp://0.0.0.0:"}) {
+    std::string a(any);
+    if (bind.rfind(a, 0) == 0) return "tcp://127.0.0.1:" + bind.substr(a.size());
+  }
+  return bind;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "host";
+  return buf;
+}
+
+}  // namespace
+
+int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
+  CLI::App app{"kiln-" + spec.name + ": Kiln '" + spec.service + "' worker"};
+  std::string config_path, state_dir = ".kiln", broker, worker_id, metrics_host = "0.0.0.0", log_level;
+  int metrics_port = -1, slots = 0;
+  app.add_option("--config", config_path, "YAML config (default: built-in defaults)");
+  app.add_option("--state-dir", state_dir, "folder for this service's durable files");
+  app.add_option("--broker", broker, "broker endpoint (default: from broker.bind)");
+  app.add_option("--worker-id", worker_id, "unique id (default: <name>-<host>-<pid>)");
+  app.add_option("--slots", slots, "jobs held at once (default: from config)");
+  app.add_option("--metrics-port", metrics_port, "port for /metrics (0 = any free port)");
+  app.add_option("--metrics-host", metrics_host, "address for /metrics");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  CLI11_PARSE(app, argc, argv);
+
+  auto cfg = config::load_config(config_path);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "kiln-%s: %s\n", spec.name.c_str(), cfg.status().message().c_str());
+    return 2;
+  }
+  log::init(spec.name, log_level.empty() ? cfg->up.log_level : log_level);
+  if (auto st = make_dirs(state_dir); !st.is_ok()) {
+    spdlog::error("{}", st.message());
+    return 2;
+  }
+  ServiceContext ctx;
+  ctx.config = &cfg.value();
+  ctx.state_dir = std::filesystem::absolute(state_dir).string();
+  ctx.worker_id = worker_id.empty() ? spec.name + "-" + hostname() + "-" + std::to_string(::getpid()) : worker_id;
+  ctx.metrics = std::make_shared<prometheus::Registry>();
+
+  auto handlers = spec.make(ctx);
+  if (!handlers.is_ok()) {
+    spdlog::error("cannot start: {}", handlers.status().message());
+    return 1;
+  }
+  int port = metrics_port >= 0 ? metrics_port : spec.default_metrics_port;
+  auto server = metrics::MetricsServer::start(ctx.metrics, metrics_host, port);
+  if (!server.is_ok()) {
+    spdlog::error("metrics: {}", server.status().message());
+    return 1;
+  }
+  messaging::WorkerOptions wo;
+  wo.endpoint = broker.empty() ? connect_endpoint(cfg->broker.bind) : broker;
+  wo.service = handlers->service.empty() ? spec.service : handlers->service;
+  wo.worker_id = ctx.worker_id;
+  wo.slots = slots > 0 ? slots : handlers->slots;
+  wo.caps = handlers->caps;
+  if (wo.caps.host.empty()) wo.caps.host = hostname();
+  wo.heartbeat_interval_s = cfg->broker.heartbeat_interval_s;
+  wo.heartbeat_liveness = static_cast<int>(cfg->broker.heartbeat_liveness);
+  wo.socket.max_message_bytes = cfg->broker.max_message_bytes;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  spdlog::info("worker {} for '{}' ({} slot(s)) -> {}; metrics on :{}", wo.worker_id, wo.service, wo.slots,
+               wo.endpoint, (*server)->port());
+  zmq::context_t zctx(1);
+  messaging::Worker worker(zctx, wo, handlers->job, handlers->request);
+  worker.run(g_stop);
+  if (handlers->on_stop) handlers->on_stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace kiln::service

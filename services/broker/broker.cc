@@ -1,0 +1,659 @@
+#include "broker.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "job_table.h"
+#include "kiln/core/time.h"
+#include "kiln/messaging/frames.h"
+#include "kiln/metrics/metrics.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+
+namespace kiln::broker {
+
+namespace {
+
+using messaging::Envelope;
+using messaging::printable_identity;
+
+struct LiveJob {
+  std::string id;
+  std::string service;
+  std::string payload;
+  int attempt = 1;
+  double timeout_s = 0;
+  bool leased = false;
+  std::string worker;          // identity holding the lease
+  double lease_deadline = 0;   // monotonic
+  double enqueued_mono = 0;
+  double leased_mono = 0;
+};
+
+struct WorkerRec {
+  std::string identity;
+  std::string service;
+  std::string worker_id;
+  int slots = 1;
+  proto::Capabilities caps;
+  std::set<std::string> leased;
+  double last_seen = 0;
+  double last_sent = 0;
+};
+
+struct PendingRequest {
+  std::string client;            // identity
+  std::string client_request_id;
+  std::string worker;            // identity answering
+  double deadline = 0;           // monotonic
+};
+
+struct ServiceQueue {
+  std::deque<std::string> queued;  // job ids, FIFO
+  std::vector<std::string> workers;
+  size_t rr = 0;
+};
+
+}  // namespace
+
+struct Broker::Impl {
+  zmq::context_t& ctx;
+  BrokerOptions opt;
+  JobTable table;
+  std::unique_ptr<zmq::socket_t> router;
+  std::unique_ptr<zmq::socket_t> pub;
+  std::string endpoint;
+  std::string events_endpoint;
+  BrokerCounters counters;
+  uint64_t event_seq = 0;
+  uint64_t next_forward_id = 1;
+
+  std::unordered_map<std::string, LiveJob> jobs;  // queued and leased only
+  std::map<std::string, ServiceQueue> services;
+  std::unordered_map<std::string, WorkerRec> workers;  // by identity
+  std::unordered_map<std::string, PendingRequest> requests;  // by forwarded request id
+
+  // Metrics (DESIGN §8).
+  std::shared_ptr<prometheus::Registry> registry;
+  prometheus::Family<prometheus::Gauge>* queue_depth;
+  prometheus::Family<prometheus::Gauge>* jobs_leased;
+  prometheus::Family<prometheus::Gauge>* workers_connected;
+  prometheus::Family<prometheus::Counter>* completed_total;
+  prometheus::Family<prometheus::Counter>* requeued_total;
+  prometheus::Family<prometheus::Counter>* dead_total;
+  prometheus::Family<prometheus::Counter>* rejected_total;
+  prometheus::Family<prometheus::Counter>* duplicates_total;
+  prometheus::Family<prometheus::Histogram>* duration;
+  prometheus::Family<prometheus::Histogram>* queue_wait;
+
+  Impl(zmq::context_t& c, BrokerOptions o, JobTable t, std::shared_ptr<prometheus::Registry> r)
+      : ctx(c), opt(std::move(o)), table(std::move(t)), registry(std::move(r)) {
+    using namespace prometheus;
+    queue_depth = &BuildGauge().Name("kiln_queue_depth_jobs").Help("Jobs waiting for a worker, per service").Register(*registry);
+    jobs_leased = &BuildGauge().Name("kiln_jobs_leased").Help("Jobs leased to a worker, per service").Register(*registry);
+    workers_connected = &BuildGauge().Name("kiln_workers_connected").Help("Workers connected, per service").Register(*registry);
+    completed_total = &BuildCounter().Name("kiln_jobs_completed_total").Help("Jobs finished, by outcome").Register(*registry);
+    requeued_total = &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(*registry);
+    dead_total = &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(*registry);
+    rejected_total = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected").Register(*registry);
+    duplicates_total = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(*registry);
+    duration = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(*registry);
+    queue_wait = &BuildHistogram().Name("kiln_job_queue_wait_seconds").Help("Enqueue to lease, per service").Register(*registry);
+  }
+
+  double lease_for(const LiveJob& j) const {
+    if (j.timeout_s > 0) return j.timeout_s;
+    auto it = opt.lease_timeout_s.find(j.service);
+    if (it != opt.lease_timeout_s.end()) return it->second;
+    auto d = opt.lease_timeout_s.find("default");
+    return d != opt.lease_timeout_s.end() ? d->second : 60.0;
+  }
+
+  void update_gauges(const std::string& service) {
+    auto& q = services[service];
+    int64_t leased = 0;
+    for (const auto& w : q.workers) leased += static_cast<int64_t>(workers[w].leased.size());
+    queue_depth->Add({{"service", service}}).Set(static_cast<double>(q.queued.size()));
+    jobs_leased->Add({{"service", service}}).Set(static_cast<double>(leased));
+    workers_connected->Add({{"service", service}}).Set(static_cast<double>(q.workers.size()));
+  }
+
+  void reject(const std::string& identity, const std::string& why) {
+    counters.rejected_frames++;
+    rejected_total->Add({{"reason", why.substr(0, why.find(':'))}}).Increment();
+    spdlog::warn("rejected message from {}: {}", printable_identity(identity), why);
+  }
+
+  void publish(const std::string& job_id, const std::string& service, std::string_view state, int attempt) {
+    if (!pub) return;
+    proto::JobStatus ev;
+    ev.job_id = job_id;
+    ev.service = service;
+    ev.state = std::string(state);
+    ev.attempt = attempt;
+    std::string topic = "job." + std::string(state);
+    std::string seq = std::to_string(++event_seq);
+    try {
+      pub->send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      pub->send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      pub->send(zmq::buffer(proto::encode(ev)), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      // Events are best effort: nothing that must not be lost rides on them.
+    }
+  }
+
+  void send_to(const std::string& identity, std::string_view command, const std::string& body) {
+    Status st = messaging::send_envelope(*router, identity, command, body);
+    if (!st.is_ok()) {
+      spdlog::debug("send {} to {} failed: {}", command, printable_identity(identity), st.message());
+      auto it = workers.find(identity);
+      if (it != workers.end()) drop_worker(identity, "unreachable");
+      return;
+    }
+    auto it = workers.find(identity);
+    if (it != workers.end()) it->second.last_sent = monotonic_s();
+  }
+
+  void enqueue(LiveJob job) {
+    job.enqueued_mono = monotonic_s();
+    job.leased = false;
+    job.worker.clear();
+    services[job.service].queued.push_back(job.id);
+    std::string service = job.service;
+    jobs[job.id] = std::move(job);
+    update_gauges(service);
+  }
+
+  // A job that came back (worker died, deadline passed, worker said retry): attempt+1 or dead.
+  void requeue_or_kill(const std::string& job_id, const std::string& reason) {
+    auto it = jobs.find(job_id);
+    if (it == jobs.end()) return;
+    LiveJob job = std::move(it->second);
+    jobs.erase(it);
+    if (!job.worker.empty()) {
+      auto w = workers.find(job.worker);
+      if (w != workers.end()) w->second.leased.erase(job_id);
+    }
+    int next_attempt = job.attempt + 1;
+    if (next_attempt > opt.max_attempts) {
+      kill(job, reason);
+      return;
+    }
+    Status st = table.requeue(job.id, next_attempt, reason);
+    if (!st.is_ok()) spdlog::error("requeue {}: {}", job.id, st.message());
+    counters.requeued++;
+    requeued_total->Add({{"service", job.service}, {"reason", reason_label(reason)}}).Increment();
+    spdlog::info("job {} requeued (attempt {} of {}): {}", job.id, next_attempt, opt.max_attempts, reason);
+    job.attempt = next_attempt;
+    publish(job.id, job.service, "queued", job.attempt);
+    enqueue(std::move(job));
+  }
+
+  static std::string reason_label(const std::string& reason) {
+    if (reason.rfind("worker lost", 0) == 0) return "worker_lost";
+    if (reason.rfind("deadline", 0) == 0) return "deadline";
+    if (reason.rfind("worker disconnected", 0) == 0) return "worker_disconnected";
+    if (reason.rfind("unreachable", 0) == 0) return "unreachable";
+    return "retry";
+  }
+
+  void kill(const LiveJob& job, const std::string& reason) {
+    std::vector<proto::FollowUp> next;
+    // The scorer is told, so a candidate that kills every worker cannot stall its campaign.
+    if (job.service != proto::svc::kScore) {
+      proto::DeadLetter dl;
+      dl.job_id = job.id;
+      dl.service = job.service;
+      dl.attempts = job.attempt;
+      dl.reason = reason;
+      dl.payload = proto::Bytes{job.payload};
+      next.push_back(proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
+    }
+    std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
+    auto inserted = table.complete(job.id, JobState::kDead, "", why, next);
+    if (!inserted.is_ok()) {
+      spdlog::error("dead-letter {}: {}", job.id, inserted.status().message());
+      return;
+    }
+    counters.dead++;
+    dead_total->Add({{"service", job.service}}).Increment();
+    spdlog::warn("job {} dead-lettered: {}", job.id, why);
+    publish(job.id, job.service, "dead", job.attempt);
+    for (auto& r : *inserted) enqueue_row(std::move(r));
+    update_gauges(job.service);
+  }
+
+  void enqueue_row(JobRow r) {
+    LiveJob j;
+    j.id = std::move(r.id);
+    j.service = std::move(r.service);
+    j.payload = std::move(r.payload);
+    j.attempt = r.attempt;
+    j.timeout_s = r.timeout_s;
+    publish(j.id, j.service, "queued", j.attempt);
+    enqueue(std::move(j));
+  }
+
+  void drop_worker(const std::string& identity, const std::string& reason) {
+    auto it = workers.find(identity);
+    if (it == workers.end()) return;
+    WorkerRec w = std::move(it->second);
+    workers.erase(it);
+    auto& q = services[w.service];
+    q.workers.erase(std::remove(q.workers.begin(), q.workers.end(), identity), q.workers.end());
+    spdlog::info("worker {} ({}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service, reason,
+                 w.leased.size());
+    for (const auto& job_id : w.leased) {
+      auto j = jobs.find(job_id);
+      if (j != jobs.end()) j->second.worker.clear();
+      requeue_or_kill(job_id, reason + " (" + w.worker_id + ")");
+    }
+    // Forwarded requests that this worker will never answer.
+    for (auto r = requests.begin(); r != requests.end();) {
+      if (r->second.worker == identity) {
+        reply_error(r->second.client, r->second.client_request_id, "worker for the request went away");
+        r = requests.erase(r);
+      } else {
+        ++r;
+      }
+    }
+    update_gauges(w.service);
+  }
+
+  void reply_error(const std::string& client, const std::string& request_id, const std::string& error) {
+    proto::Reply rep;
+    rep.request_id = request_id;
+    rep.ok = false;
+    rep.error = error;
+    send_to(client, proto::cmd::kReply, proto::encode(rep));
+  }
+
+  // ------------------------------------------------------------------------------------ commands
+
+  void on_ready(const Envelope& env) {
+    auto ready = proto::decode<proto::Ready>(env.body);
+    if (!ready.is_ok()) return reject(env.identity, "bad READY: " + ready.status().message());
+    if (ready->service.empty() || ready->service.size() > 64 || ready->slots < 1 || ready->slots > 1024)
+      return reject(env.identity, "bad READY: service name or slots out of range");
+    if (workers.count(env.identity)) drop_worker(env.identity, "worker re-registered");
+    WorkerRec w;
+    w.identity = env.identity;
+    w.service = ready->service;
+    w.worker_id = ready->worker_id;
+    w.slots = ready->slots;
+    w.caps = ready->caps;
+    w.last_seen = monotonic_s();
+    workers[env.identity] = w;
+    services[w.service].workers.push_back(env.identity);
+    spdlog::info("worker {} ready for '{}' with {} slot(s){}", w.worker_id, w.service, w.slots,
+                 w.caps.gpu_name.empty() ? "" : " on " + w.caps.gpu_name);
+    update_gauges(w.service);
+  }
+
+  void on_result(const Envelope& env) {
+    auto res = proto::decode<proto::ResultMsg>(env.body);
+    if (!res.is_ok()) return reject(env.identity, "bad RESULT: " + res.status().message());
+    auto wit = workers.find(env.identity);
+    if (wit == workers.end()) {
+      // From a worker we dropped (or a broker restart): its job was requeued; tell it to re-register.
+      counters.late_results++;
+      duplicates_total->Add({{"kind", "late_result"}}).Increment();
+      send_to(env.identity, proto::cmd::kDisconnect, proto::encode(proto::Disconnect{"unknown worker"}));
+      return;
+    }
+    auto jit = jobs.find(res->job_id);
+    if (jit == jobs.end() || jit->second.worker != env.identity || jit->second.attempt != res->attempt) {
+      counters.late_results++;
+      duplicates_total->Add({{"kind", "late_result"}}).Increment();
+      spdlog::info("late or duplicate result for {} (attempt {}) dropped", res->job_id, res->attempt);
+      return;
+    }
+    LiveJob& job = jit->second;
+    wit->second.leased.erase(job.id);
+    double now = monotonic_s();
+    duration->Add({{"service", job.service}}, metrics::duration_buckets_s()).Observe(now - job.leased_mono);
+
+    if (res->outcome == proto::outcome::kRetry) {
+      requeue_or_kill(job.id, "worker asked to retry: " + res->error);
+      return;
+    }
+    JobState final_state = res->outcome == proto::outcome::kOk ? JobState::kDone : JobState::kFailed;
+    for (const auto& f : res->next) {
+      if (f.job_id.empty() || f.service.empty()) return reject(env.identity, "bad RESULT: follow-up without id or service");
+    }
+    auto inserted = table.complete(job.id, final_state, res->payload.data, res->error, res->next);
+    if (!inserted.is_ok()) {
+      // Could not record it: leave the job leased; its deadline will requeue it.
+      spdlog::error("completing {}: {}", job.id, inserted.status().message());
+      return;
+    }
+    size_t dups = res->next.size() - inserted->size();
+    if (dups > 0) {
+      counters.duplicate_followups += static_cast<int64_t>(dups);
+      duplicates_total->Add({{"kind", "followup"}}).Increment(static_cast<double>(dups));
+    }
+    counters.completed++;
+    completed_total->Add({{"service", job.service}, {"outcome", std::string(job_state_name(final_state) == "done" ? "ok" : "failed")}})
+        .Increment();
+    if (final_state == JobState::kFailed) spdlog::info("job {} failed: {}", job.id, res->error);
+    std::string service = job.service;
+    publish(job.id, service, job_state_name(final_state), job.attempt);
+    jobs.erase(jit);
+    for (auto& r : *inserted) enqueue_row(std::move(r));
+    update_gauges(service);
+  }
+
+  void on_submit(const Envelope& env) {
+    auto sub = proto::decode<proto::Submit>(env.body);
+    proto::Ack ack;
+    if (!sub.is_ok()) {
+      reject(env.identity, "bad SUBMIT: " + sub.status().message());
+      ack.error = sub.status().message();
+      return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
+    }
+    ack.job_id = sub->job_id;
+    if (sub->job_id.empty() || sub->job_id.size() > 512 || sub->service.empty() || sub->service.size() > 64) {
+      ack.error = "job id and service must be non-empty (job id ≤ 512, service ≤ 64 bytes)";
+      return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
+    }
+    JobRow row;
+    row.id = sub->job_id;
+    row.service = sub->service;
+    row.payload = std::move(sub->payload.data);
+    row.timeout_s = sub->timeout_s;
+    auto inserted = table.insert(row);
+    if (!inserted.is_ok()) {
+      ack.error = inserted.status().message();
+      return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
+    }
+    ack.accepted = true;
+    if (!*inserted) {
+      ack.duplicate = true;
+      counters.duplicate_submits++;
+      duplicates_total->Add({{"kind", "submit"}}).Increment();
+    } else {
+      enqueue_row(std::move(row));
+    }
+    send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
+  }
+
+  void on_request(const Envelope& env) {
+    auto req = proto::decode<proto::Request>(env.body);
+    if (!req.is_ok()) return reject(env.identity, "bad REQUEST: " + req.status().message());
+    if (req->service == proto::svc::kBroker) return answer_broker_query(env.identity, *req);
+    auto& q = services[req->service];
+    if (q.workers.empty())
+      return reply_error(env.identity, req->request_id, "no worker connected for service '" + req->service + "'");
+    const std::string& worker = q.workers[q.rr++ % q.workers.size()];
+    std::string fwd_id = "f" + std::to_string(next_forward_id++);
+    double timeout = std::clamp(req->timeout_s, 0.1, 120.0);
+    requests[fwd_id] = PendingRequest{env.identity, req->request_id, worker, monotonic_s() + timeout};
+    proto::Request fwd = *req;
+    fwd.request_id = fwd_id;
+    send_to(worker, proto::cmd::kRequest, proto::encode(fwd));
+  }
+
+  void on_reply(const Envelope& env) {
+    auto rep = proto::decode<proto::Reply>(env.body);
+    if (!rep.is_ok()) return reject(env.identity, "bad REPLY: " + rep.status().message());
+    auto it = requests.find(rep->request_id);
+    if (it == requests.end()) return;  // timed out already
+    proto::Reply out = *rep;
+    out.request_id = it->second.client_request_id;
+    std::string client = it->second.client;
+    requests.erase(it);
+    send_to(client, proto::cmd::kReply, proto::encode(out));
+  }
+
+  void answer_broker_query(const std::string& client, const proto::Request& req) {
+    proto::Reply rep;
+    rep.request_id = req.request_id;
+    if (req.method == "status") {
+      proto::BrokerStatus st;
+      auto counts = table.counts();
+      std::set<std::string> names;
+      for (const auto& [s, _] : services) names.insert(s);
+      if (counts.is_ok())
+        for (const auto& [s, _] : *counts) names.insert(s);
+      for (const auto& s : names) {
+        proto::QueueStatus qs;
+        qs.service = s;
+        auto sit = services.find(s);
+        if (sit != services.end()) {
+          qs.queued = static_cast<int64_t>(sit->second.queued.size());
+          qs.workers = static_cast<int64_t>(sit->second.workers.size());
+          for (const auto& w : sit->second.workers) qs.leased += static_cast<int64_t>(workers[w].leased.size());
+        }
+        if (counts.is_ok() && counts->count(s)) {
+          const auto& c = counts->at(s);
+          auto get = [&](const char* k) { auto i = c.find(k); return i == c.end() ? int64_t{0} : i->second; };
+          qs.done = get("done");
+          qs.failed = get("failed");
+          qs.dead = get("dead");
+        }
+        st.queues.push_back(qs);
+      }
+      for (const auto& [id, w] : workers) {
+        st.workers.push_back(proto::WorkerStatus{w.service, w.worker_id, w.slots,
+                                                 static_cast<int64_t>(w.leased.size()), w.caps});
+      }
+      st.rejected_frames = counters.rejected_frames.load();
+      rep.ok = true;
+      rep.body = proto::Bytes{proto::encode(st)};
+    } else if (req.method == "job") {
+      auto q = proto::decode<proto::JobStatusQuery>(req.body.data);
+      if (!q.is_ok()) {
+        rep.error = q.status().message();
+      } else {
+        std::string result;
+        auto row = table.get(q->job_id, &result);
+        proto::JobStatus js;
+        js.job_id = q->job_id;
+        if (row.is_ok()) {
+          js.service = row->service;
+          js.state = std::string(job_state_name(row->state));
+          js.attempt = row->attempt;
+          js.error = row->error;
+          js.result = proto::Bytes{std::move(result)};
+        } else {
+          js.state = "unknown";
+        }
+        rep.ok = true;
+        rep.body = proto::Bytes{proto::encode(js)};
+      }
+    } else {
+      rep.error = "broker: unknown method '" + req.method + "' (status, job)";
+    }
+    send_to(client, proto::cmd::kReply, proto::encode(rep));
+  }
+
+  void handle(const Envelope& env) {
+    using namespace proto::cmd;
+    auto w = workers.find(env.identity);
+    if (w != workers.end()) w->second.last_seen = monotonic_s();
+    if (env.command == kReady) return on_ready(env);
+    if (env.command == kResult) return on_result(env);
+    if (env.command == kSubmit) return on_submit(env);
+    if (env.command == kRequest) return on_request(env);
+    if (env.command == kReply) return on_reply(env);
+    if (env.command == kHeartbeat) {
+      if (w == workers.end()) {
+        // A worker we do not know (we restarted, or dropped it): make it register again.
+        send_to(env.identity, kDisconnect, proto::encode(proto::Disconnect{"unknown worker: send READY"}));
+      }
+      return;
+    }
+    if (env.command == kDisconnect) {
+      if (w != workers.end()) drop_worker(env.identity, "worker disconnected");
+      return;
+    }
+    reject(env.identity, "unexpected command " + env.command);
+  }
+
+  // ------------------------------------------------------------------------------------ timers
+
+  void dispatch() {
+    for (auto& [service, q] : services) {
+      if (q.queued.empty() || q.workers.empty()) continue;
+      bool progress = true;
+      while (!q.queued.empty() && progress) {
+        progress = false;
+        for (size_t k = 0; k < q.workers.size() && !q.queued.empty(); ++k) {
+          const std::string identity = q.workers[(q.rr + k) % q.workers.size()];
+          WorkerRec& w = workers[identity];
+          if (static_cast<int>(w.leased.size()) >= w.slots) continue;
+          std::string job_id = q.queued.front();
+          q.queued.pop_front();
+          auto jit = jobs.find(job_id);
+          if (jit == jobs.end()) continue;
+          LiveJob& job = jit->second;
+          double now = monotonic_s();
+          job.leased = true;
+          job.worker = identity;
+          job.leased_mono = now;
+          double lease = lease_for(job);
+          job.lease_deadline = now + lease;
+          w.leased.insert(job_id);
+          Status st = table.mark_leased(job_id, job.attempt);
+          if (!st.is_ok()) spdlog::error("lease {}: {}", job_id, st.message());
+          queue_wait->Add({{"service", service}}, metrics::duration_buckets_s()).Observe(now - job.enqueued_mono);
+          proto::Job msg{job.id, job.attempt, job.service, proto::Bytes{job.payload}, wall_time_s() + lease};
+          publish(job.id, job.service, "leased", job.attempt);
+          send_to(identity, proto::cmd::kJob, proto::encode(msg));
+          progress = true;
+          if (!workers.count(identity)) break;  // the send found it unreachable and dropped it
+        }
+        if (q.workers.empty()) break;
+        q.rr = (q.rr + 1) % q.workers.size();
+      }
+      update_gauges(service);
+    }
+  }
+
+  void check_timers() {
+    double now = monotonic_s();
+    double dead_after = opt.heartbeat_interval_s * opt.heartbeat_liveness;
+    std::vector<std::string> lost;
+    for (auto& [id, w] : workers) {
+      if (now - w.last_seen > dead_after) lost.push_back(id);
+    }
+    for (const auto& id : lost) drop_worker(id, "worker lost: silent for " + std::to_string(static_cast<int>(dead_after)) + " s");
+    std::vector<std::string> expired;
+    for (auto& [id, j] : jobs)
+      if (j.leased && now > j.lease_deadline) expired.push_back(id);
+    for (const auto& id : expired) requeue_or_kill(id, "deadline passed");
+    for (auto it = requests.begin(); it != requests.end();) {
+      if (now > it->second.deadline) {
+        reply_error(it->second.client, it->second.client_request_id, "request timed out");
+        it = requests.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::vector<std::string> idle;
+    for (auto& [id, w] : workers)
+      if (now - w.last_sent >= opt.heartbeat_interval_s) idle.push_back(id);
+    for (const auto& id : idle) send_to(id, proto::cmd::kHeartbeat, proto::encode(proto::Heartbeat{}));
+  }
+};
+
+Broker::Broker() = default;
+Broker::~Broker() = default;
+
+Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOptions options,
+                                               std::shared_ptr<prometheus::Registry> metrics) {
+  auto table = JobTable::open(options.db_path);
+  if (!table.is_ok()) return table.status().with_context("broker: job table " + options.db_path);
+  auto active = table->load_active();
+  if (!active.is_ok()) return active.status().with_context("broker: loading jobs");
+  std::unique_ptr<Broker> b(new Broker());
+  b->impl_ = std::make_unique<Impl>(context, std::move(options), std::move(table).value(), std::move(metrics));
+  Impl& m = *b->impl_;
+  messaging::SocketOptions so;
+  so.max_message_bytes = m.opt.max_message_bytes;
+  try {
+    m.router = std::make_unique<zmq::socket_t>(context, zmq::socket_type::router);
+    messaging::apply_options(*m.router, so);
+    m.router->set(zmq::sockopt::router_mandatory, 1);
+    m.router->bind(m.opt.bind);
+    m.endpoint = m.router->get(zmq::sockopt::last_endpoint);
+    if (!m.opt.events_bind.empty()) {
+      m.pub = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pub);
+      m.pub->set(zmq::sockopt::linger, 0);
+      m.pub->bind(m.opt.events_bind);
+      m.events_endpoint = m.pub->get(zmq::sockopt::last_endpoint);
+    }
+  } catch (const zmq::error_t& e) {
+    return unavailable("broker: cannot bind " + m.opt.bind + ": " + e.what());
+  }
+  // Jobs that were leased when the broker stopped go back to the queue: their workers are gone.
+  size_t requeued = 0;
+  for (auto& row : *active) {
+    if (row.state == JobState::kLeased) {
+      ++requeued;
+      (void)m.table.requeue(row.id, row.attempt, "broker restarted");
+    }
+    LiveJob j;
+    j.id = row.id;
+    j.service = row.service;
+    j.payload = std::move(row.payload);
+    j.attempt = row.attempt;
+    j.timeout_s = row.timeout_s;
+    m.enqueue(std::move(j));
+  }
+  if (!active->empty())
+    spdlog::info("broker: resumed {} job(s) from {} ({} were leased)", active->size(), m.opt.db_path, requeued);
+  return b;
+}
+
+const std::string& Broker::endpoint() const { return impl_->endpoint; }
+const std::string& Broker::events_endpoint() const { return impl_->events_endpoint; }
+const BrokerCounters& Broker::counters() const { return impl_->counters; }
+
+void Broker::run(const std::atomic<bool>& stop) {
+  Impl& m = *impl_;
+  spdlog::info("broker: serving on {}", m.endpoint);
+  long tick_ms = std::max(10L, static_cast<long>(m.opt.heartbeat_interval_s * 1000 / 4));
+  double next_timers = 0;
+  while (!stop.load()) {
+    zmq::pollitem_t items[] = {{static_cast<void*>(*m.router), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(tick_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      throw;
+    }
+    // Drain what is readable, bounded so timers still run under a flood.
+    for (int i = 0; i < 1000; ++i) {
+      std::string identity;
+      auto env = messaging::recv_envelope(*m.router, true, &identity);
+      if (!env) break;
+      if (!env->is_ok()) {
+        m.reject(identity, env->status().message());
+        continue;
+      }
+      m.handle(env->value());
+    }
+    m.dispatch();
+    double now = monotonic_s();
+    if (now >= next_timers) {
+      m.check_timers();
+      m.dispatch();
+      next_timers = now + tick_ms / 1000.0;
+    }
+  }
+  // Tell workers we are going so they reconnect promptly to the next broker.
+  for (const auto& [id, w] : m.workers)
+    (void)messaging::send_envelope(*m.router, id, proto::cmd::kDisconnect, proto::encode(proto::Disconnect{"broker stopping"}));
+  spdlog::info("broker: stopped");
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,161 @@
+#include "job_table.h"
+
+#include "kiln/core/time.h"
+
+namespace kiln::broker {
+
+std::string_view job_state_name(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "queued";
+    case JobState::kLeased: return "leased";
+    case JobState::kDone: return "done";
+    case JobState::kFailed: return "failed";
+    case JobState::kDead: return "dead";
+  }
+  return "unknown";
+}
+
+namespace {
+JobState parse_state(const std::string& s) {
+  if (s == "leased") return JobState::kLeased;
+  if (s == "done") return JobState::kDone;
+  if (s == "failed") return JobState::kFailed;
+  if (s == "dead") return JobState::kDead;
+  return JobState::kQueued;
+}
+
+constexpr std::string_view kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id         TEXT PRIMARY KEY,
+  service    TEXT NOT NULL,
+  state      TEXT NOT NULL,
+  attempt    INTEGER NOT NULL,
+  payload    BLOB,           -- dropped when the job finishes
+  result     BLOB,           -- the RESULT payload, kept small
+  error      TEXT NOT NULL DEFAULT '',
+  timeout_s  REAL NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL,
+  updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state) WHERE state IN ('queued', 'leased');
+)sql";
+}  // namespace
+
+Result<JobTable> JobTable::open(const std::string& path) {
+  auto db = store::Database::open(path);
+  if (!db.is_ok()) return db.status();
+  KILN_RETURN_IF_ERROR(db->exec(kSchema));
+  return JobTable(std::move(db).value());
+}
+
+Result<std::vector<JobRow>> JobTable::load_active() {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+      "SELECT id, service, state, attempt, payload, timeout_s, created_at FROM jobs "
+      "WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
+  std::vector<JobRow> rows;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    JobRow r;
+    r.id = st.column_text(0);
+    r.service = st.column_text(1);
+    r.state = parse_state(st.column_text(2));
+    r.attempt = static_cast<int>(st.column_int(3));
+    r.payload = st.column_blob(4);
+    r.timeout_s = st.column_double(5);
+    r.created_at = st.column_double(6);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+Result<bool> JobTable::insert(const JobRow& row) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+      "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
+      "VALUES(?,?,'queued',?,?,?,?,?)"));
+  double now = wall_time_s();
+  st.bind(1, row.id).bind(2, row.service).bind(3, row.attempt).bind_blob(4, row.payload).bind(5, row.timeout_s)
+      .bind(6, row.created_at > 0 ? row.created_at : now).bind(7, now);
+  KILN_RETURN_IF_ERROR(st.run());
+  return db_.changes() > 0;
+}
+
+Status JobTable::mark_leased(const std::string& id, int attempt) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+      "UPDATE jobs SET state='leased', attempt=?, updated_at=? WHERE id=?"));
+  st.bind(1, attempt).bind(2, wall_time_s()).bind(3, id);
+  return st.run();
+}
+
+Status JobTable::requeue(const std::string& id, int attempt, const std::string& reason) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+      "UPDATE jobs SET state='queued', attempt=?, error=?, updated_at=? WHERE id=?"));
+  st.bind(1, attempt).bind(2, reason).bind(3, wall_time_s()).bind(4, id);
+  return st.run();
+}
+
+Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState final_state,
+                                               const std::string& result, const std::string& error,
+                                               const std::vector<proto::FollowUp>& next) {
+  store::Transaction tx(db_);
+  KILN_RETURN_IF_ERROR(tx.begin_status());
+  double now = wall_time_s();
+  {
+    KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+        "UPDATE jobs SET state=?, result=?, error=?, payload=NULL, updated_at=? WHERE id=?"));
+    st.bind(1, job_state_name(final_state)).bind_blob(2, result).bind(3, error).bind(4, now).bind(5, id);
+    KILN_RETURN_IF_ERROR(st.run());
+  }
+  std::vector<JobRow> inserted;
+  if (!next.empty()) {
+    KILN_ASSIGN_OR_RETURN(auto ins, db_.prepare(
+        "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
+        "VALUES(?,?,'queued',1,?,?,?,?)"));
+    for (const auto& f : next) {
+      ins.bind(1, f.job_id).bind(2, f.service).bind_blob(3, f.payload.data).bind(4, f.timeout_s).bind(5, now)
+          .bind(6, now);
+      KILN_RETURN_IF_ERROR(ins.run());
+      if (db_.changes() > 0) {
+        JobRow r;
+        r.id = f.job_id;
+        r.service = f.service;
+        r.payload = f.payload.data;
+        r.timeout_s = f.timeout_s;
+        r.created_at = now;
+        inserted.push_back(std::move(r));
+      }
+    }
+  }
+  KILN_RETURN_IF_ERROR(tx.commit());
+  return inserted;
+}
+
+Result<JobRow> JobTable::get(const std::string& id, std::string* result) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
+      "SELECT service, state, attempt, error, result, created_at FROM jobs WHERE id=?"));
+  st.bind(1, id);
+  KILN_ASSIGN_OR_RETURN(bool row, st.step());
+  if (!row) return not_found("no job '" + id + "'");
+  JobRow r;
+  r.id = id;
+  r.service = st.column_text(0);
+  r.state = parse_state(st.column_text(1));
+  r.attempt = static_cast<int>(st.column_int(2));
+  r.error = st.column_text(3);
+  if (result) *result = st.column_blob(4);
+  r.created_at = st.column_double(5);
+  return r;
+}
+
+Result<std::map<std::string, std::map<std::string, int64_t>>> JobTable::counts() {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT service, state, count(*) FROM jobs GROUP BY service, state"));
+  std::map<std::string, std::map<std::string, int64_t>> out;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    out[st.column_text(0)][st.column_text(1)] = st.column_int(2);
+  }
+  return out;
+}
+
+}  // namespace kiln::broker

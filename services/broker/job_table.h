@@ -1,0 +1,54 @@
+// The broker's durable job table (SQLite, WAL). Every state change of a job is one transaction, and a
+// completed job's follow-ups are inserted in the same transaction, so nothing is lost or doubled when
+// any process dies.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/core/status.h"
+#include "kiln/proto/wire.h"
+#include "kiln/store/sqlite.h"
+
+namespace kiln::broker {
+
+enum class JobState { kQueued, kLeased, kDone, kFailed, kDead };
+std::string_view job_state_name(JobState s);
+
+struct JobRow {
+  std::string id;
+  std::string service;
+  JobState state = JobState::kQueued;
+  int attempt = 1;
+  std::string payload;
+  double timeout_s = 0;
+  double created_at = 0;  // wall clock
+  std::string error;
+};
+
+class JobTable {
+ public:
+  static Result<JobTable> open(const std::string& path);
+
+  // Jobs that are queued or leased (a restarted broker leases them again).
+  Result<std::vector<JobRow>> load_active();
+  // Inserts a new queued job; false when the id already exists (idempotent submit).
+  Result<bool> insert(const JobRow& row);
+  Status mark_leased(const std::string& id, int attempt);
+  Status requeue(const std::string& id, int attempt, const std::string& reason);
+  // Completes a job and enqueues its follow-ups in one transaction. Returns the follow-ups that were new
+  // (a follow-up whose id exists already is a duplicate and is dropped).
+  Result<std::vector<JobRow>> complete(const std::string& id, JobState final_state, const std::string& result,
+                                       const std::string& error, const std::vector<proto::FollowUp>& next);
+  Result<JobRow> get(const std::string& id, std::string* result = nullptr);
+  // Counts by service and state, for status queries.
+  Result<std::map<std::string, std::map<std::string, int64_t>>> counts();
+
+ private:
+  explicit JobTable(store::Database db) : db_(std::move(db)) {}
+  store::Database db_;
+};
+
+}  // namespace kiln::broker

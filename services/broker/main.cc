@@ -1,0 +1,73 @@
+// kiln-broker: parse flags, load config, start /metrics, serve until SIGTERM/SIGINT.
+#include <CLI/CLI.hpp>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+
+#include "broker.h"
+#include "kiln/config/config.h"
+#include "kiln/core/files.h"
+#include "kiln/log/log.h"
+#include "kiln/metrics/metrics.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-broker: routes Kiln jobs between services"};
+  std::string config_path, state_dir = ".kiln", bind, events_bind, metrics_host = "0.0.0.0";
+  int metrics_port = -1;
+  app.add_option("--config", config_path, "YAML config (default: built-in defaults)");
+  app.add_option("--state-dir", state_dir, "folder for the job table");
+  app.add_option("--bind", bind, "endpoint for workers and clients (overrides broker.bind)");
+  app.add_option("--events-bind", events_bind, "PUB endpoint for job events (overrides broker.events_bind)");
+  app.add_option("--metrics-port", metrics_port, "port for /metrics (0 = any free port)");
+  app.add_option("--metrics-host", metrics_host, "address for /metrics");
+  CLI11_PARSE(app, argc, argv);
+
+  kiln::log::init("broker");
+  auto cfg = kiln::config::load_config(config_path);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "kiln-broker: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  const auto& bc = cfg->broker;
+  if (auto st = kiln::make_dirs(state_dir); !st.is_ok()) {
+    std::fprintf(stderr, "kiln-broker: %s\n", st.message().c_str());
+    return 2;
+  }
+  kiln::broker::BrokerOptions opt;
+  opt.bind = bind.empty() ? bc.bind : bind;
+  opt.events_bind = events_bind.empty() ? bc.events_bind : events_bind;
+  opt.db_path = std::filesystem::path(bc.db_path).is_absolute() ? bc.db_path : state_dir + "/" + bc.db_path;
+  opt.max_attempts = static_cast<int>(bc.max_attempts);
+  opt.heartbeat_interval_s = bc.heartbeat_interval_s;
+  opt.heartbeat_liveness = static_cast<int>(bc.heartbeat_liveness);
+  opt.max_message_bytes = bc.max_message_bytes;
+  opt.lease_timeout_s = bc.lease_timeout_s;
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  int port = metrics_port >= 0 ? metrics_port : bc.metrics_port;
+  auto server = kiln::metrics::MetricsServer::start(registry, metrics_host, port);
+  if (!server.is_ok()) {
+    spdlog::error("metrics: {}", server.status().message());
+    return 1;
+  }
+  zmq::context_t ctx(1);
+  auto broker = kiln::broker::Broker::create(ctx, opt, registry);
+  if (!broker.is_ok()) {
+    spdlog::error("{}", broker.status().message());
+    return 1;
+  }
+  spdlog::info("metrics on http://{}:{}/metrics", metrics_host, (*server)->port());
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  (*broker)->run(g_stop);
+  return 0;
+}

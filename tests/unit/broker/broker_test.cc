@@ -1,0 +1,282 @@
+// The broker with real sockets on loopback: workers and clients of the messaging library, and raw
+// sockets that misbehave.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "broker.h"
+#include "kiln/core/files.h"
+#include "kiln/core/time.h"
+#include "kiln/messaging/client.h"
+#include "kiln/messaging/worker.h"
+#include "kiln/proto/payloads.h"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct RunningBroker {
+  TempDir dir{"kiln-broker-test"};
+  zmq::context_t ctx{1};
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<broker::Broker> broker;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  explicit RunningBroker(broker::BrokerOptions opt = {}, std::string db = "") {
+    opt.bind = "tcp://127.0.0.1:*";
+    opt.db_path = db.empty() ? dir.path() + "/broker.db" : db;
+    opt.heartbeat_interval_s = 0.1;
+    opt.heartbeat_liveness = 5;
+    opt.max_message_bytes = 1 << 20;
+    auto b = broker::Broker::create(ctx, opt, registry);
+    REQUIRE(b.is_ok());
+    broker = std::move(b).value();
+    thread = std::thread([this] { broker->run(stop); });
+  }
+  ~RunningBroker() {
+    stop = true;
+    thread.join();
+  }
+  const std::string& endpoint() const { return broker->endpoint(); }
+};
+
+struct RunningWorker {
+  std::atomic<bool> stop{false};
+  std::unique_ptr<messaging::Worker> worker;
+  std::thread thread;
+  RunningWorker(zmq::context_t& ctx, const std::string& endpoint, const std::string& service,
+                messaging::JobHandler handler, int slots = 1, messaging::RequestHandler rh = {}) {
+    messaging::WorkerOptions o;
+    o.endpoint = endpoint;
+    o.service = service;
+    o.worker_id = service + "-test";
+    o.slots = slots;
+    o.heartbeat_interval_s = 0.1;
+    o.heartbeat_liveness = 5;
+    o.reconnect_min_s = 0.1;
+    worker = std::make_unique<messaging::Worker>(ctx, o, std::move(handler), std::move(rh));
+    thread = std::thread([this] { worker->run(stop, 1.0); });
+  }
+  ~RunningWorker() {
+    stop = true;
+    thread.join();
+  }
+};
+
+template <class F>
+bool eventually(F pred, double timeout_s = 10) {
+  double until = monotonic_s() + timeout_s;
+  while (monotonic_s() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+proto::JobStatus job_status(messaging::Client& c, const std::string& id) {
+  auto body = c.request("broker", "job", proto::encode(proto::JobStatusQuery{id}));
+  REQUIRE(body.is_ok());
+  return proto::decode<proto::JobStatus>(*body).value();
+}
+
+proto::Submit submit_of(const std::string& service, const std::string& id, const std::string& payload) {
+  return proto::Submit{service, id, proto::Bytes{payload}, 0};
+}
+
+}  // namespace
+
+TEST_CASE("a job and its follow-up flow through two services", "[broker]") {
+  RunningBroker b;
+  std::mutex mu;
+  std::vector<std::string> seen;
+  RunningWorker first(b.ctx, b.endpoint(), "stage1", [&](const proto::Job& job) {
+    std::lock_guard l(mu);
+    seen.push_back("stage1:" + job.payload.data);
+    return messaging::JobOutcome::ok({proto::FollowUp{"stage2", job.job_id + ":next", proto::Bytes{job.payload.data + "+1"}, 0}},
+                                     "r1");
+  });
+  RunningWorker second(b.ctx, b.endpoint(), "stage2", [&](const proto::Job& job) {
+    std::lock_guard l(mu);
+    seen.push_back("stage2:" + job.payload.data);
+    return messaging::JobOutcome::ok();
+  });
+  messaging::Client client(b.ctx, b.endpoint());
+  auto ack = client.submit(submit_of("stage1", "j1", "x"));
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+  CHECK_FALSE(ack->duplicate);
+  REQUIRE(eventually([&] { return job_status(client, "j1:next").state == "done"; }));
+  auto st = job_status(client, "j1");
+  CHECK(st.state == "done");
+  CHECK(st.result.data == "r1");
+  std::lock_guard l(mu);
+  CHECK(seen == std::vector<std::string>{"stage1:x", "stage2:x+1"});
+
+  // Idempotent submit: the same id again is a duplicate and runs nothing.
+  auto again = client.submit(submit_of("stage1", "j1", "x"));
+  REQUIRE(again.is_ok());
+  CHECK(again->duplicate);
+  CHECK(b.broker->counters().duplicate_submits == 1);
+}
+
+TEST_CASE("a worker never holds more jobs than its slots", "[broker]") {
+  RunningBroker b;
+  std::atomic<int> running{0}, peak{0}, done{0};
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
+    int now = ++running;
+    int p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    std::this_thread::sleep_for(20ms);
+    --running;
+    ++done;
+    return messaging::JobOutcome::ok();
+  }, 2);
+  messaging::Client client(b.ctx, b.endpoint());
+  for (int i = 0; i < 10; ++i) REQUIRE(client.submit(submit_of("work", "w" + std::to_string(i), "")).is_ok());
+  REQUIRE(eventually([&] { return done == 10; }));
+  CHECK(peak <= 2);
+  CHECK(peak >= 1);
+}
+
+TEST_CASE("a silent worker's job is requeued with attempt+1 to another worker", "[broker]") {
+  RunningBroker b;
+  messaging::Client client(b.ctx, b.endpoint());
+  // A raw worker that takes a job and then goes silent (as if SIGKILLed).
+  zmq::socket_t rogue(b.ctx, zmq::socket_type::dealer);
+  rogue.set(zmq::sockopt::linger, 0);
+  rogue.connect(b.endpoint());
+  REQUIRE(messaging::send_envelope(rogue, "", proto::cmd::kReady,
+                                   proto::encode(proto::Ready{"work", "rogue", 1, {}})).is_ok());
+  std::this_thread::sleep_for(100ms);
+  REQUIRE(client.submit(submit_of("work", "k1", "p")).is_ok());
+  // The rogue receives the job...
+  bool got_job = eventually([&] {
+    auto env = messaging::recv_envelope(rogue, false);
+    return env && env->is_ok() && env->value().command == proto::cmd::kJob;
+  }, 5);
+  REQUIRE(got_job);
+  // ...and never answers. A healthy worker arrives and gets it as attempt 2.
+  std::atomic<int> attempt{0};
+  RunningWorker healthy(b.ctx, b.endpoint(), "work", [&](const proto::Job& job) {
+    attempt = job.attempt;
+    return messaging::JobOutcome::ok();
+  });
+  REQUIRE(eventually([&] { return job_status(client, "k1").state == "done"; }));
+  CHECK(attempt == 2);
+  CHECK(b.broker->counters().requeued >= 1);
+}
+
+TEST_CASE("a job that fails every attempt is dead-lettered and the scorer is told", "[broker]") {
+  RunningBroker b;
+  std::atomic<int> tries{0};
+  RunningWorker w(b.ctx, b.endpoint(), "compile", [&](const proto::Job&) {
+    ++tries;
+    return messaging::JobOutcome::retry("toolchain crashed");
+  });
+  std::mutex mu;
+  std::vector<proto::DeadLetter> letters;
+  RunningWorker scorer(b.ctx, b.endpoint(), "score", [&](const proto::Job& job) {
+    auto dl = proto::decode<proto::DeadLetter>(job.payload.data);
+    REQUIRE(dl.is_ok());
+    std::lock_guard l(mu);
+    letters.push_back(*dl);
+    return messaging::JobOutcome::ok();
+  });
+  messaging::Client client(b.ctx, b.endpoint());
+  REQUIRE(client.submit(submit_of("compile", "c/p1:compile", "candidate")).is_ok());
+  REQUIRE(eventually([&] { std::lock_guard l(mu); return letters.size() == 1; }));
+  CHECK(tries == 3);
+  std::lock_guard l(mu);
+  CHECK(letters[0].job_id == "c/p1:compile");
+  CHECK(letters[0].payload.data == "candidate");
+  CHECK(letters[0].attempts == 3);
+  CHECK(letters[0].reason.find("toolchain crashed") != std::string::npos);
+  CHECK(job_status(client, "c/p1:compile").state == "dead");
+}
+
+TEST_CASE("malformed and oversized frames are rejected and the broker keeps serving", "[broker]") {
+  RunningBroker b;
+  zmq::socket_t bad(b.ctx, zmq::socket_type::dealer);
+  bad.set(zmq::sockopt::linger, 0);
+  bad.connect(b.endpoint());
+  auto send_parts = [&](std::vector<std::string> parts) {
+    for (size_t i = 0; i < parts.size(); ++i)
+      bad.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  send_parts({"garbage"});
+  send_parts({"NOTKILN", "READY", "x"});
+  send_parts({"KILN1", "FLY", "x"});
+  send_parts({"KILN1", "READY", "\xc1\xc1"});
+  send_parts({"KILN1", "RESULT", std::string("\xdf\xff\xff\xff\xff", 5)});
+  send_parts({"KILN1", "SUBMIT", "\x81\xa1v\x01"});  // valid map, no job id
+  send_parts({"KILN1", "READY", "x", "y", "z", "w"});
+  std::this_thread::sleep_for(200ms);
+
+  // An oversized frame makes ZeroMQ drop that peer; others are unaffected.
+  zmq::socket_t huge(b.ctx, zmq::socket_type::dealer);
+  huge.set(zmq::sockopt::linger, 0);
+  huge.connect(b.endpoint());
+  std::string big(2 << 20, 'x');
+  huge.send(zmq::buffer(std::string("KILN1")), zmq::send_flags::sndmore);
+  huge.send(zmq::buffer(std::string("SUBMIT")), zmq::send_flags::sndmore);
+  huge.send(zmq::buffer(big), zmq::send_flags::none);
+  std::this_thread::sleep_for(200ms);
+
+  messaging::Client client(b.ctx, b.endpoint());
+  auto body = client.request("broker", "status", "");
+  REQUIRE(body.is_ok());
+  auto st = proto::decode<proto::BrokerStatus>(*body);
+  REQUIRE(st.is_ok());
+  CHECK(st->rejected_frames >= 6);
+  std::atomic<int> ran{0};
+  RunningWorker w(b.ctx, b.endpoint(), "s", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  REQUIRE(client.submit(submit_of("s", "after-garbage", "")).is_ok());
+  REQUIRE(eventually([&] { return ran == 1; }));
+}
+
+TEST_CASE("requests are routed to a service's worker and time out cleanly", "[broker]") {
+  RunningBroker b;
+  RunningWorker w(b.ctx, b.endpoint(), "score", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1,
+                  [](const proto::Request& r) -> Result<std::string> {
+                    if (r.method == "echo") return "echo:" + r.body.data;
+                    return invalid_argument("unknown method");
+                  });
+  messaging::Client client(b.ctx, b.endpoint());
+  REQUIRE(eventually([&] {
+    auto r = client.request("score", "echo", "hi", 1.0);
+    return r.is_ok() && *r == "echo:hi";
+  }));
+  auto bad = client.request("score", "nope", "", 1.0);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message().find("unknown method") != std::string::npos);
+  auto none = client.request("nobody", "x", "", 1.0);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.status().message().find("no worker") != std::string::npos);
+}
+
+TEST_CASE("a restarted broker resumes queued jobs from its table", "[broker]") {
+  TempDir dir("kiln-broker-restart");
+  std::string db = dir.path() + "/b.db";
+  {
+    RunningBroker b({}, db);
+    messaging::Client client(b.ctx, b.endpoint());
+    REQUIRE(client.submit(submit_of("later", "survivor", "keep me")).is_ok());
+  }
+  RunningBroker b2({}, db);
+  std::atomic<bool> got{false};
+  std::string payload;
+  RunningWorker w(b2.ctx, b2.endpoint(), "later", [&](const proto::Job& job) {
+    payload = job.payload.data;
+    got = true;
+    return messaging::JobOutcome::ok();
+  });
+  REQUIRE(eventually([&] { return got.load(); }));
+  CHECK(payload == "keep me");
+}

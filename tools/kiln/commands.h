@@ -1,0 +1,58 @@
+// The `kiln` subcommands. Each returns the process exit code; failures print one clear line.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/config/config.h"
+#include "kiln/proto/payloads.h"
+
+namespace kiln::cli {
+
+struct Common {
+  std::string config_path;
+  std::string broker;  // endpoint; empty = from config
+  bool json = false;
+  kiln::config::KilnConfig config;
+  std::string broker_endpoint() const;
+};
+
+struct SubmitOptions {
+  std::string dir;
+  int64_t budget = -1;  // -1: config default
+  std::string proposer = "tuner";
+  int64_t max_in_flight = -1;
+  bool wait = false;
+  double timeout_s = 0;  // 0: no limit while waiting
+};
+
+int cmd_submit(const Common& c, const SubmitOptions& o);
+int cmd_status(const Common& c, const std::string& campaign);
+int cmd_best(const Common& c, const std::string& campaign);
+int cmd_task_validate(const Common& c, const std::string& dir);
+int cmd_task_new(const Common& c, const std::string& name, const std::string& parent_dir);
+int cmd_registry_list(const Common& c, const std::string& dir);
+int cmd_registry_show(const Common& c, const std::string& dir, const std::string& id);
+int cmd_registry_verify(const Common& c, const std::string& dir);
+
+struct UpOptions {
+  std::string state_dir;  // empty: config up.state_dir
+  bool demo = false;
+  std::string tasks_dir;  // bundled tasks for --demo
+  int64_t budget = -1;
+  double demo_timeout_s = 1800;
+};
+int cmd_up(const Common& c, const UpOptions& o);
+
+// Shared by submit --wait and up --demo.
+std::string format_speedup(double s, double lo, double hi);
+void print_results_table(const std::vector<proto::CampaignInfo>& campaigns);
+// Polls the scorer until every campaign is done (or the timeout); draws progress on stderr.
+// `tick` runs between polls; returning false stops the wait (e.g. on Ctrl-C).
+int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, double timeout_s, bool quiet,
+                       const std::function<bool()>& tick = {});
+// Validates and submits one package; returns the campaign id.
+Result<std::string> submit_task(const Common& c, const SubmitOptions& o);
+
+}  // namespace kiln::cli

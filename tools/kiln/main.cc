@@ -1,0 +1,93 @@
+// kiln: the one command users touch (DESIGN §9).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "kiln/log/log.h"
+
+namespace {
+
+std::string default_tasks_dir() {
+  if (std::filesystem::exists("configs/tasks")) return "configs/tasks";
+  return std::string(KILN_DEFAULT_SOURCE_DIR) + "/configs/tasks";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  CLI::App app{"kiln: finds faster kernels and proves them correct and faster"};
+  app.require_subcommand(1);
+  Common common;
+  app.add_option("--config", common.config_path, "YAML config (default: built-in defaults + KILN_* env)");
+  app.add_option("--broker", common.broker, "broker endpoint (default: from broker.bind)");
+  app.add_flag("--json", common.json, "machine-readable output");
+
+  UpOptions up;
+  auto* up_cmd = app.add_subcommand("up", "start every service locally as supervised child processes");
+  up_cmd->add_option("--state-dir", up.state_dir, "folder for databases, caches and logs (default .kiln)");
+  up_cmd->add_flag("--demo", up.demo, "also submit the bundled tasks, show progress and print the results");
+  up_cmd->add_option("--tasks", up.tasks_dir, "task folder for --demo (default configs/tasks)");
+  up_cmd->add_option("--budget", up.budget, "proposals per campaign for --demo");
+  up_cmd->add_option("--timeout", up.demo_timeout_s, "give up on --demo after this many seconds");
+
+  SubmitOptions sub;
+  auto* sub_cmd = app.add_subcommand("submit", "validate and submit a task package (a folder or .tar.gz)");
+  sub_cmd->add_option("dir", sub.dir, "task package")->required();
+  sub_cmd->add_option("--budget", sub.budget, "proposals after program 0");
+  sub_cmd->add_option("--proposer", sub.proposer, "tuner | llm");
+  sub_cmd->add_option("--max-in-flight", sub.max_in_flight, "proposals evaluated at once");
+  sub_cmd->add_flag("--wait", sub.wait, "show progress until the campaign ends, then the result");
+  sub_cmd->add_option("--timeout", sub.timeout_s, "with --wait: give up after this many seconds");
+
+  std::string campaign;
+  auto* status_cmd = app.add_subcommand("status", "queues, workers and campaigns");
+  status_cmd->add_option("campaign", campaign, "one campaign id");
+  auto* best_cmd = app.add_subcommand("best", "the best kernels of a campaign with their evidence");
+  best_cmd->add_option("campaign", campaign, "campaign id")->required();
+
+  auto* task_cmd = app.add_subcommand("task", "task packages");
+  task_cmd->require_subcommand(1);
+  std::string task_dir, task_name, task_parent = ".";
+  auto* validate_cmd = task_cmd->add_subcommand("validate", "check a package offline");
+  validate_cmd->add_option("dir", task_dir, "package folder or .tar.gz")->required();
+  auto* new_cmd = task_cmd->add_subcommand("new", "scaffold a new CPU task package");
+  new_cmd->add_option("name", task_name, "task name ([a-z0-9_]+)")->required();
+  new_cmd->add_option("--dir", task_parent, "where to create it (default .)");
+
+  auto* reg_cmd = app.add_subcommand("registry", "the verified-kernel registry");
+  reg_cmd->require_subcommand(1);
+  std::string reg_dir, kernel_id;
+  reg_cmd->add_option("--dir", reg_dir, "registry folder (default: promoter.registry_dir)");
+  auto* list_cmd = reg_cmd->add_subcommand("list", "every verified kernel");
+  auto* show_cmd = reg_cmd->add_subcommand("show", "one kernel's entry");
+  show_cmd->add_option("id", kernel_id, "kernel id")->required();
+  auto* verify_cmd = reg_cmd->add_subcommand("verify", "check every entry, its source file and hash");
+
+  CLI11_PARSE(app, argc, argv);
+
+  kiln::log::init("kiln", "info");
+  auto cfg = kiln::config::load_config(common.config_path);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "kiln: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  common.config = std::move(cfg).value();
+  if (reg_dir.empty()) reg_dir = common.config.promoter.registry_dir;
+
+  if (*up_cmd) {
+    if (up.tasks_dir.empty()) up.tasks_dir = default_tasks_dir();
+    return cmd_up(common, up);
+  }
+  if (*sub_cmd) return cmd_submit(common, sub);
+  if (*status_cmd) return cmd_status(common, campaign);
+  if (*best_cmd) return cmd_best(common, campaign);
+  if (*validate_cmd) return cmd_task_validate(common, task_dir);
+  if (*new_cmd) return cmd_task_new(common, task_name, task_parent);
+  if (*list_cmd) return cmd_registry_list(common, reg_dir);
+  if (*show_cmd) return cmd_registry_show(common, reg_dir, kernel_id);
+  if (*verify_cmd) return cmd_registry_verify(common, reg_dir);
+  return 1;
+}

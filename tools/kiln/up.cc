@@ -1,0 +1,172 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "kiln/core/files.h"
+#include "kiln/messaging/client.h"
+#include "supervisor.h"
+
+namespace kiln::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+std::string self_dir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+int port_for(int base, int replica) { return base == 0 ? 0 : base + 100 * replica; }
+
+}  // namespace
+
+int cmd_up(const Common& c, const UpOptions& o) {
+  const auto& cfg = c.config;
+  std::string state = fs::absolute(o.state_dir.empty() ? cfg.up.state_dir : o.state_dir).string();
+  std::string logs = state + "/logs";
+  if (auto st = make_dirs(logs); !st.is_ok()) {
+    std::fprintf(stderr, "kiln: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::string bin = self_dir();
+  std::vector<std::string> common = {"--state-dir", state};
+  if (!c.config_path.empty()) {
+    common.push_back("--config");
+    common.push_back(fs::absolute(c.config_path).string());
+  }
+  std::vector<ChildSpec> specs;
+  auto add = [&](const std::string& name, const std::string& exe, int metrics_port, bool broker,
+                 std::vector<std::string> extra = {}) {
+    ChildSpec s;
+    s.name = name;
+    s.argv = {bin + "/" + exe};
+    s.argv.insert(s.argv.end(), common.begin(), common.end());
+    s.argv.push_back("--metrics-port");
+    s.argv.push_back(std::to_string(metrics_port));
+    if (!c.broker.empty() && !broker) {
+      s.argv.push_back("--broker");
+      s.argv.push_back(c.broker);
+    }
+    s.argv.insert(s.argv.end(), extra.begin(), extra.end());
+    s.log_path = logs + "/" + name + ".log";
+    s.is_broker = broker;
+    specs.push_back(std::move(s));
+  };
+  add("broker", "kiln-broker", cfg.broker.metrics_port, true);
+  add("task-ingest", "kiln-task-ingest", cfg.ingest.metrics_port, false);
+  add("llm-bridge", "kiln-llm-bridge", cfg.llm_bridge.metrics_port, false);
+  for (int i = 0; i < cfg.up.compilers; ++i)
+    add("compiler-" + std::to_string(i + 1), "kiln-compiler", port_for(cfg.compiler.metrics_port, i), false,
+        {"--worker-id", "compiler-" + std::to_string(i + 1) + "-" + std::to_string(::getpid())});
+  for (int i = 0; i < cfg.up.testers; ++i)
+    add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false,
+        {"--worker-id", "tester-" + std::to_string(i + 1) + "-" + std::to_string(::getpid())});
+  add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
+  add("promoter", "kiln-promoter", cfg.promoter.metrics_port, false);
+  for (const auto& s : specs) {
+    if (::access(s.argv[0].c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "kiln: %s not found beside the kiln binary (build Kiln first: make build)\n",
+                   s.argv[0].c_str());
+      return 1;
+    }
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  Supervisor sup(specs);
+  if (auto st = sup.start(); !st.is_ok()) {
+    std::fprintf(stderr, "kiln: %s\n", st.message().c_str());
+    return 1;
+  }
+  // Wait for the broker to answer before going on.
+  {
+    zmq::context_t ctx(1);
+    messaging::Client client(ctx, c.broker_endpoint());
+    bool up = false;
+    for (int i = 0; i < 20 && !g_stop && !up; ++i) {
+      sup.poll();
+      up = client.request("broker", "status", "", 0.5).is_ok();
+    }
+    if (!up) {
+      std::fprintf(stderr, "kiln: the broker did not come up at %s (see %s/broker.log)\n", c.broker_endpoint().c_str(),
+                   logs.c_str());
+      sup.stop();
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "kiln: up. broker %s, state and logs in %s, broker metrics on http://127.0.0.1:%d/metrics\n",
+               c.broker_endpoint().c_str(), state.c_str(), cfg.broker.metrics_port);
+
+  if (!o.demo) {
+    std::fprintf(stderr, "kiln: submit a task with `kiln submit DIR --wait`; Ctrl-C stops every service\n");
+    while (!g_stop) {
+      sup.poll();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::fprintf(stderr, "kiln: stopping\n");
+    sup.stop();
+    return 0;
+  }
+
+  // --demo: submit the bundled tasks, show progress, print the results table.
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(o.tasks_dir, ec))
+    if (e.is_directory() && fs::exists(e.path() / "task.yaml")) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  if (dirs.empty()) {
+    std::fprintf(stderr, "kiln: no tasks under %s\n", o.tasks_dir.c_str());
+    sup.stop();
+    return 1;
+  }
+  std::vector<std::string> ids;
+  for (const auto& d : dirs) {
+    SubmitOptions so;
+    so.dir = d;
+    so.budget = o.budget;
+    auto cid = submit_task(c, so);
+    if (!cid.is_ok()) {
+      std::fprintf(stderr, "kiln: %s\n", cid.status().message().c_str());
+      continue;
+    }
+    std::fprintf(stderr, "kiln: submitted %s as campaign %s\n", fs::path(d).filename().c_str(), cid->c_str());
+    ids.push_back(*cid);
+  }
+  int rc = ids.empty() ? 1 : wait_for_campaigns(c, ids, o.demo_timeout_s, false, [&] {
+    sup.poll();
+    return !g_stop.load();
+  });
+  if (!ids.empty()) {
+    zmq::context_t ctx(1);
+    messaging::Client client(ctx, c.broker_endpoint());
+    auto body = client.request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
+    if (body.is_ok()) {
+      auto list = proto::decode<proto::CampaignList>(*body);
+      if (list.is_ok()) {
+        std::vector<proto::CampaignInfo> mine;
+        for (auto& info : list->campaigns)
+          if (std::find(ids.begin(), ids.end(), info.campaign_id) != ids.end()) mine.push_back(info);
+        print_results_table(mine);
+      }
+    }
+    std::printf("registry: %s/verified_kernels.json (kiln registry list)\n", cfg.promoter.registry_dir.c_str());
+  }
+  sup.stop();
+  return rc;
+}
+
+}  // namespace kiln::cli
