@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 
 #include "kiln/core/time.h"
@@ -27,7 +28,11 @@ Result<Envelope> Client::wait_for(std::string_view command, double timeout_s) {
     double left = deadline - monotonic_s();
     if (left <= 0) break;
     zmq::pollitem_t items[] = {{static_cast<void*>(*socket_), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(static_cast<long>(left * 1000) + 1));
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(static_cast<long>(left * 1000) + 1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
     while (true) {
       auto env = recv_envelope(*socket_, false);
       if (!env) break;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -205,7 +206,11 @@ void Worker::run(const std::atomic<bool>& stop, double drain_timeout_s) {
   auto poll_once = [&](long timeout_ms) {
     zmq::pollitem_t items[] = {{static_cast<void*>(*m.socket), 0, ZMQ_POLLIN, 0},
                                {nullptr, m.wake.fd(), ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(timeout_ms));
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(timeout_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal (SIGTERM) interrupted the wait: the loop checks `stop`
+    }
     if (items[1].revents & ZMQ_POLLIN) m.wake.drain();
     m.flush_done();
     while (true) {

@@ -29,6 +29,17 @@ std::string connect_endpoint(std::string bind) {
   return bind;
 }
 
+// The configured /metrics port of the section that serves `service`.
+int configured_metrics_port(const config::KilnConfig& c, const std::string& service, int fallback) {
+  if (service == "ingest") return c.ingest.metrics_port;
+  if (service == "propose") return c.llm_bridge.metrics_port;
+  if (service == "compile") return c.compiler.metrics_port;
+  if (service.rfind("test.", 0) == 0) return c.tester.metrics_port;
+  if (service == "score") return c.scorer.metrics_port;
+  if (service == "promote") return c.promoter.metrics_port;
+  return fallback;
+}
+
 std::string hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "host";
@@ -72,7 +83,7 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
     spdlog::error("cannot start: {}", handlers.status().message());
     return 1;
   }
-  int port = metrics_port >= 0 ? metrics_port : spec.default_metrics_port;
+  int port = metrics_port >= 0 ? metrics_port : configured_metrics_port(*cfg, spec.service, spec.default_metrics_port);
   auto server = metrics::MetricsServer::start(ctx.metrics, metrics_host, port);
   if (!server.is_ok()) {
     spdlog::error("metrics: {}", server.status().message());

@@ -1,0 +1,77 @@
+// The campaign engine behind the scorer (service "score"): it scores results, keeps every program of a
+// campaign in SQLite, and decides what happens next — more proposals, a confirming measurement, a
+// promotion — by answering each job with follow-up jobs (DESIGN §1, §6, §7).
+//
+// Durability and exactly-once: the state change a job causes and the answer it gets (its follow-ups)
+// are committed in one transaction together with the job id. A job id seen before gets the stored answer
+// back unchanged, so a job redelivered after a crash produces the same follow-ups and counts nothing
+// twice. A second result for a program that is already scored is ignored (and counted).
+//
+// Ids: programs are "<campaign_id>/p<index>" (p0 = program 0, the task's kernel as is); jobs are
+// "<program_id>:<stage>". A confirmation reuses the compile -> test chain with the candidate id
+// "<program_id>#confirm", so the compiler and tester stay unaware of it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kiln/archive/archive.h"
+#include "kiln/core/status.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+
+namespace kiln::archive {
+
+inline constexpr std::string_view kConfirmSuffix = "#confirm";
+
+// "<campaign_id>/p<index>"
+std::string program_id_for(std::string_view campaign_id, int64_t index);
+// The campaign a program id belongs to ("" when it is not of the form above).
+std::string campaign_of(std::string_view program_id);
+
+struct EngineOptions {
+  double min_speedup = 1.10;        // promotion bar for speedup and its lower bound (DESIGN §7)
+  std::string cuda_arch = "sm_90";  // compile target for CUDA tasks; CPU tasks build for "native"
+  int64_t default_max_in_flight = 4;
+  EliteOptions elites;
+};
+
+struct Handled {
+  proto::ResultMsg result;  // outcome, error and follow-ups (job_id set; attempt left to the caller)
+  bool replayed = false;    // the job id was handled before: `result` is the stored answer
+  bool duplicate = false;   // a repeated result or start for something already recorded: ignored
+};
+
+class CampaignEngine {
+ public:
+  // Opens (creating) the archive database; nothing is re-seeded: campaigns resume from what is stored.
+  static Result<std::unique_ptr<CampaignEngine>> open(const std::string& db_path, EngineOptions options = {});
+  ~CampaignEngine();
+  CampaignEngine(const CampaignEngine&) = delete;
+  CampaignEngine& operator=(const CampaignEngine&) = delete;
+
+  // Handles one job of the "score" service; its payload's "kind" is campaign.start, result, dead or
+  // promoted. Bad input (undecodable, unknown campaign or program) is answered with outcome "failed".
+  // An error Status means nothing changed and the job is worth retrying (the database failed).
+  Result<Handled> handle_job(std::string_view job_id, std::string_view payload);
+
+  // Queries (`kiln status`, `kiln best`). Safe to call from another thread than handle_job.
+  Result<proto::CampaignList> campaigns(const proto::CampaignQuery& query);
+  Result<proto::CampaignInfo> campaign(const std::string& campaign_id);  // kNotFound if unknown
+  Result<proto::BestPrograms> best(const proto::CampaignQuery& query);   // top programs, best first
+
+  // The best correct speedup per task name over its campaigns (kiln_campaign_best_speedup{task}).
+  Result<std::map<std::string, double>> best_speedup_by_task();
+  // Results ignored as duplicates, over all campaigns.
+  Result<int64_t> duplicates_ignored();
+
+ private:
+  struct Impl;
+  explicit CampaignEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::archive

@@ -1,0 +1,14 @@
+// The archive's SQLite schema (private to libs/archive).
+#pragma once
+
+#include "kiln/core/status.h"
+#include "kiln/store/sqlite.h"
+
+namespace kiln::archive::detail {
+
+inline constexpr int64_t kSchemaVersion = 1;
+
+// Creates the tables if missing; refuses a database written by a newer schema.
+Status ensure_schema(store::Database& db);
+
+}  // namespace kiln::archive::detail

@@ -1,0 +1,216 @@
+#include "kiln/archive/scoring.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace kiln::archive {
+
+namespace {
+
+constexpr size_t kMaxMismatchLines = 5;
+constexpr std::string_view kCutMark = "\n[...]";
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string dims_text(const std::map<std::string, int64_t>& dims) {
+  std::string out;
+  for (const auto& [k, v] : dims) {
+    if (!out.empty()) out.push_back(',');
+    out += k + "=" + std::to_string(v);
+  }
+  return out.empty() ? "default" : out;
+}
+
+bool contains_ci(std::string_view haystack, std::string_view needle) {
+  auto it = std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
+                        [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+  return it != haystack.end();
+}
+
+// Compiler output is long and mostly notes; the error lines are what a proposer needs. Falls back to
+// the head of the log when no line says "error".
+std::string compile_errors(std::string_view log, size_t budget) {
+  std::string errors;
+  size_t pos = 0;
+  while (pos < log.size() && errors.size() < budget) {
+    size_t eol = log.find('\n', pos);
+    if (eol == std::string_view::npos) eol = log.size();
+    std::string_view line = log.substr(pos, eol - pos);
+    if (contains_ci(line, "error")) {
+      errors.append(line);
+      errors.push_back('\n');
+    }
+    pos = eol + 1;
+  }
+  return errors.empty() ? std::string(log) : errors;
+}
+
+const proto::CaseTiming* first_case(const proto::ScoreResult& r) {
+  const auto& perf = r.test.performance;
+  if (!perf.measured || perf.cases.empty()) return nullptr;
+  return &perf.cases.front();
+}
+
+std::string timing_line(const proto::CaseTiming& c) {
+  std::string line = dims_text(c.dims) + ": median " + fmt("%.4g", c.candidate.median_us) + " us (reference " +
+                     fmt("%.4g", c.reference.median_us) + " us), speedup " + fmt("%.3f", c.speedup) + " [" +
+                     fmt("%.3f", c.speedup_lo) + ", " + fmt("%.3f", c.speedup_hi) + "], n=" +
+                     std::to_string(c.candidate.n) + ", cv " + fmt("%.3g", c.candidate.cv);
+  for (const auto& b : c.baselines)
+    line += "; " + b.name + " " + fmt("%.4g", b.stats.median_us) + " us (x" + fmt("%.3f", b.speedup) + ")";
+  return line;
+}
+
+// "crashed: SIGSEGV": the status word, then the tester's message unless it already starts with it.
+std::string status_line(const proto::ScoreResult& r, const std::string& status) {
+  const std::string& message = r.test.message;
+  if (message.empty()) return status;
+  if (message.rfind(status, 0) == 0) return message;
+  return status + ": " + message;
+}
+
+}  // namespace
+
+std::string truncate_utf8(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t keep = max_bytes > kCutMark.size() ? max_bytes - kCutMark.size() : 0;
+  // Never end inside a multi-byte sequence: back off over continuation bytes (10xxxxxx).
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  std::string out(text.substr(0, keep));
+  if (max_bytes >= kCutMark.size()) out += kCutMark;
+  return out;
+}
+
+std::string params_string(const std::map<std::string, std::string>& params) {
+  std::string out;
+  for (const auto& [k, v] : params) {
+    if (!out.empty()) out.push_back(' ');
+    out += k + "=" + v;
+  }
+  return out;
+}
+
+int64_t perf_score_for(const proto::ScoreResult& r) {
+  if (r.stage == "propose") return kScoreNoCode;
+  if (r.stage == "compile") return kScoreBuildFailed;
+  const std::string& s = r.test.status;
+  if (s == proto::test_status::kOk) return kScoreCorrect;
+  if (s == proto::test_status::kMismatch || s == proto::test_status::kInputModified) return kScoreWrongValues;
+  if (s == proto::test_status::kWrongShape || s == proto::test_status::kNonFinite) return kScoreWrongShape;
+  // crashed, timed_out, load_failed, an unknown word or no report at all: no usable result.
+  return kScoreCrashed;
+}
+
+std::string status_for(const proto::ScoreResult& r) {
+  if (r.stage == "propose") return "no_code";
+  if (r.stage == "compile") return "build_failed";
+  return r.test.status.empty() ? std::string(proto::test_status::kCrashed) : r.test.status;
+}
+
+double combined_score(const proto::EvalResult& e) {
+  double score = static_cast<double>(e.perf_score);
+  if (!e.correctness) return score;
+  if (e.runtime_improvement > 0) return score + e.runtime_improvement;
+  if (e.runtime > 0) return score + 1.0 / e.runtime;
+  return score;
+}
+
+std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) {
+  std::string log;
+  if (perf_score == kScoreNoCode) {
+    log = "no code extracted: " + (r.error.empty() ? std::string("the proposer returned nothing") : r.error);
+  } else if (perf_score == kScoreBuildFailed) {
+    log = "build failed";
+    if (!r.error.empty()) log += ": " + r.error;
+    log += "\n";
+    log += compile_errors(r.build.log, kMaxEvalLogBytes);
+  } else {
+    const auto& t = r.test;
+    const auto& c = t.correctness;
+    log = status_line(r, status_for(r)) + "\n";
+    if (perf_score == kScoreCorrect) {
+      log += "correct on " + std::to_string(c.tested_shapes.size()) + " shapes (max abs error " +
+             fmt("%.3g", c.max_abs_error) + ", max rel error " + fmt("%.3g", c.max_rel_error) + ")\n";
+      if (t.performance.measured) {
+        for (const auto& tc : t.performance.cases) log += timing_line(tc) + "\n";
+      } else {
+        log += "not timed\n";
+      }
+    } else if (perf_score >= kScoreWrongShape) {
+      log += std::to_string(c.mismatches) + " mismatches, max abs error " + fmt("%.3g", c.max_abs_error) +
+             ", max rel error " + fmt("%.3g", c.max_rel_error) + " (rtol " + fmt("%.3g", c.rtol) + ", atol " +
+             fmt("%.3g", c.atol) + ")\n";
+      size_t n = std::min(c.first_mismatches.size(), kMaxMismatchLines);
+      for (size_t i = 0; i < n; ++i) log += "  " + c.first_mismatches[i] + "\n";
+    } else if (!t.log.empty()) {
+      log += t.log.substr(0, kMaxEvalLogBytes / 2);
+      log += "\n";
+    }
+  }
+  if (!r.cand.params.empty()) log += "params: " + params_string(r.cand.params) + "\n";
+  return truncate_utf8(log, kMaxEvalLogBytes);
+}
+
+proto::EvalResult evaluate(const proto::ScoreResult& r) {
+  proto::EvalResult e;
+  e.perf_score = perf_score_for(r);
+  e.status = status_for(r);
+  e.compiled = e.perf_score >= kScoreCrashed;
+  e.correctness = e.perf_score == kScoreCorrect;
+
+  if (const proto::CaseTiming* c = first_case(r)) {
+    if (c->candidate.median_us > 0) e.runtime = c->candidate.median_us / 1000.0;
+    if (c->speedup > 0) e.runtime_improvement = c->speedup;
+    if (!c->baselines.empty()) {
+      const auto& b = c->baselines.front();
+      if (b.stats.median_us > 0 && c->candidate.median_us > 0)
+        e.improve_over_baseline = b.stats.median_us / c->candidate.median_us;
+      else if (b.speedup > 0)
+        e.improve_over_baseline = b.speedup;
+    }
+    e.runtime_stats = {
+        {"n", static_cast<double>(c->candidate.n)},
+        {"median_us", c->candidate.median_us},
+        {"mean_us", c->candidate.mean_us},
+        {"stdev_us", c->candidate.stdev_us},
+        {"cv", c->candidate.cv},
+        {"p10_us", c->candidate.p10_us},
+        {"p90_us", c->candidate.p90_us},
+        {"reference_median_us", c->reference.median_us},
+        {"speedup", c->speedup},
+        {"speedup_lo", c->speedup_lo},
+        {"speedup_hi", c->speedup_hi},
+    };
+  }
+  // Build resources feed the hardware dimensions of the MAP-Elites grid later; -1 means unknown.
+  const auto& b = r.build;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"registers", b.registers},
+                                    {"shared_bytes", b.shared_bytes},
+                                    {"spill_bytes", b.spill_bytes},
+                                    {"stack_bytes", b.stack_bytes}}) {
+    if (value >= 0) e.profiler_data[name] = static_cast<double>(value);
+  }
+  e.eval_log = condensed_eval_log(r, e.perf_score);
+  e.combined_score = combined_score(e);
+  return e;
+}
+
+std::string speedup_shortfall(const proto::ScoreResult& r, double min_speedup) {
+  if (perf_score_for(r) != kScoreCorrect) {
+    if (!r.error.empty()) return status_for(r) + ": " + r.error;
+    return status_line(r, status_for(r));
+  }
+  const proto::CaseTiming* c = first_case(r);
+  if (!c) return "not timed";
+  if (c->speedup < min_speedup || c->speedup_lo < min_speedup)
+    return "speedup " + fmt("%.3f", c->speedup) + " [" + fmt("%.3f", c->speedup_lo) + ", " +
+           fmt("%.3f", c->speedup_hi) + "] below " + fmt("%.2f", min_speedup);
+  return {};
+}
+
+}  // namespace kiln::archive

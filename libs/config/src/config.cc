@@ -1,0 +1,416 @@
+// Configuration: parse the YAML, apply KILN_<SECTION>_<KEY> overrides, then validate (DESIGN §9). Every
+// key is listed once in a table that binds its path to a field of KilnConfig, so the file parser, the
+// environment overrides and the unknown-key check can never disagree about what exists.
+#include "kiln/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <optional>
+#include <set>
+#include <variant>
+
+#include "kiln/core/files.h"
+
+extern char** environ;  // NOLINT: POSIX
+
+namespace kiln::config {
+
+namespace {
+
+using DoubleMap = std::map<std::string, double>;
+using IntList = std::vector<int64_t>;
+using Field = std::variant<std::string*, int64_t*, int*, double*, DoubleMap*, IntList*>;
+
+struct Key {
+  std::string path;  // "tester.timing.min_time_s"
+  Field field;
+};
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> kSections{"broker", "ingest",  "llm_bridge", "compiler",
+                                                  "tester", "scorer", "promoter",   "up"};
+  return kSections;
+}
+
+std::vector<Key> keys_of(KilnConfig& c) {
+  return {
+      {"broker.bind", &c.broker.bind},
+      {"broker.events_bind", &c.broker.events_bind},
+      {"broker.db_path", &c.broker.db_path},
+      {"broker.max_attempts", &c.broker.max_attempts},
+      {"broker.heartbeat_interval_s", &c.broker.heartbeat_interval_s},
+      {"broker.heartbeat_liveness", &c.broker.heartbeat_liveness},
+      {"broker.max_message_bytes", &c.broker.max_message_bytes},
+      {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
+      {"broker.metrics_port", &c.broker.metrics_port},
+      {"ingest.metrics_port", &c.ingest.metrics_port},
+      {"llm_bridge.kind", &c.llm_bridge.kind},
+      {"llm_bridge.slots", &c.llm_bridge.slots},
+      {"llm_bridge.metrics_port", &c.llm_bridge.metrics_port},
+      {"compiler.cache_dir", &c.compiler.cache_dir},
+      {"compiler.timeout_s", &c.compiler.timeout_s},
+      {"compiler.cxx", &c.compiler.cxx},
+      {"compiler.nvcc", &c.compiler.nvcc},
+      {"compiler.cuda_arch", &c.compiler.cuda_arch},
+      {"compiler.max_log_bytes", &c.compiler.max_log_bytes},
+      {"compiler.slots", &c.compiler.slots},
+      {"compiler.metrics_port", &c.compiler.metrics_port},
+      {"tester.backend", &c.tester.backend},
+      {"tester.gpu_index", &c.tester.gpu_index},
+      {"tester.timeout_s", &c.tester.timeout_s},
+      {"tester.cpu_time_limit_s", &c.tester.cpu_time_limit_s},
+      {"tester.memory_limit_mb", &c.tester.memory_limit_mb},
+      {"tester.pin_cores", &c.tester.pin_cores},
+      {"tester.timing.mode", &c.tester.timing.mode},
+      {"tester.timing.min_samples", &c.tester.timing.min_samples},
+      {"tester.timing.min_time_s", &c.tester.timing.min_time_s},
+      {"tester.timing.max_noise", &c.tester.timing.max_noise},
+      {"tester.timing.max_time_s", &c.tester.timing.max_time_s},
+      {"tester.timing.warmup_iters", &c.tester.timing.warmup_iters},
+      {"tester.metrics_port", &c.tester.metrics_port},
+      {"scorer.db_path", &c.scorer.db_path},
+      {"scorer.default_budget", &c.scorer.default_budget},
+      {"scorer.max_in_flight", &c.scorer.max_in_flight},
+      {"scorer.min_speedup", &c.scorer.min_speedup},
+      {"scorer.metrics_port", &c.scorer.metrics_port},
+      {"promoter.registry_dir", &c.promoter.registry_dir},
+      {"promoter.min_speedup", &c.promoter.min_speedup},
+      {"promoter.metrics_port", &c.promoter.metrics_port},
+      {"up.state_dir", &c.up.state_dir},
+      {"up.compilers", &c.up.compilers},
+      {"up.testers", &c.up.testers},
+      {"up.log_level", &c.up.log_level},
+  };
+}
+
+// Errors travel as this exception inside this file only; parse_config turns it into a Status.
+struct ConfigError {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& where, const std::string& path, const std::string& what) {
+  throw ConfigError{where + ": " + path + ": " + what};
+}
+
+std::string quote(std::string_view s) {
+  constexpr size_t kMaxChars = 60;
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < kMaxChars; ++i) out.push_back(s[i] == '\n' ? ' ' : s[i]);
+  if (s.size() > kMaxChars) out += "...";
+  return out + "\"";
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar: return quote(n.Scalar());
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing";
+  }
+}
+
+std::string env_name(const std::string& path) {
+  std::string out = "KILN_";
+  for (char c : path) out.push_back(c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return out;
+}
+
+std::optional<int64_t> to_int(std::string_view s) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> to_double(std::string_view s) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// Sets one field from its text (a YAML scalar or an environment value): the same rules either way.
+void set_scalar(const Field& field, const std::string& text, const std::string& where, const std::string& path) {
+  if (auto* s = std::get_if<std::string*>(&field)) {
+    **s = text;
+  } else if (auto* i64 = std::get_if<int64_t*>(&field)) {
+    auto v = to_int(text);
+    if (!v) fail(where, path, "expected an integer, got " + quote(text));
+    **i64 = *v;
+  } else if (auto* i = std::get_if<int*>(&field)) {
+    auto v = to_int(text);
+    if (!v || *v < INT_MIN || *v > INT_MAX) fail(where, path, "expected an integer, got " + quote(text));
+    **i = static_cast<int>(*v);
+  } else if (auto* d = std::get_if<double*>(&field)) {
+    auto v = to_double(text);
+    if (!v) fail(where, path, "expected a number, got " + quote(text));
+    **d = *v;
+  }
+}
+
+void set_from_node(const Field& field, const YAML::Node& n, const std::string& where, const std::string& path) {
+  if (auto* m = std::get_if<DoubleMap*>(&field)) {
+    // Entries merge over the defaults, so naming one service keeps the others (and "default").
+    if (n.IsNull()) return;
+    if (!n.IsMap()) fail(where, path, "expected a map of name: number, got " + describe(n));
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      if (k.empty()) fail(where, path, "expected string keys, got " + describe(it->first));
+      auto v = it->second.IsScalar() ? to_double(it->second.Scalar()) : std::nullopt;
+      if (!v) fail(where, path + "." + k, "expected a number, got " + describe(it->second));
+      (**m)[k] = *v;
+    }
+    return;
+  }
+  if (auto* l = std::get_if<IntList*>(&field)) {
+    if (n.IsNull()) {
+      (*l)->clear();
+      return;
+    }
+    if (!n.IsSequence()) fail(where, path, "expected a list of integers, got " + describe(n));
+    IntList out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      auto v = n[i].IsScalar() ? to_int(n[i].Scalar()) : std::nullopt;
+      if (!v) fail(where, path + "[" + std::to_string(i) + "]", "expected an integer, got " + describe(n[i]));
+      out.push_back(*v);
+    }
+    **l = std::move(out);
+    return;
+  }
+  if (!n.IsScalar()) {
+    const char* expected = std::holds_alternative<std::string*>(field) ? "a string"
+                           : std::holds_alternative<double*>(field)    ? "a number"
+                                                                       : "an integer";
+    fail(where, path, std::string("expected ") + expected + ", got " + describe(n));
+  }
+  set_scalar(field, n.Scalar(), where, path);
+}
+
+// Walks one YAML map at `prefix` ("tester" or "tester.timing") and applies the keys it holds.
+void apply_map(const YAML::Node& n, const std::string& prefix, const std::vector<Key>& keys, const std::string& where) {
+  if (n.IsNull()) return;
+  if (!n.IsMap()) fail(where, prefix, "expected a map, got " + describe(n));
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (!it->first.IsScalar()) fail(where, prefix, "expected string keys, got " + describe(it->first));
+    std::string path = prefix + "." + it->first.Scalar();
+    if (!seen.insert(path).second) fail(where, path, "duplicate key");
+    auto exact = std::find_if(keys.begin(), keys.end(), [&](const Key& k) { return k.path == path; });
+    if (exact != keys.end()) {
+      set_from_node(exact->field, it->second, where, path);
+      continue;
+    }
+    bool is_group = std::any_of(keys.begin(), keys.end(), [&](const Key& k) { return k.path.starts_with(path + "."); });
+    if (!is_group) fail(where, path, "unknown key");
+    apply_map(it->second, path, keys, where);
+  }
+}
+
+void apply_env(const std::map<std::string, std::string>& env, const std::vector<Key>& keys) {
+  std::set<std::string> known;
+  for (const Key& k : keys) {
+    std::string name = env_name(k.path);
+    known.insert(name);
+    auto it = env.find(name);
+    if (it == env.end()) continue;
+    const std::string where = "environment " + name;
+    if (std::holds_alternative<DoubleMap*>(k.field) || std::holds_alternative<IntList*>(k.field)) {
+      // Collections take YAML flow syntax; the brackets may be left out: "compile: 200" or "0,1,2".
+      bool is_map = std::holds_alternative<DoubleMap*>(k.field);
+      std::string text = it->second;
+      if (!text.empty() && text.front() != (is_map ? '{' : '[')) text = (is_map ? "{" : "[") + text + (is_map ? "}" : "]");
+      YAML::Node node;
+      try {
+        node = YAML::Load(text);
+      } catch (const YAML::Exception& e) {
+        fail(where, k.path, "cannot parse " + quote(it->second) + ": " + e.msg);
+      }
+      set_from_node(k.field, node, where, k.path);
+    } else {
+      set_scalar(k.field, it->second, where, k.path);
+    }
+  }
+  // A misspelt override must not be silently ignored: a variable under a section prefix has to name a key.
+  for (const auto& [name, value] : env) {
+    for (const std::string& s : sections()) {
+      std::string prefix = env_name(s) + "_";
+      if (name.starts_with(prefix) && !known.count(name)) {
+        std::string rest = name.substr(prefix.size());
+        std::transform(rest.begin(), rest.end(), rest.begin(), [](unsigned char c) { return std::tolower(c); });
+        fail("environment " + name, s + "." + rest, "unknown key");
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------- validation
+
+class Validator {
+ public:
+  explicit Validator(std::string where) : where_(std::move(where)) {}
+
+  void port(const std::string& path, int v) {
+    if (v < 0 || v > 65535) fail(where_, path, "expected a port in 0..65535, got " + std::to_string(v));
+  }
+  void at_least(const std::string& path, int64_t v, int64_t min) {
+    if (v < min) fail(where_, path, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(v));
+  }
+  void positive(const std::string& path, double v) {
+    if (!(v > 0)) fail(where_, path, "expected a number > 0, got " + format(v));
+  }
+  void non_negative(const std::string& path, double v) {
+    if (!(v >= 0)) fail(where_, path, "expected a number >= 0, got " + format(v));
+  }
+  void non_empty(const std::string& path, const std::string& v) {
+    if (v.empty()) fail(where_, path, "expected a non-empty string");
+  }
+  void one_of(const std::string& path, const std::string& v, std::initializer_list<std::string_view> allowed) {
+    std::string list;
+    for (auto a : allowed) {
+      if (a == v) return;
+      list += (list.empty() ? "" : " | ") + std::string(a);
+    }
+    fail(where_, path, "expected " + list + ", got " + quote(v));
+  }
+  void endpoint(const std::string& path, const std::string& v) {
+    if (v.find("://") == std::string::npos || v.starts_with("://"))
+      fail(where_, path, "expected a ZeroMQ endpoint like tcp://127.0.0.1:5555, got " + quote(v));
+  }
+  [[noreturn]] void error(const std::string& path, const std::string& what) { fail(where_, path, what); }
+
+ private:
+  static std::string format(double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+  std::string where_;
+};
+
+void validate(const KilnConfig& c, const std::string& where) {
+  Validator v(where);
+  const auto& b = c.broker;
+  v.endpoint("broker.bind", b.bind);
+  v.endpoint("broker.events_bind", b.events_bind);
+  v.non_empty("broker.db_path", b.db_path);
+  v.at_least("broker.max_attempts", b.max_attempts, 1);
+  v.positive("broker.heartbeat_interval_s", b.heartbeat_interval_s);
+  v.at_least("broker.heartbeat_liveness", b.heartbeat_liveness, 1);
+  constexpr int64_t kMinMessageBytes = 4096;  // below this not even a READY with capabilities fits
+  v.at_least("broker.max_message_bytes", b.max_message_bytes, kMinMessageBytes);
+  if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
+  for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
+  v.port("broker.metrics_port", b.metrics_port);
+
+  v.port("ingest.metrics_port", c.ingest.metrics_port);
+
+  v.one_of("llm_bridge.kind", c.llm_bridge.kind, {"tuner", "llm"});
+  v.at_least("llm_bridge.slots", c.llm_bridge.slots, 1);
+  v.port("llm_bridge.metrics_port", c.llm_bridge.metrics_port);
+
+  const auto& cc = c.compiler;
+  v.non_empty("compiler.cache_dir", cc.cache_dir);
+  v.positive("compiler.timeout_s", cc.timeout_s);
+  v.non_empty("compiler.cxx", cc.cxx);
+  v.non_empty("compiler.nvcc", cc.nvcc);
+  v.non_empty("compiler.cuda_arch", cc.cuda_arch);
+  v.at_least("compiler.max_log_bytes", cc.max_log_bytes, 1);
+  v.at_least("compiler.slots", cc.slots, 1);
+  v.port("compiler.metrics_port", cc.metrics_port);
+
+  const auto& t = c.tester;
+  v.one_of("tester.backend", t.backend, {"cpu", "cuda"});
+  v.at_least("tester.gpu_index", t.gpu_index, -1);
+  v.positive("tester.timeout_s", t.timeout_s);
+  v.at_least("tester.cpu_time_limit_s", t.cpu_time_limit_s, 1);
+  v.at_least("tester.memory_limit_mb", t.memory_limit_mb, 1);
+  for (size_t i = 0; i < t.pin_cores.size(); ++i)
+    v.at_least("tester.pin_cores[" + std::to_string(i) + "]", t.pin_cores[i], 0);
+  v.one_of("tester.timing.mode", t.timing.mode, {"cold", "warm"});
+  v.at_least("tester.timing.min_samples", t.timing.min_samples, 1);
+  v.non_negative("tester.timing.min_time_s", t.timing.min_time_s);
+  v.positive("tester.timing.max_noise", t.timing.max_noise);
+  v.positive("tester.timing.max_time_s", t.timing.max_time_s);
+  if (t.timing.max_time_s < t.timing.min_time_s)
+    v.error("tester.timing.max_time_s", "must be >= tester.timing.min_time_s");
+  v.at_least("tester.timing.warmup_iters", t.timing.warmup_iters, 0);
+  v.port("tester.metrics_port", t.metrics_port);
+
+  const auto& s = c.scorer;
+  v.non_empty("scorer.db_path", s.db_path);
+  v.at_least("scorer.default_budget", s.default_budget, 0);
+  v.at_least("scorer.max_in_flight", s.max_in_flight, 1);
+  v.positive("scorer.min_speedup", s.min_speedup);
+  v.port("scorer.metrics_port", s.metrics_port);
+
+  v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
+  v.positive("promoter.min_speedup", c.promoter.min_speedup);
+  v.port("promoter.metrics_port", c.promoter.metrics_port);
+
+  v.non_empty("up.state_dir", c.up.state_dir);
+  v.at_least("up.compilers", c.up.compilers, 1);
+  v.at_least("up.testers", c.up.testers, 1);
+  v.one_of("up.log_level", c.up.log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+}
+
+}  // namespace
+
+Result<KilnConfig> parse_config(const std::string& yaml_text, const std::string& source_name,
+                                const std::map<std::string, std::string>& env) {
+  KilnConfig config;
+  config.source = source_name;
+  const std::vector<Key> keys = keys_of(config);
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+      return invalid_argument(source_name + ": line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    }
+    if (!root.IsNull() && !root.IsMap())
+      return invalid_argument(source_name + ": expected a map of sections at the top level, got " + describe(root));
+    if (root.IsMap()) {
+      std::set<std::string> seen;
+      for (auto it = root.begin(); it != root.end(); ++it) {
+        std::string section = it->first.IsScalar() ? it->first.Scalar() : std::string();
+        if (!seen.insert(section).second) fail(source_name, section, "duplicate section");
+        if (std::find(sections().begin(), sections().end(), section) == sections().end())
+          fail(source_name, section.empty() ? describe(it->first) : section, "unknown section");
+        apply_map(it->second, section, keys, source_name);
+      }
+    }
+    apply_env(env, keys);
+    validate(config, source_name);
+  } catch (const ConfigError& e) {
+    return invalid_argument(e.message);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(source_name + ": " + e.msg);
+  }
+  return config;
+}
+
+Result<KilnConfig> load_config(const std::string& path) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("KILN_")) continue;
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  if (path.empty()) return parse_config("", "defaults", env);
+  constexpr size_t kMaxConfigBytes = 1u << 20;
+  auto text = read_file(path, kMaxConfigBytes);
+  if (!text.is_ok()) return text.status();
+  return parse_config(*text, path, env);
+}
+
+}  // namespace kiln::config

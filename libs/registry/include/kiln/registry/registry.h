@@ -1,0 +1,123 @@
+// The verified-kernel registry (DESIGN §7): kernel_registry/verified_kernels.json plus the promoted
+// sources under kernels/<language>/<op>/. Forge's entry fields plus Kiln's evidence (source hash,
+// campaign and program, toolchain, timing statistics, speedup interval). One writer at a time, under an
+// exclusive flock on <dir>/.lock; readers need no lock because the JSON is replaced atomically.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/core/status.h"
+#include "kiln/proto/payloads.h"
+
+namespace kiln::registry {
+
+inline constexpr std::string_view kRegistryFile = "verified_kernels.json";
+inline constexpr std::string_view kEvidenceOpLevel = "op_level";
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+};
+
+struct Verification {
+  bool passed = false;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  Tolerance tolerance;
+  std::vector<std::string> tested_shapes;  // "B=16,H=4097"
+};
+
+// Forge's benchmark block. Kiln fills it from the confirming measurement.
+struct Benchmark {
+  bool passed = false;
+  double baseline_latency_us = 0;   // reference median
+  double candidate_latency_us = 0;  // candidate median
+  double speedup = 0;
+  int64_t warmup_iters = 0;
+  int64_t benchmark_iters = 0;  // samples taken (n)
+  std::string gpu_name;
+};
+
+struct SampleStats {
+  int64_t n = 0;
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double cv = 0;
+};
+
+struct KernelEntry {
+  // Forge's fields.
+  std::string kernel_id;
+  std::string op;
+  std::string language;     // cuda | cpp
+  std::string source_path;  // relative to the registry directory: kernels/<language>/<op>/<id>.<ext>
+  std::string target_gpu;   // exact model name (the CPU model for the CPU backend)
+  std::string dtype;
+  std::map<std::string, int64_t> shape;  // the benchmark case's dims
+  Verification verification;
+  Benchmark benchmark;
+  std::string evidence_level = std::string(kEvidenceOpLevel);
+  std::string created_at;  // ISO-8601 UTC
+  // Kiln's extras.
+  std::string source_sha256;
+  std::string task_name;
+  std::string campaign_id;
+  std::string program_id;
+  std::string toolchain;
+  std::string driver_version;
+  std::string timing_method;  // host_clock | cuda_events
+  std::string timing_mode;    // cold | warm
+  SampleStats candidate_stats;
+  SampleStats reference_stats;
+  double speedup_lo = 0;  // 95 % interval of the confirming measurement
+  double speedup_hi = 0;
+  std::map<std::string, std::string> params;
+};
+
+nlohmann::json to_json(const KernelEntry& entry);
+// Strict: every Forge field and source_sha256 must be present with the right type; errors name the key.
+Result<KernelEntry> from_json(const nlohmann::json& j);
+
+// "NVIDIA H200" -> "nvidiah200": lowercase, everything outside [a-z0-9] removed ("unknown" if nothing is left).
+std::string gpu_slug(std::string_view name);
+// {B:16, H:4096} -> "b16_h4096"; keys lowercased and sorted; hidden_size->h, batch->b, seq_len->s,
+// heads->n, other keys with '_' removed; empty -> "noshape".
+std::string shape_slug(const std::map<std::string, int64_t>& shape);
+// <language>_<op>_<gpu_slug>_<dtype>_<shape_slug>_v<n>, with n the smallest from 1 not in `existing`.
+std::string kernel_id(std::string_view language, std::string_view op, std::string_view gpu, std::string_view dtype,
+                      const std::map<std::string, int64_t>& shape, const std::set<std::string>& existing);
+
+class Registry {
+ public:
+  // Opens (does not create) a registry directory; a missing directory is an empty registry until the
+  // first promotion creates it.
+  static Result<Registry> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  Result<std::vector<KernelEntry>> list() const;
+  Result<KernelEntry> show(const std::string& kernel_id) const;
+  // Every entry well-formed, ids unique and matching their fields, source present with its sha256.
+  Status verify() const;
+
+  // Checks the promotion rules of DESIGN §7 and, when they hold, copies the source (never executing it)
+  // and adds the entry. Returns the new kernel id. A refusal is kFailedPrecondition with the reason
+  // ("speedup interval lower bound 1.04 < 1.10"), kAlreadyExists for "duplicate of <id>", or
+  // kInvalidArgument for a malformed request; I/O trouble is kUnavailable (worth a retry).
+  Result<std::string> promote(const proto::PromoteRequest& request, double min_speedup) const;
+
+ private:
+  explicit Registry(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// Whether a promote() error is a refusal (the job is done) rather than a failure to do the work.
+bool is_refusal(const Status& status);
+
+}  // namespace kiln::registry

@@ -1,0 +1,114 @@
+#include "kiln/llm_bridge/handler.h"
+
+#include <utility>
+
+#include "kiln/proto/payloads.h"
+#include "kiln/task/task.h"
+
+namespace kiln::llm_bridge {
+
+namespace {
+
+constexpr std::string_view kDefaultProposer = "tuner";
+// The model label of requests naming no registered proposer: the name itself is caller-chosen and
+// would make the label set unbounded.
+constexpr std::string_view kUnknownModel = "unknown";
+
+proto::FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
+  proto::FollowUp f;
+  f.service = std::string(service);
+  f.job_id = std::move(job_id);
+  f.payload.data = std::move(payload);
+  return f;
+}
+
+std::string campaign_of(const proto::ProposalRequest& req) {
+  if (!req.parent.campaign_id.empty()) return req.parent.campaign_id;
+  size_t pos = req.program_id.rfind("/p");
+  return pos == std::string::npos ? std::string() : req.program_id.substr(0, pos);
+}
+
+}  // namespace
+
+ProposeHandler::ProposeHandler(ProposeOptions options, std::shared_ptr<prometheus::Registry> metrics)
+    : options_(std::move(options)),
+      metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("kiln_llm_requests_total")
+                   .Help("Proposal requests by model and outcome (ok: code produced, error: none)")
+                   .Register(*metrics_);
+}
+
+void ProposeHandler::add(const std::string& name, std::unique_ptr<Proposer> proposer) {
+  // Create both series up front so dashboards see zeros rather than gaps.
+  requests_->Add({{"model", proposer->model()}, {"outcome", "ok"}});
+  requests_->Add({{"model", proposer->model()}, {"outcome", "error"}});
+  proposers_[name] = std::move(proposer);
+}
+
+messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalRequest& req, const std::string& model,
+                                                     const std::string& error) {
+  requests_->Add({{"model", model}, {"outcome", "error"}}).Increment();
+  proto::ScoreResult r;
+  r.cand.campaign_id = campaign_of(req);
+  r.cand.program_id = req.program_id;
+  r.cand.parent_id = req.parent.program_id;
+  r.cand.generation = req.parent.generation + 1;
+  r.cand.proposal_index = req.proposal_index;
+  r.cand.proposer = req.proposer;
+  r.stage = "propose";
+  r.error = error;
+  return messaging::JobOutcome::ok(
+      {follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))});
+}
+
+messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
+  auto decoded = proto::decode<proto::ProposalRequest>(job.payload.data);
+  if (!decoded.is_ok()) return messaging::JobOutcome::failed("propose job " + job.job_id + ": " + decoded.status().message());
+  proto::ProposalRequest& req = *decoded;
+  if (req.program_id.empty()) return messaging::JobOutcome::failed("propose job " + job.job_id + ": no program id");
+  if (req.proposer.empty()) req.proposer = std::string(kDefaultProposer);
+
+  auto found = proposers_.find(req.proposer);
+  if (found == proposers_.end())
+    return propose_failed(req, std::string(kUnknownModel), "proposer '" + req.proposer + "' is not available");
+  Proposer& proposer = *found->second;
+
+  auto spec = task::parse_task(req.files);
+  if (!spec.is_ok()) return propose_failed(req, proposer.model(), spec.status().message());
+
+  auto cand = proposer.propose(req);
+  if (!cand.is_ok()) return propose_failed(req, proposer.model(), cand.status().message());
+  requests_->Add({{"model", proposer.model()}, {"outcome", "ok"}}).Increment();
+
+  proto::CompileRequest compile;
+  compile.cand = std::move(cand).value();
+  // The ids are the scorer's, whatever a proposer returns.
+  compile.cand.program_id = req.program_id;
+  compile.cand.campaign_id = campaign_of(req);
+  compile.cand.proposal_index = req.proposal_index;
+  compile.backend = spec->backend;
+  compile.arch = spec->backend == "cuda" ? options_.cuda_arch : std::string("native");
+  compile.files = std::move(req.files);
+  return messaging::JobOutcome::ok(
+      {follow_up(proto::svc::kCompile, req.program_id + ":compile", proto::encode(compile))});
+}
+
+Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceContext& ctx) {
+  if (!ctx.config) return invalid_argument("propose: no configuration");
+  const config::KilnConfig& cfg = *ctx.config;
+  ProposeOptions options;
+  options.cuda_arch = cfg.compiler.cuda_arch;
+  auto handler = std::make_shared<ProposeHandler>(options, ctx.metrics);
+  // The tuner serves every campaign that asks for it; LLM proposers register here once they exist, and
+  // until then a request for one is answered as a failed proposal rather than left hanging.
+  handler->add(std::string(kDefaultProposer), std::make_unique<TunerProposer>());
+
+  service::ServiceHandlers h;
+  h.job = [handler](const proto::Job& job) { return handler->handle(job); };
+  h.slots = static_cast<int>(cfg.llm_bridge.slots > 0 ? cfg.llm_bridge.slots : 1);
+  h.service = std::string(proto::svc::kPropose);
+  return h;
+}
+
+}  // namespace kiln::llm_bridge

@@ -1,0 +1,52 @@
+// The "propose" service: a ProposalRequest in, the candidate's compile job out. A proposer that cannot
+// produce code still ends its candidate: the job answers with a ScoreResult (stage "propose"), which
+// the scorer records as perf_score 0, so a campaign never waits on a failed proposal.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kiln/core/status.h"
+#include "kiln/llm_bridge/proposer.h"
+#include "kiln/messaging/handler.h"
+#include "kiln/proto/wire.h"
+#include "kiln/service/service.h"
+
+namespace kiln::llm_bridge {
+
+struct ProposeOptions {
+  std::string cuda_arch = "sm_90";  // compile target for CUDA tasks; CPU tasks build for "native"
+};
+
+class ProposeHandler {
+ public:
+  // `metrics` may be null (a private registry is used then).
+  ProposeHandler(ProposeOptions options, std::shared_ptr<prometheus::Registry> metrics);
+
+  // Registers a proposer under the name ProposalRequest.proposer uses ("tuner", "llm"). Set up before
+  // the first job: handle() reads the table from several worker threads without a lock.
+  void add(const std::string& name, std::unique_ptr<Proposer> proposer);
+
+  // Thread-safe (the service runs `slots` jobs at once).
+  messaging::JobOutcome handle(const proto::Job& job);
+
+ private:
+  messaging::JobOutcome propose_failed(const proto::ProposalRequest& req, const std::string& model,
+                                       const std::string& error);
+
+  ProposeOptions options_;
+  std::shared_ptr<prometheus::Registry> metrics_;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  std::map<std::string, std::unique_ptr<Proposer>> proposers_;
+};
+
+// Handler factory for services/llm_bridge/main.cc: the tuner, slots from llm_bridge.slots, the CUDA
+// arch from compiler.cuda_arch.
+Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceContext& ctx);
+
+}  // namespace kiln::llm_bridge

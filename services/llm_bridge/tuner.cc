@@ -1,0 +1,126 @@
+#include "kiln/llm_bridge/proposer.h"
+
+#include <numeric>
+
+#include "kiln/core/hash.h"
+#include "kiln/task/task.h"
+
+namespace kiln::llm_bridge {
+
+namespace {
+
+// Up to this many untried combinations the permutation is a full Fisher-Yates shuffle (a few µs per
+// proposal); beyond it an affine bijection i -> a*i + b (mod n) avoids materializing the space.
+constexpr uint64_t kShuffleLimit = 4096;
+
+__extension__ typedef unsigned __int128 Uint128;  // a*k + b must not overflow before the modulo
+
+// splitmix64: the same stream on every platform, unlike std:: distributions.
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t below(uint64_t bound) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t x;
+    do {
+      x = next();
+    } while (x >= limit);
+    return x % bound;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t seed_of(std::string_view text) {
+  const std::string hex = sha256_hex(text);
+  uint64_t seed = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    char ch = hex[i];
+    seed = (seed << 4) | static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+  }
+  return seed;
+}
+
+std::string campaign_of(const proto::ProposalRequest& req) {
+  if (!req.parent.campaign_id.empty()) return req.parent.campaign_id;
+  size_t pos = req.program_id.rfind("/p");
+  return pos == std::string::npos ? req.program_id : req.program_id.substr(0, pos);
+}
+
+}  // namespace
+
+Result<ParamSpace> ParamSpace::make(std::vector<std::pair<std::string, std::vector<std::string>>> params) {
+  ParamSpace space;
+  for (const auto& [name, values] : params) {
+    if (values.empty()) return invalid_argument("parameter " + name + " has no values");
+    if (space.size_ > kMaxSize / values.size())
+      return resource_exhausted("parameter space too large (over " + std::to_string(kMaxSize) + " combinations)");
+    space.size_ *= values.size();
+  }
+  space.params_ = std::move(params);
+  return space;
+}
+
+std::map<std::string, std::string> ParamSpace::combination(uint64_t index) const {
+  std::map<std::string, std::string> out;
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const auto& values = it->second;
+    out[it->first] = values[index % values.size()];
+    index /= values.size();
+  }
+  return out;
+}
+
+Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t proposal) {
+  if (proposal < 1) return invalid_argument("proposal index " + std::to_string(proposal) + ": expected >= 1");
+  // Program 0 holds index 0; proposals draw from the rest.
+  const uint64_t untried = space_size > 0 ? space_size - 1 : 0;
+  const auto k = static_cast<uint64_t>(proposal - 1);
+  if (k >= untried)
+    return resource_exhausted("parameter space exhausted (" + std::to_string(space_size) +
+                              " combinations, proposal " + std::to_string(proposal) + ")");
+  SplitMix rng(seed);
+  if (untried <= kShuffleLimit) {
+    std::vector<uint64_t> order(untried);
+    std::iota(order.begin(), order.end(), uint64_t{1});
+    // Only the first k+1 places are needed: a partial Fisher-Yates fixes them exactly as a full one would.
+    for (uint64_t i = 0; i <= k; ++i) std::swap(order[i], order[i + rng.below(untried - i)]);
+    return order[k];
+  }
+  uint64_t a = 1 + rng.below(untried - 1);
+  while (std::gcd(a, untried) != 1) a = 1 + rng.below(untried - 1);
+  const uint64_t b = rng.below(untried);
+  const auto mixed = static_cast<Uint128>(a) * k + b;
+  return 1 + static_cast<uint64_t>(mixed % untried);
+}
+
+Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& req) {
+  auto spec = task::parse_task(req.files);
+  if (!spec.is_ok()) return spec.status().with_context("tuner");
+  KILN_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::make(spec->params));
+  const std::string campaign_id = campaign_of(req);
+  KILN_ASSIGN_OR_RETURN(uint64_t index, tuner_combination(space.size(), seed_of(campaign_id), req.proposal_index));
+
+  proto::Candidate cand;
+  cand.campaign_id = campaign_id;
+  cand.program_id = req.program_id;
+  cand.parent_id = req.parent.program_id;
+  cand.generation = req.parent.generation + 1;
+  cand.proposal_index = req.proposal_index;
+  cand.proposer = "tuner";
+  // The tuner never edits the region: the code is the parent's (the task's kernel when none was given).
+  cand.code = req.parent.code.empty() ? req.files.at(spec->kernel_file).data : req.parent.code;
+  cand.params = space.combination(index);
+  cand.notes = "tuner:";
+  for (const auto& [name, values] : spec->params) cand.notes += " " + name + "=" + cand.params[name];
+  return cand;
+}
+
+}  // namespace kiln::llm_bridge

@@ -1,0 +1,614 @@
+#include "kiln/archive/engine.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "campaign_fixtures.h"
+#include "kiln/core/files.h"
+
+using namespace kiln;
+using kiln::testing::campaign_start;
+using kiln::testing::correct;
+using kiln::testing::decode_or_die;
+using kiln::testing::Driver;
+using kiln::testing::test_result;
+
+namespace {
+
+struct Fixture {
+  TempDir dir{"kiln-archive-test"};
+  std::string db_path = dir.path() + "/archive.db";
+  archive::EngineOptions options;
+  std::unique_ptr<archive::CampaignEngine> engine;
+  int64_t max_in_flight_seen = 0;
+
+  Fixture() { reopen(); }
+
+  void reopen() {
+    engine.reset();  // closes the database first, as a process exit would
+    auto e = archive::CampaignEngine::open(db_path, options);
+    REQUIRE(e.is_ok());
+    engine = std::move(e).value();
+  }
+
+  archive::Handled handle(const std::string& job_id, const std::string& payload) {
+    auto h = engine->handle_job(job_id, payload);
+    REQUIRE(h.is_ok());
+    return std::move(h).value();
+  }
+
+  proto::CampaignInfo info(const std::string& id) {
+    auto i = engine->campaign(id);
+    REQUIRE(i.is_ok());
+    return std::move(i).value();
+  }
+
+  std::map<std::string, proto::Program> programs(const std::string& id) {
+    proto::CampaignQuery q;
+    q.campaign_id = id;
+    q.top = 1000;
+    auto best = engine->best(q);
+    REQUIRE(best.is_ok());
+    std::map<std::string, proto::Program> out;
+    for (auto& p : best->programs) out[p.id] = p;
+    return out;
+  }
+
+  // A driver whose score service is this engine; checks every answer and the in-flight bound.
+  Driver driver(Driver::TestFn test, const std::string& campaign_id = "c1") {
+    return Driver(
+        [this, campaign_id](const std::string& job_id, const std::string& payload) {
+          archive::Handled h = handle(job_id, payload);
+          INFO(job_id << ": " << h.result.error);
+          CHECK(h.result.outcome == "ok");
+          auto i = engine->campaign(campaign_id);
+          if (i.is_ok()) max_in_flight_seen = std::max(max_in_flight_seen, i->in_flight);
+          return h.result.next;
+        },
+        std::move(test));
+  }
+};
+
+std::string start_payload(const std::string& id, int64_t budget, int64_t mif,
+                          proto::FileMap files = kiln::testing::task_files()) {
+  return proto::encode(campaign_start(id, budget, mif, std::move(files)));
+}
+
+// Slow, correct kernels: below the promotion bar, so no confirmation traffic.
+proto::ScoreResult plain(const proto::Candidate& c, bool) {
+  return correct(c, 1.0 + 0.01 * static_cast<double>(c.proposal_index), 0.99, 1.2);
+}
+
+std::vector<std::string> job_ids(const std::vector<proto::FollowUp>& fs, const std::string& service) {
+  std::vector<std::string> ids;
+  for (const auto& f : fs)
+    if (f.service == service) ids.push_back(f.job_id);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[archive][engine]") {
+  Fixture f;
+  archive::Handled h = f.handle("c1:start", start_payload("c1", 6, 2));
+  REQUIRE(h.result.outcome == "ok");
+  REQUIRE(h.result.next.size() == 3);
+
+  const auto& compile = h.result.next[0];
+  CHECK(compile.service == "compile");
+  CHECK(compile.job_id == "c1/p0:compile");
+  auto creq = decode_or_die<proto::CompileRequest>(compile.payload.data);
+  CHECK(creq.cand.program_id == "c1/p0");
+  CHECK(creq.cand.campaign_id == "c1");
+  CHECK(creq.cand.generation == 0);
+  CHECK(creq.cand.params == std::map<std::string, std::string>{{"BLOCK", "64"}, {"VEC", "1"}});
+  CHECK(creq.cand.code == kiln::testing::task_files().at("kernel.cpp").data);
+  CHECK(creq.backend == "cpu");
+  CHECK(creq.arch == "native");
+  CHECK(creq.files.count("task.yaml"));
+
+  for (int i = 1; i <= 2; ++i) {
+    const auto& p = h.result.next[static_cast<size_t>(i)];
+    CHECK(p.service == "propose");
+    CHECK(p.job_id == "c1/p" + std::to_string(i) + ":propose");
+    auto req = decode_or_die<proto::ProposalRequest>(p.payload.data);
+    CHECK(req.program_id == "c1/p" + std::to_string(i));
+    CHECK(req.proposal_index == i);
+    CHECK(req.parent.program_id == "c1/p0");
+    CHECK(req.parent.code == creq.cand.code);
+    CHECK(req.proposer == "tuner");
+    CHECK(req.seed >= 0);
+    CHECK(req.files.count("kernel.cpp"));
+  }
+
+  auto started = decode_or_die<proto::CampaignInfo>(h.result.payload.data);
+  CHECK(started.campaign_id == "c1");
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.state == "running");
+  CHECK(info.budget == 6);
+  CHECK(info.proposed == 2);
+  CHECK(info.in_flight == 3);
+  CHECK(info.scored == 0);
+  CHECK(info.backend == "cpu");
+  CHECK(info.task_name == "scale_test");
+
+  SECTION("a CUDA task compiles for the configured arch") {
+    f.handle("c2:start", start_payload("c2", 1, 1, kiln::testing::task_files("cuda")));
+    auto req = f.engine->campaign("c2");
+    REQUIRE(req.is_ok());
+    CHECK(req->backend == "cuda");
+  }
+  SECTION("budget 0 runs program 0 alone") {
+    archive::Handled h0 = f.handle("c3:start", start_payload("c3", 0, 4));
+    REQUIRE(h0.result.next.size() == 1);
+    auto c = decode_or_die<proto::CompileRequest>(h0.result.next[0].payload.data);
+    archive::Handled done = f.handle("c3/p0:score", proto::encode(correct(c.cand, 1.0, 1.0, 1.0)));
+    CHECK(done.result.next.empty());
+    CHECK(f.info("c3").state == "done");
+    CHECK(f.info("c3").finished_at > 0);
+  }
+}
+
+TEST_CASE("a CUDA campaign asks for the configured arch", "[archive][engine]") {
+  Fixture f;
+  f.options.cuda_arch = "sm_100";
+  f.reopen();
+  archive::Handled h = f.handle("g:start", start_payload("g", 1, 1, kiln::testing::task_files("cuda")));
+  auto creq = decode_or_die<proto::CompileRequest>(h.result.next.at(0).payload.data);
+  CHECK(creq.arch == "sm_100");
+  CHECK(creq.backend == "cuda");
+  CHECK(creq.cand.code == kiln::testing::task_files("cuda").at("kernel.cu").data);
+}
+
+TEST_CASE("a whole campaign honours its budget and in-flight bound", "[archive][engine]") {
+  Fixture f;
+  const int64_t budget = 12, mif = 3;
+  Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
+    // Every third proposal is wrong, the rest are correct and slightly faster each time.
+    if (c.proposal_index % 3 == 0) return test_result(c, "mismatch");
+    return plain(c, confirm);
+  });
+  d.submit("c1:start", start_payload("c1", budget, mif));
+  d.run();
+  REQUIRE(d.idle());
+
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.state == "done");
+  CHECK(info.proposed == budget);
+  CHECK(info.scored == budget + 1);
+  CHECK(info.in_flight == 0);
+  CHECK(info.finished_at >= info.started_at);
+  CHECK(f.max_in_flight_seen <= mif + 1);
+
+  auto proposals = job_ids(d.trace.followups, "propose");
+  CHECK(proposals.size() == static_cast<size_t>(budget));
+  CHECK(std::set<std::string>(proposals.begin(), proposals.end()).size() == proposals.size());
+  CHECK(job_ids(d.trace.followups, "promote").empty());
+
+  // The best is the fastest correct one: p11 (index 12 is a multiple of 3, so wrong; so are 0, 3, 6, 9).
+  CHECK(info.best_program_id == "c1/p11");
+  CHECK(info.best_speedup == Approx(1.11));
+  CHECK(info.correct == 8);
+
+  auto programs = f.programs("c1");
+  REQUIRE(programs.size() == static_cast<size_t>(budget + 1));
+  CHECK(programs["c1/p0"].is_program0);
+  CHECK(programs["c1/p3"].eval.perf_score == 4);
+  CHECK(programs["c1/p4"].eval.perf_score == 5);
+  CHECK(programs["c1/p4"].generation >= 1);
+  CHECK_FALSE(programs["c1/p4"].parent_id.empty());
+  CHECK(programs["c1/p4"].template_parameters.at("BLOCK") == "256");
+  CHECK_FALSE(programs["c1/p4"].eval.eval_log.empty());
+}
+
+TEST_CASE("parents come from the archive once programs are scored", "[archive][engine]") {
+  Fixture f;
+  Driver d = f.driver(plain);
+  d.submit("c1:start", start_payload("c1", 10, 1));
+  d.run();
+  // With one in flight, every proposal after the first waits for a score; later ones pick scored parents.
+  std::set<std::string> parents;
+  for (const auto& fu : d.trace.followups) {
+    if (fu.service != "propose") continue;
+    auto req = decode_or_die<proto::ProposalRequest>(fu.payload.data);
+    parents.insert(req.parent.program_id);
+    if (req.parent.program_id != "c1/p0") {
+      CHECK_FALSE(req.parent_eval_log.empty());
+      CHECK(req.parent.generation >= 1);
+    }
+  }
+  CHECK(parents.size() > 1);
+}
+
+TEST_CASE("jobs are handled exactly once", "[archive][engine]") {
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));
+  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  const std::string result = proto::encode(correct(p0, 1.0, 0.9, 1.1));
+
+  archive::Handled first = f.handle("c1/p0:score", result);
+  CHECK_FALSE(first.replayed);
+  proto::CampaignInfo after_first = f.info("c1");
+  CHECK(after_first.scored == 1);
+
+  SECTION("a redelivered job gets the identical answer and changes nothing") {
+    archive::Handled again = f.handle("c1/p0:score", result);
+    CHECK(again.replayed);
+    CHECK(proto::encode(again.result) == proto::encode(first.result));
+    archive::Handled start_again = f.handle("c1:start", start_payload("c1", 4, 2));
+    CHECK(start_again.replayed);
+    CHECK(proto::encode(start_again.result) == proto::encode(start.result));
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(info.scored == after_first.scored);
+    CHECK(info.proposed == after_first.proposed);
+    CHECK(*f.engine->duplicates_ignored() == 0);
+  }
+  SECTION("a second result for a scored program is ignored and counted") {
+    archive::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, "crashed")));
+    CHECK(dup.duplicate);
+    CHECK(dup.result.outcome == "ok");
+    CHECK(dup.result.next.empty());
+    CHECK(f.info("c1").scored == 1);
+    CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the first score stands
+    CHECK(*f.engine->duplicates_ignored() == 1);
+  }
+  SECTION("the same campaign started under another job id is not started twice") {
+    archive::Handled h = f.handle("c1:start-again", start_payload("c1", 4, 2));
+    CHECK(h.duplicate);
+    CHECK(h.result.next.empty());
+    CHECK(f.info("c1").proposed == 2);
+  }
+}
+
+TEST_CASE("a confirmed fast kernel is sent for promotion", "[archive][engine]") {
+  Fixture f;
+  std::map<std::string, int> confirms;
+  Driver d = f.driver([&](const proto::Candidate& c, bool confirm) {
+    if (confirm) ++confirms[c.program_id];
+    if (c.program_id == "c1/p1" || c.program_id == "c1/p1#confirm")
+      return confirm ? correct(c, 1.45, 1.3, 1.6) : correct(c, 1.5, 1.3, 1.7);
+    if (c.program_id == "c1/p2") return correct(c, 1.3, 1.2, 1.4);  // passes, but not the best
+    return correct(c, 1.0, 0.95, 1.05);
+  });
+  d.submit("c1:start", start_payload("c1", 3, 3));
+  d.run();
+
+  CHECK(confirms == std::map<std::string, int>{{"c1/p1#confirm", 1}});
+  auto confirm_jobs = job_ids(d.trace.followups, "compile");
+  CHECK(std::count(confirm_jobs.begin(), confirm_jobs.end(), "c1/p1:compile-confirm") == 1);
+  REQUIRE(d.trace.promotions.size() == 1);
+  const proto::PromoteRequest& req = d.trace.promotions[0];
+  CHECK(req.campaign_id == "c1");
+  CHECK(req.program_id == "c1/p1");
+  CHECK(req.task_name == "scale_test");
+  CHECK(req.op == "scale");
+  CHECK(req.backend == "cpu");
+  CHECK(req.dtype == "fp32");
+  CHECK(req.source_ext == "cpp");
+  CHECK(req.source == kiln::testing::task_files().at("kernel.cpp").data);
+  CHECK(req.params.at("BLOCK") == "64");
+  CHECK(req.shape == std::map<std::string, int64_t>{{"B", 16}, {"H", 4096}});
+  CHECK(req.verification.passed);
+  CHECK(req.benchmark.speedup == Approx(1.5));
+  CHECK(req.confirmation.speedup == Approx(1.45));
+  CHECK(req.timing_method == "host_clock");
+  CHECK(req.timing_mode == "cold");
+  CHECK(req.worker.device_name == "Test CPU");
+  CHECK(req.build.ok);
+
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.state == "done");
+  CHECK(info.promoted == std::vector<std::string>{"cpp_scale_testcpu_fp32_b16_h4096_v1"});
+  REQUIRE(info.promotion_notes.size() == 1);
+  CHECK(info.promotion_notes[0] == "c1/p1: promoted as cpp_scale_testcpu_fp32_b16_h4096_v1");
+  CHECK(info.best_speedup_lo == Approx(1.3));
+  CHECK(info.best_speedup_hi == Approx(1.7));
+  // The confirmation is not a program of its own.
+  CHECK(info.scored == 4);
+}
+
+TEST_CASE("no promotion unless the eval and the confirmation both pass", "[archive][engine]") {
+  Fixture f;
+  SECTION("the confirmation falls short") {
+    Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
+      if (c.proposal_index == 1) return confirm ? correct(c, 1.05, 1.0, 1.1) : correct(c, 1.5, 1.3, 1.7);
+      return correct(c, 1.0, 0.95, 1.05);
+    });
+    d.submit("c1:start", start_payload("c1", 2, 2));
+    d.run();
+    CHECK(d.trace.promotions.empty());
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(info.state == "done");
+    CHECK(info.promoted.empty());
+    REQUIRE(info.promotion_notes.size() == 1);
+    CHECK(info.promotion_notes[0].find("c1/p1: not confirmed: speedup 1.050") == 0);
+  }
+  SECTION("the confirmation is wrong") {
+    Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
+      if (c.proposal_index == 1) return confirm ? test_result(c, "mismatch") : correct(c, 1.5, 1.3, 1.7);
+      return correct(c, 1.0, 0.95, 1.05);
+    });
+    d.submit("c1:start", start_payload("c1", 2, 2));
+    d.run();
+    CHECK(d.trace.promotions.empty());
+    CHECK(f.info("c1").promotion_notes.at(0).find("not confirmed: mismatch") != std::string::npos);
+  }
+  SECTION("the eval's lower bound is below the bar: no confirmation is asked") {
+    Driver d = f.driver([](const proto::Candidate& c, bool) {
+      if (c.proposal_index == 1) return correct(c, 1.5, 1.05, 1.9);
+      return correct(c, 1.0, 0.95, 1.05);
+    });
+    d.submit("c1:start", start_payload("c1", 2, 2));
+    d.run();
+    for (const auto& fu : d.trace.followups) CHECK(fu.job_id.find("confirm") == std::string::npos);
+    CHECK(d.trace.promotions.empty());
+    CHECK(f.info("c1").promotion_notes.empty());
+    CHECK(f.info("c1").state == "done");
+  }
+  SECTION("the promoter refuses") {
+    Driver d = f.driver([](const proto::Candidate& c, bool) {
+      return c.proposal_index == 1 ? correct(c, 1.5, 1.3, 1.7) : correct(c, 1.0, 0.95, 1.05);
+    });
+    d.set_promote([](const proto::PromoteRequest& req) {
+      proto::PromoteOutcome o;
+      o.campaign_id = req.campaign_id;
+      o.program_id = req.program_id;
+      o.promoted = false;
+      o.reason = "same source already registered";
+      return o;
+    });
+    d.submit("c1:start", start_payload("c1", 2, 2));
+    d.run();
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(d.trace.promotions.size() == 1);
+    CHECK(info.promoted.empty());
+    CHECK(info.promotion_notes.at(0) == "c1/p1: refused: same source already registered");
+    CHECK(info.state == "done");
+  }
+}
+
+TEST_CASE("the campaign waits for a pending confirmation before it is done", "[archive][engine]") {
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
+  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  archive::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
+  REQUIRE(scored.result.next.size() == 1);
+  CHECK(scored.result.next[0].job_id == "c1/p0:compile-confirm");
+  CHECK(f.info("c1").state == "running");
+
+  proto::Candidate confirm = p0;
+  confirm.program_id = "c1/p0#confirm";
+  archive::Handled confirmed = f.handle("c1/p0#confirm:score", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  REQUIRE(confirmed.result.next.size() == 1);
+  CHECK(confirmed.result.next[0].service == "promote");
+  CHECK(confirmed.result.next[0].job_id == "c1/p0:promote");
+  CHECK(f.info("c1").state == "running");
+
+  // A second confirmation result is a duplicate.
+  archive::Handled dup = f.handle("c1/p0#confirm:score-2", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  CHECK(dup.duplicate);
+  CHECK(dup.result.next.empty());
+
+  proto::PromoteOutcome out;
+  out.campaign_id = "c1";
+  out.program_id = "c1/p0";
+  out.promoted = true;
+  out.kernel_id = "k1";
+  f.handle("c1/p0:promoted", proto::encode(out));
+  CHECK(f.info("c1").state == "done");
+  CHECK(f.info("c1").promoted == std::vector<std::string>{"k1"});
+  // A late duplicate outcome changes nothing.
+  CHECK(f.handle("c1/p0:promoted-again", proto::encode(out)).duplicate);
+  CHECK(f.info("c1").promoted.size() == 1);
+}
+
+TEST_CASE("dead letters end their candidates so the campaign never stalls", "[archive][engine]") {
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 4, 3));
+  REQUIRE(start.result.next.size() == 4);  // p0 compile + p1..p3 propose
+  const proto::FollowUp p0_compile = start.result.next[0];
+  const proto::FollowUp p1_propose = start.result.next[1];
+  const proto::FollowUp p2_propose = start.result.next[2];
+  const proto::FollowUp p3_propose = start.result.next[3];
+
+  auto dead = [](const proto::FollowUp& job, const std::string& service) {
+    proto::DeadLetter d;
+    d.job_id = job.job_id;
+    d.service = service;
+    d.attempts = 3;
+    d.reason = "worker lost";
+    d.payload = job.payload;
+    return proto::encode(d);
+  };
+
+  // The compile of program 0 killed every compiler: build failed.
+  archive::Handled h0 = f.handle("dead:" + p0_compile.job_id, dead(p0_compile, "compile"));
+  CHECK(h0.result.outcome == "ok");
+  CHECK(h0.result.next.empty());  // in flight went from 4 to 3 = max_in_flight: nothing new yet
+
+  // The proposal p1 died in the bridge: no code.
+  archive::Handled h1 = f.handle("dead:" + p1_propose.job_id, dead(p1_propose, "propose"));
+  REQUIRE(h1.result.next.size() == 1);
+  CHECK(h1.result.next[0].job_id == "c1/p4:propose");
+
+  // p2 reached the tester and killed it every time.
+  auto p2 = decode_or_die<proto::ProposalRequest>(p2_propose.payload.data);
+  proto::TestRequest test;
+  test.cand.campaign_id = "c1";
+  test.cand.program_id = p2.program_id;
+  test.cand.proposal_index = 2;
+  test.cand.code = p2.parent.code;
+  test.purpose = "eval";
+  proto::FollowUp test_job;
+  test_job.job_id = "c1/p2:test";
+  test_job.payload.data = proto::encode(test);
+  f.handle("dead:c1/p2:test", dead(test_job, "test.cpu"));
+
+  // p3 and p4 come back normally.
+  for (const char* id : {"c1/p3", "c1/p4"}) {
+    proto::Candidate c;
+    c.campaign_id = "c1";
+    c.program_id = id;
+    f.handle(std::string(id) + ":score", proto::encode(correct(c, 1.0, 0.9, 1.1)));
+  }
+
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.state == "done");
+  CHECK(info.scored == 5);
+  auto programs = f.programs("c1");
+  CHECK(programs.at("c1/p0").eval.perf_score == 1);
+  CHECK(programs.at("c1/p0").eval.eval_log.find("crashed: worker lost") != std::string::npos);
+  CHECK(programs.at("c1/p1").eval.perf_score == 0);
+  CHECK(programs.at("c1/p2").eval.perf_score == 2);
+  CHECK(programs.at("c1/p2").eval.eval_log.find("crashed: worker lost (dead after 3 attempts)") !=
+        std::string::npos);
+  CHECK(programs.at("c1/p3").eval.perf_score == 5);
+
+  SECTION("a dead letter for a program already scored is a duplicate") {
+    archive::Handled late = f.handle("dead:c1/p3:test", dead(p3_propose, "propose"));
+    CHECK(late.duplicate);
+    CHECK(f.info("c1").scored == 5);
+  }
+}
+
+TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][engine]") {
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
+  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  archive::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
+  const proto::FollowUp confirm_compile = scored.result.next.at(0);
+
+  proto::DeadLetter d;
+  d.job_id = confirm_compile.job_id;
+  d.service = "compile";
+  d.attempts = 3;
+  d.reason = "compiler killed";
+  d.payload = confirm_compile.payload;
+  archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+  CHECK(h.result.next.empty());
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.state == "done");
+  CHECK(info.promotion_notes.at(0).find("c1/p0: not confirmed: build_failed: crashed: compiler killed") == 0);
+  CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the program's own score stands
+}
+
+TEST_CASE("the archive survives a restart and resumes where it stopped", "[archive][engine]") {
+  auto test = [](const proto::Candidate& c, bool confirm) {
+    if (c.proposal_index == 5) return confirm ? correct(c, 1.6, 1.4, 1.8) : correct(c, 1.7, 1.5, 1.9);
+    if (c.proposal_index % 4 == 2) return test_result(c, "timed_out");
+    return correct(c, 1.0 + 0.02 * static_cast<double>(c.proposal_index), 0.9, 1.2);
+  };
+
+  // Reference: the same campaign, uninterrupted.
+  Fixture ref;
+  Driver rd = ref.driver(test);
+  rd.submit("c1:start", start_payload("c1", 9, 2));
+  rd.run();
+  REQUIRE(ref.info("c1").state == "done");
+
+  Fixture f;
+  Driver d = f.driver(test);
+  d.submit("c1:start", start_payload("c1", 9, 2));
+  d.run(6);
+  REQUIRE_FALSE(d.idle());
+  proto::CampaignInfo before = f.info("c1");
+  CHECK(before.state == "running");
+
+  f.reopen();
+  proto::CampaignInfo after = f.info("c1");
+  CHECK(proto::encode(after) == proto::encode(before));
+
+  // A job handled before the restart still gets its stored answer.
+  archive::Handled replay = f.handle("c1:start", start_payload("c1", 9, 2));
+  CHECK(replay.replayed);
+  CHECK(replay.result.next.size() == 3);
+
+  d.run();
+  proto::CampaignInfo done = f.info("c1");
+  CHECK(done.state == "done");
+  CHECK(done.proposed == 9);
+  CHECK(done.scored == 10);
+  CHECK(done.promoted.size() == 1);
+  CHECK(*f.engine->duplicates_ignored() == 0);
+
+  // Same follow-ups, byte for byte, as the run that never stopped: parent choices replayed exactly.
+  REQUIRE(d.trace.followups.size() == rd.trace.followups.size());
+  for (size_t i = 0; i < d.trace.followups.size(); ++i) {
+    INFO(d.trace.followups[i].job_id);
+    CHECK(d.trace.followups[i].job_id == rd.trace.followups[i].job_id);
+    CHECK(d.trace.followups[i].payload == rd.trace.followups[i].payload);
+  }
+  CHECK(done.best_program_id == ref.info("c1").best_program_id);
+}
+
+TEST_CASE("bad input is refused without changing anything", "[archive][engine]") {
+  Fixture f;
+  CHECK(f.handle("j1", "not msgpack").result.outcome == "failed");
+
+  proto::PromoteOutcome odd;
+  odd.kind = "mystery";
+  archive::Handled unknown_kind = f.handle("j2", proto::encode(odd));
+  CHECK(unknown_kind.result.outcome == "failed");
+  CHECK(unknown_kind.result.error.find("unknown payload kind 'mystery'") != std::string::npos);
+
+  proto::Candidate c;
+  c.campaign_id = "nope";
+  c.program_id = "nope/p1";
+  archive::Handled no_campaign = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
+  CHECK(no_campaign.result.outcome == "failed");
+  CHECK(no_campaign.result.error.find("unknown campaign 'nope'") != std::string::npos);
+
+  proto::FileMap broken = kiln::testing::task_files();
+  broken["task.yaml"].data += "surprise: 1\n";
+  archive::Handled bad_task = f.handle("c9:start", start_payload("c9", 2, 2, broken));
+  CHECK(bad_task.result.outcome == "failed");
+  CHECK(bad_task.result.error.find("campaign c9: task.yaml") == 0);
+  CHECK(f.engine->campaign("c9").status().code() == StatusCode::kNotFound);
+
+  // Nothing was stored for the refused job: once the campaign exists the same id is handled for real.
+  f.handle("nope:start", start_payload("nope", 1, 1));
+  archive::Handled later = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
+  CHECK(later.result.outcome == "ok");
+  CHECK_FALSE(later.replayed);
+}
+
+TEST_CASE("queries list campaigns and the best programs with their lineage", "[archive][engine]") {
+  Fixture f;
+  Driver d = f.driver(plain);
+  d.submit("c1:start", start_payload("c1", 5, 1));
+  d.run();
+  Driver d2 = f.driver(plain, "c2");
+  d2.submit("c2:start", start_payload("c2", 1, 1));
+  d2.run();
+
+  auto all = f.engine->campaigns({});
+  REQUIRE(all.is_ok());
+  REQUIRE(all->campaigns.size() == 2);
+  CHECK(all->campaigns[0].campaign_id == "c1");
+  CHECK(all->campaigns[1].campaign_id == "c2");
+  proto::CampaignQuery only;
+  only.campaign_id = "c2";
+  CHECK(f.engine->campaigns(only)->campaigns.size() == 1);
+
+  CHECK(f.engine->campaign("zzz").status().code() == StatusCode::kNotFound);
+  proto::CampaignQuery q;
+  q.campaign_id = "c1";
+  q.top = 3;
+  auto best = f.engine->best(q);
+  REQUIRE(best.is_ok());
+  CHECK(best->campaign.campaign_id == "c1");
+  REQUIRE(best->programs.size() == 3);
+  CHECK(best->programs[0].id == "c1/p5");
+  CHECK(best->programs[0].eval.combined_score >= best->programs[1].eval.combined_score);
+  CHECK(best->programs[1].eval.combined_score >= best->programs[2].eval.combined_score);
+  // Lineage: ancestors nearest first, ending at program 0.
+  const std::string lineage = best->programs[0].metadata.at("lineage");
+  CHECK(lineage.rfind("c1/p0") == lineage.size() - 5);
+  CHECK(lineage.find(best->programs[0].parent_id) == 0);
+
+  auto speedups = f.engine->best_speedup_by_task();
+  REQUIRE(speedups.is_ok());
+  CHECK(speedups->at("scale_test") == Approx(1.05));
+}

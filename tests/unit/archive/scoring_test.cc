@@ -1,0 +1,132 @@
+#include "kiln/archive/scoring.h"
+
+#include <catch2/catch.hpp>
+
+#include "campaign_fixtures.h"
+
+using namespace kiln;
+using kiln::testing::build_failed;
+using kiln::testing::correct;
+using kiln::testing::test_result;
+
+namespace {
+proto::Candidate cand() {
+  proto::Candidate c;
+  c.campaign_id = "c1";
+  c.program_id = "c1/p3";
+  c.params = {{"BLOCK", "256"}, {"VEC", "4"}};
+  return c;
+}
+}  // namespace
+
+TEST_CASE("perf_score follows DESIGN §6 for every stage and status", "[archive][scoring]") {
+  proto::ScoreResult propose;
+  propose.stage = "propose";
+  propose.error = "no code block in the reply";
+  CHECK(archive::perf_score_for(propose) == 0);
+  CHECK(archive::status_for(propose) == "no_code");
+  CHECK(archive::perf_score_for(build_failed(cand(), "x.cpp:1: error: nope")) == 1);
+
+  const std::vector<std::pair<std::string, int64_t>> by_status = {
+      {"crashed", 2},     {"timed_out", 2}, {"load_failed", 2}, {"", 2},       {"something_new", 2},
+      {"wrong_shape", 3}, {"nonfinite", 3}, {"mismatch", 4},    {"input_modified", 4}, {"ok", 5}};
+  for (const auto& [status, score] : by_status) {
+    INFO("status '" << status << "'");
+    proto::ScoreResult r = test_result(cand(), status);
+    CHECK(archive::perf_score_for(r) == score);
+    proto::EvalResult e = archive::evaluate(r);
+    CHECK(e.perf_score == score);
+    CHECK(e.compiled);
+    CHECK(e.correctness == (score == 5));
+  }
+  CHECK(archive::status_for(test_result(cand(), "")) == "crashed");
+}
+
+TEST_CASE("evaluate fills runtime, speedup, baseline and the fitness", "[archive][scoring]") {
+  proto::ScoreResult r = correct(cand(), 1.5, 1.4, 1.6);
+  r.test.performance.cases[0].candidate.median_us = 20.0;
+  proto::BaselineTiming b;
+  b.name = "openblas";
+  b.stats.median_us = 50.0;
+  b.speedup = 2.5;
+  r.test.performance.cases[0].baselines.push_back(b);
+  r.build.registers = 32;
+
+  proto::EvalResult e = archive::evaluate(r);
+  CHECK(e.runtime == Approx(0.02));  // ms
+  CHECK(e.runtime_improvement == Approx(1.5));
+  CHECK(e.improve_over_baseline == Approx(2.5));
+  CHECK(e.combined_score == Approx(6.5));
+  CHECK(e.runtime_stats.at("speedup_lo") == Approx(1.4));
+  CHECK(e.runtime_stats.at("median_us") == Approx(20.0));
+  CHECK(e.profiler_data.at("registers") == 32);
+  CHECK_FALSE(e.profiler_data.count("spill_bytes"));
+
+  SECTION("unmeasured speedup: a correct kernel adds 1/runtime") {
+    r.test.performance.cases[0].speedup = 0;
+    e = archive::evaluate(r);
+    CHECK(e.runtime_improvement == -1);
+    CHECK(e.improve_over_baseline == Approx(2.5));
+    CHECK(e.combined_score == Approx(5 + 1 / 0.02));
+  }
+  SECTION("not timed at all") {
+    r.test.performance = {};
+    e = archive::evaluate(r);
+    CHECK(e.runtime == -1);
+    CHECK(e.runtime_improvement == -1);
+    CHECK(e.improve_over_baseline == -1);
+    CHECK(e.combined_score == 5);
+  }
+  SECTION("an incorrect kernel never gains from its timing") {
+    proto::ScoreResult wrong = test_result(cand(), "mismatch", 9.0, 8.0, 10.0);
+    e = archive::evaluate(wrong);
+    CHECK(e.combined_score == 4);
+    CHECK(e.combined_score < archive::evaluate(test_result(cand(), "ok")).combined_score);
+  }
+}
+
+TEST_CASE("eval_log is condensed and bounded", "[archive][scoring]") {
+  SECTION("compile errors are picked out of a long log") {
+    std::string log;
+    for (int i = 0; i < 500; ++i) log += "x.cpp:" + std::to_string(i) + ": note: candidate is something long\n";
+    log += "x.cpp:501:3: error: 'foo' was not declared in this scope\n";
+    for (int i = 0; i < 500; ++i) log += "x.cpp: note: more noise\n";
+    proto::EvalResult e = archive::evaluate(build_failed(cand(), log));
+    CHECK(e.eval_log.size() <= archive::kMaxEvalLogBytes);
+    CHECK(e.eval_log.find("build failed") == 0);
+    CHECK(e.eval_log.find("'foo' was not declared") != std::string::npos);
+    CHECK(e.eval_log.find("note: more noise") == std::string::npos);
+  }
+  SECTION("an error-free log is cut at the bound") {
+    proto::EvalResult e = archive::evaluate(build_failed(cand(), std::string(10000, 'n')));
+    CHECK(e.eval_log.size() <= archive::kMaxEvalLogBytes);
+    CHECK(e.eval_log.find("[...]") != std::string::npos);
+  }
+  SECTION("wrong values: status and the first mismatches") {
+    proto::EvalResult e = archive::evaluate(test_result(cand(), "mismatch"));
+    CHECK(e.eval_log.find("mismatch") == 0);
+    CHECK(e.eval_log.find("y[1]: got 2 expected 1") != std::string::npos);
+    CHECK(e.eval_log.find("3 mismatches") != std::string::npos);
+  }
+  SECTION("correct: a timing summary with the interval and the params") {
+    proto::EvalResult e = archive::evaluate(correct(cand(), 1.5, 1.4, 1.6));
+    CHECK(e.eval_log.find("speedup 1.500 [1.400, 1.600]") != std::string::npos);
+    CHECK(e.eval_log.find("median 10 us") != std::string::npos);
+    CHECK(e.eval_log.find("params: BLOCK=256 VEC=4") != std::string::npos);
+  }
+  SECTION("truncation never splits a UTF-8 sequence") {
+    std::string s = "ab" + std::string("\xc3\xa9") + std::string(100, 'x');
+    std::string cut = archive::truncate_utf8(s, 9);  // keep = 3: inside the two-byte é
+    CHECK(cut.size() <= 9);
+    CHECK(cut.rfind("ab", 0) == 0);
+    CHECK(cut.find('\xc3') == std::string::npos);
+  }
+}
+
+TEST_CASE("speedup_shortfall states why a measurement misses the promotion bar", "[archive][scoring]") {
+  CHECK(archive::speedup_shortfall(correct(cand(), 1.3, 1.2, 1.4), 1.10).empty());
+  CHECK(archive::speedup_shortfall(correct(cand(), 1.3, 1.05, 1.4), 1.10).find("below 1.10") != std::string::npos);
+  CHECK(archive::speedup_shortfall(correct(cand(), 1.05, 1.0, 1.1), 1.10).find("speedup 1.050") != std::string::npos);
+  CHECK(archive::speedup_shortfall(test_result(cand(), "ok"), 1.10) == "not timed");
+  CHECK(archive::speedup_shortfall(test_result(cand(), "crashed"), 1.10).find("crashed") == 0);
+}

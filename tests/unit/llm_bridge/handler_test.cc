@@ -1,0 +1,122 @@
+#include "kiln/llm_bridge/handler.h"
+
+#include <catch2/catch.hpp>
+
+#include "../archive/campaign_fixtures.h"
+#include "kiln/core/files.h"
+#include "metric_value.h"
+
+using namespace kiln;
+using kiln::testing::decode_or_die;
+using kiln::testing::metric_value;
+
+namespace {
+
+proto::Job propose_job(const std::string& campaign, int64_t index, const std::string& proposer = "tuner",
+                       proto::FileMap files = kiln::testing::task_files()) {
+  proto::ProposalRequest req;
+  req.parent.campaign_id = campaign;
+  req.parent.program_id = campaign + "/p0";
+  req.parent.code = "// parent code\n";
+  req.program_id = campaign + "/p" + std::to_string(index);
+  req.proposal_index = index;
+  req.proposer = proposer;
+  req.files = std::move(files);
+  proto::Job job;
+  job.job_id = req.program_id + ":propose";
+  job.service = "propose";
+  job.payload.data = proto::encode(req);
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_bridge]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  llm_bridge::ProposeHandler handler({"sm_90"}, registry);
+  handler.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
+
+  messaging::JobOutcome out = handler.handle(propose_job("c1", 1));
+  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.next.size() == 1);
+  CHECK(out.next[0].service == "compile");
+  CHECK(out.next[0].job_id == "c1/p1:compile");
+  auto req = decode_or_die<proto::CompileRequest>(out.next[0].payload.data);
+  CHECK(req.cand.program_id == "c1/p1");
+  CHECK(req.cand.campaign_id == "c1");
+  CHECK(req.cand.code == "// parent code\n");
+  CHECK(req.cand.params.size() == 2);
+  CHECK(req.backend == "cpu");
+  CHECK(req.arch == "native");
+  CHECK(req.files.count("task.yaml"));
+
+  SECTION("CUDA tasks compile for the configured arch") {
+    messaging::JobOutcome cuda = handler.handle(propose_job("c2", 1, "tuner", kiln::testing::task_files("cuda")));
+    auto creq = decode_or_die<proto::CompileRequest>(cuda.next.at(0).payload.data);
+    CHECK(creq.backend == "cuda");
+    CHECK(creq.arch == "sm_90");
+  }
+  SECTION("an exhausted space ends the candidate with a propose-stage score") {
+    messaging::JobOutcome gone = handler.handle(propose_job("c1", 9));
+    CHECK(gone.outcome == "ok");
+    REQUIRE(gone.next.size() == 1);
+    CHECK(gone.next[0].service == "score");
+    CHECK(gone.next[0].job_id == "c1/p9:score");
+    auto r = decode_or_die<proto::ScoreResult>(gone.next[0].payload.data);
+    CHECK(r.kind == "result");
+    CHECK(r.stage == "propose");
+    CHECK(r.error.find("parameter space exhausted") == 0);
+    CHECK(r.cand.program_id == "c1/p9");
+    CHECK(r.cand.campaign_id == "c1");
+    CHECK(r.cand.parent_id == "c1/p0");
+    CHECK(r.cand.proposal_index == 9);
+    CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "tuner"}, {"outcome", "error"}}) == 1);
+  }
+  SECTION("an unknown proposer is a failed proposal, not a stuck one") {
+    messaging::JobOutcome llm = handler.handle(propose_job("c1", 2, "llm"));
+    REQUIRE(llm.next.size() == 1);
+    auto r = decode_or_die<proto::ScoreResult>(llm.next[0].payload.data);
+    CHECK(r.error == "proposer 'llm' is not available");
+    CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "unknown"}, {"outcome", "error"}}) == 1);
+  }
+  SECTION("an invalid package is a failed proposal") {
+    proto::FileMap broken = kiln::testing::task_files();
+    broken.erase("kernel.cpp");
+    messaging::JobOutcome bad = handler.handle(propose_job("c1", 2, "tuner", broken));
+    REQUIRE(bad.next.size() == 1);
+    CHECK(bad.next[0].service == "score");
+    CHECK(decode_or_die<proto::ScoreResult>(bad.next[0].payload.data).error.find("kernel.cpp") != std::string::npos);
+  }
+  SECTION("a malformed payload fails the job without follow-ups") {
+    proto::Job junk;
+    junk.job_id = "x:propose";
+    junk.payload.data = "\xc1 not msgpack";
+    messaging::JobOutcome failed = handler.handle(junk);
+    CHECK(failed.outcome == "failed");
+    CHECK(failed.next.empty());
+    CHECK_FALSE(failed.error.empty());
+  }
+  CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "tuner"}, {"outcome", "ok"}}) >= 1);
+}
+
+TEST_CASE("make_propose_handlers wires the tuner with slots and arch from the config", "[llm_bridge]") {
+  config::KilnConfig cfg;
+  cfg.llm_bridge.slots = 3;
+  cfg.compiler.cuda_arch = "sm_80";
+  TempDir dir("kiln-propose-test");
+  service::ServiceContext ctx;
+  ctx.config = &cfg;
+  ctx.state_dir = dir.path();
+  ctx.worker_id = "w1";
+  ctx.metrics = std::make_shared<prometheus::Registry>();
+
+  auto h = llm_bridge::make_propose_handlers(ctx);
+  REQUIRE(h.is_ok());
+  CHECK(h->slots == 3);
+  CHECK(h->service == "propose");
+  REQUIRE(h->job);
+  messaging::JobOutcome out = h->job(propose_job("c1", 1, "tuner", kiln::testing::task_files("cuda")));
+  auto req = decode_or_die<proto::CompileRequest>(out.next.at(0).payload.data);
+  CHECK(req.arch == "sm_80");
+  CHECK(metric_value(*ctx.metrics, "kiln_llm_requests_total", {{"model", "tuner"}, {"outcome", "ok"}}) == 1);
+}

@@ -1,0 +1,96 @@
+#include <httplib.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "kiln/core/files.h"
+#include "kiln/metrics/metrics.h"
+
+namespace {
+
+std::shared_ptr<prometheus::Registry> sample_registry() {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& promotions = prometheus::BuildCounter()
+                         .Name("kiln_promotions_total")
+                         .Help("Promotion decisions by outcome.")
+                         .Register(*registry);
+  promotions.Add({{"outcome", "promoted"}}).Increment(3);
+  auto& durations = prometheus::BuildHistogram()
+                        .Name("kiln_job_duration_seconds")
+                        .Help("Time from lease to result.")
+                        .Register(*registry);
+  durations.Add({{"service", "compile"}}, kiln::metrics::duration_buckets_s()).Observe(0.42);
+  prometheus::BuildGauge().Name("kiln_queue_depth_jobs").Help("Jobs waiting.").Register(*registry)
+      .Add({{"service", "test.cpu"}}).Set(2);
+  return registry;
+}
+
+}  // namespace
+
+TEST_CASE("/metrics serves the registry in text format 0.0.4", "[metrics]") {
+  auto server = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", 0);
+  REQUIRE(server.is_ok());
+  int port = (*server)->port();
+  REQUIRE(port > 0);
+
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == kiln::metrics::kContentType);
+  CHECK(res->body.find("kiln_promotions_total{outcome=\"promoted\"} 3") != std::string::npos);
+  CHECK(res->body.find("kiln_job_duration_seconds_bucket{service=\"compile\",le=\"0.5\"} 1") != std::string::npos);
+  CHECK(res->body.find("kiln_queue_depth_jobs{service=\"test.cpu\"} 2") != std::string::npos);
+  auto missing = client.Get("/nothing");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+
+  // A second server cannot take the same port: start() says so instead of failing later.
+  auto clash = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", port);
+  REQUIRE_FALSE(clash.is_ok());
+  CHECK(clash.status().message().find(std::to_string(port)) != std::string::npos);
+}
+
+TEST_CASE("the server stops in its destructor and frees the port", "[metrics]") {
+  int port = 0;
+  {
+    auto server = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", 0);
+    REQUIRE(server.is_ok());
+    port = (*server)->port();
+  }
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1);
+  CHECK_FALSE(client.Get("/metrics"));
+  auto again = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", port);
+  CHECK(again.is_ok());
+}
+
+TEST_CASE("duration buckets span 1 ms to 10 min in increasing order", "[metrics]") {
+  auto b = kiln::metrics::duration_buckets_s();
+  REQUIRE(b.size() > 5);
+  CHECK(b.front() == Approx(0.001));
+  CHECK(b.back() == Approx(600));
+  for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] > b[i - 1]);
+}
+
+TEST_CASE("promtool accepts the exposition", "[metrics]") {
+  const char* promtool = "/usr/bin/promtool";
+  if (::access(promtool, X_OK) != 0) {
+    WARN("promtool not installed: skipping `promtool check metrics`");
+    return;
+  }
+  auto registry = sample_registry();
+  kiln::TempDir dir;
+  std::string path = dir.path() + "/metrics.txt";
+  REQUIRE(kiln::write_file_atomic(path, kiln::metrics::render(*registry)).is_ok());
+  std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int rc = ::pclose(p);
+  INFO(out);
+  CHECK(rc == 0);
+}

@@ -1,0 +1,167 @@
+#include "kiln/scorer/handler.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "../archive/campaign_fixtures.h"
+#include "../llm_bridge/metric_value.h"
+#include "kiln/core/files.h"
+
+using namespace kiln;
+using kiln::testing::correct;
+using kiln::testing::decode_or_die;
+using kiln::testing::metric_value;
+
+namespace {
+
+proto::Job job(const std::string& id, std::string payload) {
+  proto::Job j;
+  j.job_id = id;
+  j.service = "score";
+  j.payload.data = std::move(payload);
+  return j;
+}
+
+proto::Request request(const std::string& method, const std::string& campaign_id = "", int64_t top = 5) {
+  proto::Request r;
+  r.request_id = "r1";
+  r.service = "score";
+  r.method = method;
+  proto::CampaignQuery q;
+  q.campaign_id = campaign_id;
+  q.top = top;
+  r.body.data = proto::encode(q);
+  return r;
+}
+
+std::string start(const std::string& id, int64_t budget, int64_t mif) {
+  return proto::encode(kiln::testing::campaign_start(id, budget, mif));
+}
+
+bool same(const messaging::JobOutcome& a, const messaging::JobOutcome& b) {
+  proto::ResultMsg ra, rb;
+  ra.outcome = a.outcome, ra.payload.data = a.payload, ra.error = a.error, ra.next = a.next;
+  rb.outcome = b.outcome, rb.payload.data = b.payload, rb.error = b.error, rb.next = b.next;
+  return proto::encode(ra) == proto::encode(rb);
+}
+
+}  // namespace
+
+TEST_CASE("the scorer handler turns engine answers into job outcomes", "[scorer]") {
+  TempDir dir("kiln-scorer-test");
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto opened = scorer::ScorerHandler::open(dir.path() + "/archive.db", {}, registry);
+  REQUIRE(opened.is_ok());
+  scorer::ScorerHandler& h = **opened;
+
+  messaging::JobOutcome started = h.handle_job(job("c1:start", start("c1", 2, 2)));
+  REQUIRE(started.outcome == "ok");
+  REQUIRE(started.next.size() == 3);
+  CHECK(decode_or_die<proto::CampaignInfo>(started.payload).campaign_id == "c1");
+
+  auto p0 = decode_or_die<proto::CompileRequest>(started.next[0].payload.data).cand;
+  messaging::JobOutcome scored = h.handle_job(job("c1/p0:score", proto::encode(correct(p0, 1.3, 1.05, 1.5))));
+  CHECK(scored.outcome == "ok");
+  CHECK(metric_value(*registry, "kiln_campaign_best_speedup", {{"task", "scale_test"}}) == Approx(1.3));
+
+  SECTION("a redelivered job gets the same outcome") {
+    messaging::JobOutcome again = h.handle_job(job("c1:start", start("c1", 2, 2)));
+    CHECK(same(again, started));
+    CHECK(metric_value(*registry, "kiln_scorer_replayed_jobs_total") == 1);
+  }
+  SECTION("a duplicate result is counted") {
+    h.handle_job(job("c1/p0:score-2", proto::encode(correct(p0, 9.0, 9.0, 9.0))));
+    CHECK(metric_value(*registry, "kiln_scorer_duplicate_results_total") == 1);
+    CHECK(metric_value(*registry, "kiln_campaign_best_speedup", {{"task", "scale_test"}}) == Approx(1.3));
+  }
+  SECTION("bad input fails the job") {
+    messaging::JobOutcome bad = h.handle_job(job("x", "garbage"));
+    CHECK(bad.outcome == "failed");
+    CHECK(bad.next.empty());
+  }
+  SECTION("queries") {
+    auto list = h.handle_request(request("campaigns"));
+    REQUIRE(list.is_ok());
+    CHECK(decode_or_die<proto::CampaignList>(*list).campaigns.size() == 1);
+
+    proto::Request no_body = request("campaigns");
+    no_body.body.data.clear();
+    REQUIRE(h.handle_request(no_body).is_ok());
+
+    auto info = h.handle_request(request("campaign", "c1"));
+    REQUIRE(info.is_ok());
+    proto::CampaignInfo ci = decode_or_die<proto::CampaignInfo>(*info);
+    CHECK(ci.scored == 1);
+    CHECK(ci.proposed == 2);
+    CHECK(ci.best_program_id == "c1/p0");
+    CHECK(ci.best_params.at("BLOCK") == "64");
+
+    auto best = h.handle_request(request("best", "c1", 3));
+    REQUIRE(best.is_ok());
+    proto::BestPrograms bp = decode_or_die<proto::BestPrograms>(*best);
+    REQUIRE(bp.programs.size() == 1);
+    CHECK(bp.programs[0].id == "c1/p0");
+    CHECK(bp.programs[0].eval.perf_score == 5);
+
+    CHECK(h.handle_request(request("campaign", "nope")).status().code() == StatusCode::kNotFound);
+    CHECK(h.handle_request(request("campaign")).status().code() == StatusCode::kInvalidArgument);
+    CHECK(h.handle_request(request("best")).status().code() == StatusCode::kInvalidArgument);
+    CHECK(h.handle_request(request("drop_tables")).status().code() == StatusCode::kInvalidArgument);
+    proto::Request junk = request("campaign");
+    junk.body.data = "junk";
+    CHECK_FALSE(h.handle_request(junk).is_ok());
+  }
+}
+
+TEST_CASE("make_scorer_handlers keeps the archive in the state dir across restarts", "[scorer]") {
+  CHECK(scorer::resolve_db_path("archive.db", "/state") == "/state/archive.db");
+  CHECK(scorer::resolve_db_path("archive.db", "/state/") == "/state/archive.db");
+  CHECK(scorer::resolve_db_path("/abs/a.db", "/state") == "/abs/a.db");
+  CHECK(scorer::resolve_db_path(":memory:", "/state") == ":memory:");
+
+  TempDir dir("kiln-scorer-svc-test");
+  config::KilnConfig cfg;
+  cfg.scorer.min_speedup = 1.2;
+  service::ServiceContext ctx;
+  ctx.config = &cfg;
+  ctx.state_dir = dir.path();
+  ctx.worker_id = "w1";
+  ctx.metrics = std::make_shared<prometheus::Registry>();
+
+  messaging::JobOutcome first;
+  {
+    auto h = scorer::make_scorer_handlers(ctx);
+    REQUIRE(h.is_ok());
+    CHECK(h->slots == 1);
+    CHECK(h->service == "score");
+    REQUIRE(h->job);
+    REQUIRE(h->request);
+    first = h->job(job("c1:start", start("c1", 3, 1)));
+    REQUIRE(first.outcome == "ok");
+    auto p0 = decode_or_die<proto::CompileRequest>(first.next[0].payload.data).cand;
+    // 1.15 clears the default 1.10 but not this config's 1.2: no confirmation.
+    messaging::JobOutcome scored = h->job(job("c1/p0:score", proto::encode(correct(p0, 1.15, 1.15, 1.2))));
+    for (const auto& f : scored.next) CHECK(f.job_id.find("confirm") == std::string::npos);
+  }
+  CHECK(std::filesystem::exists(dir.path() + "/archive.db"));
+
+  // A new process: nothing re-seeded, counters intact, old jobs still answered the same way.
+  auto h = scorer::make_scorer_handlers(ctx);
+  REQUIRE(h.is_ok());
+  auto info = h->request(request("campaign", "c1"));
+  REQUIRE(info.is_ok());
+  proto::CampaignInfo ci = decode_or_die<proto::CampaignInfo>(*info);
+  CHECK(ci.proposed == 1);
+  CHECK(ci.scored == 1);
+  CHECK(ci.in_flight == 1);
+  CHECK(ci.state == "running");
+  CHECK(same(h->job(job("c1:start", start("c1", 3, 1))), first));
+  auto list = h->request(request("campaigns"));
+  CHECK(decode_or_die<proto::CampaignList>(*list).campaigns.size() == 1);
+
+  // A db path with a folder of its own gets it created.
+  cfg.scorer.db_path = "archive/nested.db";
+  REQUIRE(scorer::make_scorer_handlers(ctx).is_ok());
+  CHECK(std::filesystem::exists(dir.path() + "/archive/nested.db"));
+}
