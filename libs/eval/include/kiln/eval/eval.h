@@ -1,0 +1,63 @@
+// The evaluation protocol of DESIGN §5 for the CPU backend: correctness of a candidate against the
+// task's reference, then interleaved timing. It runs inside the sandboxed `kiln-eval` child, so a
+// candidate that crashes takes only that process down.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/core/status.h"
+#include "kiln/kernel_abi.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/task/task.h"
+
+namespace kiln::eval {
+
+using KernelEntry = int (*)(const kiln_args*);
+
+// nvbench-style stopping rule: at least `min_samples` and `min_time_s`, then stop when both CVs are under
+// `max_noise`, when the noise stops improving, or at `max_time_s`.
+struct TimingOptions {
+  std::string mode = "cold";  // cold: flush the last-level cache before each sample | warm
+  int64_t min_samples = 10;
+  double min_time_s = 0.5;
+  double max_time_s = 15;
+  double max_noise = 0.005;
+  int64_t warmup_iters = 3;
+};
+
+struct EvalOptions {
+  TimingOptions timing;
+  bool measure = true;        // false: correctness only
+  uint64_t bootstrap_seed = 20240601;  // the speedup interval is reproducible for the same samples
+};
+
+// A shared object loaded with RTLD_LOCAL | RTLD_NOW, closed on destruction.
+class KernelLibrary {
+ public:
+  static Result<KernelLibrary> open(const std::string& path);
+  ~KernelLibrary();
+  KernelLibrary(KernelLibrary&& other) noexcept;
+  KernelLibrary& operator=(KernelLibrary&& other) noexcept;
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  KernelEntry entry() const { return entry_; }
+
+ private:
+  KernelLibrary(void* handle, KernelEntry entry) : handle_(handle), entry_(entry) {}
+  void* handle_ = nullptr;
+  KernelEntry entry_ = nullptr;
+};
+
+// Runs correctness (and, when it passes and options.measure is set, timing) and returns the report:
+// status, message, correctness and performance filled; worker, log and duration are the caller's.
+// An error means the task cannot be evaluated here (an unknown baseline, an unsupported dtype, a shape
+// dim missing from a case), not that the candidate is wrong.
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                                   const EvalOptions& options);
+
+// The baselines this build knows (task.yaml `baselines`).
+bool is_known_baseline(const std::string& name);
+
+}  // namespace kiln::eval

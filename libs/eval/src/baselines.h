@@ -1,0 +1,23 @@
+// Vendor baselines timed beside the reference (task.yaml `baselines`), internal.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/status.h"
+#include "tensor.h"
+
+namespace kiln::eval::detail {
+
+struct Baseline {
+  const char* name;
+  // Whether the task's tensors fit what the library call expects, with the reason if not.
+  Status (*check)(const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& outputs);
+  void (*run)(std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs);
+};
+
+// nullptr for a name this build does not know.
+const Baseline* find_baseline(const std::string& name);
+std::string known_baselines();  // "openblas_sgemm"
+
+}  // namespace kiln::eval::detail

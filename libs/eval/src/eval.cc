@@ -1,0 +1,527 @@
+#include "kiln/eval/eval.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "baselines.h"
+#include "kiln/eval/host.h"
+#include "kiln/eval/stats.h"
+#include "tensor.h"
+
+namespace kiln::eval {
+namespace {
+
+using detail::HostTensor;
+
+constexpr size_t kMaxListedMismatches = 5;
+// Inputs of the timing runs and of the check after timing come from seeds no correctness seed uses.
+constexpr uint64_t kTimingSeed = 0x7155'0001;
+constexpr uint64_t kRecheckSeed = 0x7155'0002;
+// The noise "stops improving" when this many checkpoints in a row fail to lower it by kMinImprovement.
+constexpr int kStallCheckpoints = 5;
+constexpr double kMinImprovement = 0.02;
+// A guard on memory for very fast kernels; reaching it counts as a stall.
+constexpr size_t kMaxSamples = 1u << 20;
+
+struct Scalars {
+  std::vector<const char*> names;
+  std::vector<double> values;
+  explicit Scalars(const task::TaskSpec& spec) {
+    for (const auto& [name, value] : spec.scalars) {
+      names.push_back(name.c_str());
+      values.push_back(value);
+    }
+  }
+};
+
+// The tensors of one case: what a kernel reads and writes.
+struct TensorSet {
+  std::vector<HostTensor> inputs;
+  std::vector<HostTensor> outputs;
+};
+
+Result<std::vector<int64_t>> resolved_shape(const task::TensorSpec& t, const task::Dims& dims) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
+  if (shape.size() > KILN_MAX_DIMS) {
+    return invalid_argument("tensor '" + t.name + "' has more than " + std::to_string(KILN_MAX_DIMS) + " dims");
+  }
+  return shape;
+}
+
+Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims) {
+  TensorSet set;
+  for (const auto& t : spec.inputs) {
+    KILN_ASSIGN_OR_RETURN(auto shape, resolved_shape(t, dims));
+    set.inputs.emplace_back(t.dtype, std::move(shape));
+  }
+  for (const auto& t : spec.outputs) {
+    KILN_ASSIGN_OR_RETURN(auto shape, resolved_shape(t, dims));
+    set.outputs.emplace_back(t.dtype, std::move(shape));
+  }
+  return set;
+}
+
+void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed) {
+  for (size_t i = 0; i < set.inputs.size(); ++i) {
+    const auto& t = spec.inputs[i];
+    set.inputs[i].fill(t.init, t.init_a, t.init_b, detail::mix_seed(seed, i));
+  }
+}
+
+void poison_outputs(TensorSet& set, int variant) {
+  for (auto& o : set.outputs) o.poison(variant);
+}
+
+// The kiln_args of one TensorSet. Descriptors are restored before every call, so a kernel that scribbles
+// on them cannot affect the next one; whether it did is checked separately.
+class Invoker {
+ public:
+  Invoker(TensorSet& set, const Scalars& scalars) {
+    for (auto& t : set.inputs) inputs_.push_back(t.descriptor());
+    for (auto& t : set.outputs) outputs_.push_back(t.descriptor());
+    live_inputs_ = inputs_;
+    live_outputs_ = outputs_;
+    args_.inputs = live_inputs_.data();
+    args_.n_inputs = static_cast<int32_t>(live_inputs_.size());
+    args_.outputs = live_outputs_.data();
+    args_.n_outputs = static_cast<int32_t>(live_outputs_.size());
+    args_.scalar_names = scalars.names.data();
+    args_.scalar_values = scalars.values.data();
+    args_.n_scalars = static_cast<int32_t>(scalars.names.size());
+    args_.stream = nullptr;
+  }
+  Invoker(const Invoker&) = delete;
+  Invoker& operator=(const Invoker&) = delete;
+
+  void prepare() {
+    std::copy(inputs_.begin(), inputs_.end(), live_inputs_.begin());
+    std::copy(outputs_.begin(), outputs_.end(), live_outputs_.begin());
+  }
+  int call(KernelEntry fn) { return fn(&args_); }
+  int prepare_and_call(KernelEntry fn) {
+    prepare();
+    return call(fn);
+  }
+  bool descriptors_intact() const {
+    auto same = [](const std::vector<kiln_tensor>& a, const std::vector<kiln_tensor>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(kiln_tensor)) == 0;
+    };
+    return same(inputs_, live_inputs_) && same(outputs_, live_outputs_);
+  }
+
+ private:
+  std::vector<kiln_tensor> inputs_, outputs_, live_inputs_, live_outputs_;
+  kiln_args args_{};
+};
+
+// Everything correctness has found so far, across cases and seeds.
+struct Findings {
+  detail::Comparison cmp;
+  std::string failed_call;     // a kiln_entry of the candidate returned non-zero
+  std::string changed_descriptor;
+  std::string modified_input;
+  std::vector<std::string> tested_shapes;
+
+  void tested(const std::string& shape) {
+    if (std::find(tested_shapes.begin(), tested_shapes.end(), shape) == tested_shapes.end()) {
+      tested_shapes.push_back(shape);
+    }
+  }
+};
+
+std::string call_failure(int rc, const std::string& context) {
+  return "kiln_entry returned " + std::to_string(rc) + " (" + context + ")";
+}
+
+// Checks one candidate call's side effects: descriptors and inputs untouched.
+void check_side_effects(const task::TaskSpec& spec, const Invoker& invoker, const TensorSet& used,
+                        const TensorSet& pristine, const std::string& context, Findings& f) {
+  if (!invoker.descriptors_intact() && f.changed_descriptor.empty()) {
+    f.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
+  }
+  for (size_t i = 0; i < used.inputs.size(); ++i) {
+    if (!used.inputs[i].same_bytes(pristine.inputs[i]) && f.modified_input.empty()) {
+      f.modified_input = "input '" + spec.inputs[i].name + "' was modified (" + context + ")";
+    }
+  }
+}
+
+void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& expected,
+                     const std::string& context, Findings& f) {
+  for (size_t i = 0; i < got.outputs.size(); ++i) {
+    detail::compare(got.outputs[i], expected.outputs[i], spec.rtol, spec.atol, spec.outputs[i].name, context,
+                    kMaxListedMismatches, f.cmp);
+  }
+}
+
+// DESIGN §5 correctness for one case and seed. An error only for a failing reference.
+Status check_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                  const Scalars& scalars, const TensorSet& pristine, const std::string& context, Findings& f) {
+  TensorSet cand = pristine;
+  TensorSet ref = pristine;
+  poison_outputs(cand, 0);
+  poison_outputs(ref, 0);
+  Invoker cand_call(cand, scalars), ref_call(ref, scalars);
+
+  int rc = cand_call.prepare_and_call(candidate);
+  if (rc != 0) {
+    f.failed_call = call_failure(rc, context);
+    return Status::ok();
+  }
+  check_side_effects(spec, cand_call, cand, pristine, context, f);
+
+  rc = ref_call.prepare_and_call(reference);
+  if (rc != 0) return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + context + ")");
+
+  // The second call gets fresh copies of the inputs and poisoned outputs: a kernel that leans on what the
+  // first call left behind fails here.
+  TensorSet first_outputs{{}, cand.outputs};
+  for (size_t i = 0; i < cand.inputs.size(); ++i) cand.inputs[i].copy_from(pristine.inputs[i]);
+  poison_outputs(cand, 1);
+  rc = cand_call.prepare_and_call(candidate);
+  if (rc != 0) {
+    f.failed_call = call_failure(rc, context + ", second call");
+    return Status::ok();
+  }
+  check_side_effects(spec, cand_call, cand, pristine, context + ", second call", f);
+
+  compare_outputs(spec, first_outputs, ref, context, f);
+  compare_outputs(spec, cand, ref, context + ", second call", f);
+  return Status::ok();
+}
+
+// Evicts the last-level cache by writing and reading a buffer larger than it.
+class CacheFlusher {
+ public:
+  CacheFlusher() : lines_(last_level_cache_bytes() * 3 / 2 / sizeof(uint64_t)) {}
+  void flush() {
+    ++round_;
+    for (size_t i = 0; i < lines_.size(); ++i) lines_[i] = round_ + i;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < lines_.size(); i += 8) sum += lines_[i];
+    sink_ = sum;
+  }
+
+ private:
+  std::vector<uint64_t> lines_;
+  uint64_t round_ = 0;
+  volatile uint64_t sink_ = 0;
+};
+
+// One contestant of the timing loop: its own tensors, call and samples.
+struct Contestant {
+  std::string name;
+  KernelEntry entry = nullptr;            // a kernel ...
+  const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
+  TensorSet tensors;
+  std::unique_ptr<Invoker> invoker;
+  std::vector<double> samples_us;
+  RunningStats running;
+
+  // One call; the return code of a kernel, 0 for a baseline.
+  int run() {
+    if (baseline) {
+      baseline->run(tensors.inputs, tensors.outputs);
+      return 0;
+    }
+    return invoker->call(entry);
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_s(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+struct TimingOutcome {
+  proto::CaseTiming timing;
+  std::string failed_call;  // the candidate returned non-zero while being timed
+};
+
+Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                                const Scalars& scalars, const task::Dims& dims, const TimingOptions& opt,
+                                const EvalOptions& eval_options, CacheFlusher* flusher, TensorSet& cand_tensors) {
+  const std::string shape = task::dims_string(dims);
+  std::vector<Contestant> all;
+  // Index 0 is the candidate, 1 the reference, the rest baselines; each gets its own copy of the inputs.
+  all.push_back({"candidate", candidate, nullptr, cand_tensors, nullptr, {}, {}});
+  all.push_back({"reference", reference, nullptr, cand_tensors, nullptr, {}, {}});
+  for (const auto& name : spec.baselines) {
+    const detail::Baseline* b = detail::find_baseline(name);
+    if (!b) return invalid_argument("unknown baseline '" + name + "'");
+    Contestant c{name, nullptr, b, cand_tensors, nullptr, {}, {}};
+    KILN_RETURN_IF_ERROR(b->check(c.tensors.inputs, c.tensors.outputs).with_context("case " + shape));
+    all.push_back(std::move(c));
+  }
+  for (auto& c : all) {
+    poison_outputs(c.tensors, 0);
+    c.invoker = std::make_unique<Invoker>(c.tensors, scalars);
+  }
+
+  TimingOutcome out;
+  auto run_one = [&](Contestant& c) -> int {
+    c.invoker->prepare();
+    return c.run();
+  };
+  for (int64_t w = 0; w < opt.warmup_iters; ++w) {
+    for (auto& c : all) {
+      int rc = run_one(c);
+      if (rc == 0) continue;
+      if (&c == &all[0]) {
+        out.failed_call = call_failure(rc, shape + ", warm-up");
+        return out;
+      }
+      return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + shape + ")");
+    }
+  }
+
+  const double checkpoint_s = std::clamp(opt.min_time_s / 4, 0.005, 0.25);
+  const auto start = Clock::now();
+  double next_checkpoint = checkpoint_s;
+  double best_noise = 1e300;
+  int stalled = 0;
+  std::string stop_reason;
+  for (size_t n = 0; stop_reason.empty(); ++n) {
+    // Alternate the order inside each pair so neither side always runs right after the other.
+    for (size_t k = 0; k < all.size(); ++k) {
+      Contestant& c = all[n % 2 == 0 ? all.size() - 1 - k : k];
+      c.invoker->prepare();
+      if (flusher) flusher->flush();
+      const auto t0 = Clock::now();
+      int rc = c.run();
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (rc != 0) {
+        if (&c == &all[0]) {
+          out.failed_call = call_failure(rc, shape + ", timing");
+          return out;
+        }
+        return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + shape + ")");
+      }
+      c.samples_us.push_back(us);
+      c.running.add(us);
+    }
+    const double elapsed = elapsed_s(start);
+    const int64_t samples = static_cast<int64_t>(n + 1);
+    if (elapsed >= opt.max_time_s) {
+      stop_reason = "max_time";
+      break;
+    }
+    if (n + 1 >= kMaxSamples) {
+      stop_reason = "stalled";
+      break;
+    }
+    if (elapsed < next_checkpoint) continue;
+    next_checkpoint = elapsed + checkpoint_s;
+    const double noise = std::max(all[0].running.cv(), all[1].running.cv());
+    if (noise < best_noise * (1 - kMinImprovement)) {
+      best_noise = noise;
+      stalled = 0;
+    } else {
+      ++stalled;
+    }
+    if (samples < opt.min_samples || elapsed < opt.min_time_s) continue;
+    if (noise < opt.max_noise) stop_reason = "noise";
+    else if (stalled >= kStallCheckpoints) stop_reason = "stalled";
+  }
+
+  proto::CaseTiming& t = out.timing;
+  t.dims = std::map<std::string, int64_t>(dims.begin(), dims.end());
+  t.candidate = compute_stats(all[0].samples_us);
+  t.reference = compute_stats(all[1].samples_us);
+  t.speedup = t.candidate.median_us > 0 ? t.reference.median_us / t.candidate.median_us : 0;
+  SpeedupInterval interval = bootstrap_speedup(all[1].samples_us, all[0].samples_us, eval_options.bootstrap_seed);
+  t.speedup_lo = interval.lo;
+  t.speedup_hi = interval.hi;
+  for (size_t i = 2; i < all.size(); ++i) {
+    proto::BaselineTiming b;
+    b.name = all[i].name;
+    b.stats = compute_stats(all[i].samples_us);
+    b.speedup = t.candidate.median_us > 0 ? b.stats.median_us / t.candidate.median_us : 0;
+    t.baselines.push_back(std::move(b));
+  }
+  t.warmup_iters = opt.warmup_iters;
+  t.stop_reason = stop_reason;
+  cand_tensors = std::move(all[0].tensors);
+  return out;
+}
+
+// After timing, the same buffers get new values: a kernel that caches results by pointer fails here.
+Status recheck_after_timing(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                            const Scalars& scalars, const std::string& shape, TensorSet& cand, Findings& f) {
+  fill_inputs(spec, cand, kRecheckSeed);
+  TensorSet pristine = cand;
+  TensorSet ref = cand;
+  poison_outputs(ref, 0);
+  poison_outputs(cand, 1);
+  Invoker ref_call(ref, scalars), cand_call(cand, scalars);
+  const std::string context = shape + ", after timing";
+  int rc = ref_call.prepare_and_call(reference);
+  if (rc != 0) return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + context + ")");
+  rc = cand_call.prepare_and_call(candidate);
+  if (rc != 0) {
+    f.failed_call = call_failure(rc, context);
+    return Status::ok();
+  }
+  check_side_effects(spec, cand_call, cand, pristine, context, f);
+  compare_outputs(spec, cand, ref, context, f);
+  return Status::ok();
+}
+
+std::string format_ratio(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3gx", x);
+  return buf;
+}
+
+// The status and one-line message DESIGN §6 scores from, worst finding first.
+void conclude(const Findings& f, proto::TestReport& report) {
+  auto first = [&](const std::string& lead) {
+    return f.cmp.first_mismatches.empty() ? lead : lead + "; first: " + f.cmp.first_mismatches.front();
+  };
+  if (!f.failed_call.empty()) {
+    report.status = proto::test_status::kCrashed;
+    report.message = "failed: " + f.failed_call;
+  } else if (!f.changed_descriptor.empty()) {
+    report.status = proto::test_status::kWrongShape;
+    report.message = f.changed_descriptor;
+  } else if (f.cmp.nonfinite > 0) {
+    report.status = proto::test_status::kNonFinite;
+    report.message = first(std::to_string(f.cmp.nonfinite) + " non-finite outputs where the reference is finite");
+  } else if (!f.modified_input.empty()) {
+    report.status = proto::test_status::kInputModified;
+    report.message = f.modified_input;
+  } else if (f.cmp.mismatches > 0) {
+    report.status = proto::test_status::kMismatch;
+    report.message = first(std::to_string(f.cmp.mismatches) + " outputs differ from the reference");
+  } else {
+    report.status = proto::test_status::kOk;
+    report.message = "correct on " + std::to_string(f.tested_shapes.size()) + " shapes";
+  }
+  proto::Correctness& c = report.correctness;
+  c.passed = report.status == proto::test_status::kOk;
+  c.max_abs_error = f.cmp.max_abs_error;
+  c.max_rel_error = f.cmp.max_rel_error;
+  c.mismatches = f.cmp.mismatches;
+  c.tested_shapes = f.tested_shapes;
+  c.first_mismatches = f.cmp.first_mismatches;
+}
+
+Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelEntry candidate,
+                                             KernelEntry reference, const EvalOptions& options) {
+  if (!candidate || !reference) return invalid_argument("evaluate: missing kernel entry point");
+  if (spec.backend != "cpu") return invalid_argument("this evaluator runs the cpu backend, the task is " + spec.backend);
+  for (const auto& b : spec.baselines) {
+    if (!detail::find_baseline(b)) {
+      return invalid_argument("unknown baseline '" + b + "' (known: " + detail::known_baselines() + ")");
+    }
+  }
+  if (options.timing.mode != "cold" && options.timing.mode != "warm") {
+    return invalid_argument("timing mode must be cold or warm, got '" + options.timing.mode + "'");
+  }
+  const Scalars scalars(spec);
+  proto::TestReport report;
+  report.correctness.rtol = spec.rtol;
+  report.correctness.atol = spec.atol;
+  report.performance.method = "host_clock";
+  report.performance.mode = options.timing.mode;
+
+  Findings f;
+  for (const auto& dims : spec.correctness_cases) {
+    const std::string shape = task::dims_string(dims);
+    KILN_ASSIGN_OR_RETURN(TensorSet pristine, allocate(spec, dims));
+    f.tested(shape);
+    for (int64_t seed = 0; seed < spec.seeds; ++seed) {
+      fill_inputs(spec, pristine, static_cast<uint64_t>(seed));
+      KILN_RETURN_IF_ERROR(check_case(spec, candidate, reference, scalars, pristine,
+                                      shape + " seed " + std::to_string(seed), f));
+      if (!f.failed_call.empty()) break;
+    }
+    if (!f.failed_call.empty()) break;
+  }
+  conclude(f, report);
+  if (!report.correctness.passed || !options.measure) return report;
+
+  std::optional<CacheFlusher> flusher;
+  if (options.timing.mode == "cold") flusher.emplace();
+  std::string speedups;
+  for (const auto& dims : spec.benchmark_cases) {
+    const std::string shape = task::dims_string(dims);
+    KILN_ASSIGN_OR_RETURN(TensorSet cand, allocate(spec, dims));
+    fill_inputs(spec, cand, kTimingSeed);
+    KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, candidate, reference, scalars, dims, options.timing,
+                                                         options, flusher ? &*flusher : nullptr, cand));
+    if (!timed.failed_call.empty()) {
+      f.failed_call = timed.failed_call;
+      break;
+    }
+    KILN_RETURN_IF_ERROR(recheck_after_timing(spec, candidate, reference, scalars, shape, cand, f));
+    f.tested(shape);
+    speedups += "; speedup " + format_ratio(timed.timing.speedup) + " [" + format_ratio(timed.timing.speedup_lo) +
+                ", " + format_ratio(timed.timing.speedup_hi) + "] on " + shape;
+    report.performance.cases.push_back(std::move(timed.timing));
+  }
+  report.performance.measured = report.performance.cases.size() == spec.benchmark_cases.size();
+  conclude(f, report);
+  if (report.correctness.passed) report.message += speedups;
+  return report;
+}
+
+}  // namespace
+
+Result<KernelLibrary> KernelLibrary::open(const std::string& path) {
+  // dlopen searches the library path for a bare name; a kernel is always a file we were given.
+  const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  dlerror();
+  // RTLD_NODELETE: a kernel may leave OpenMP worker threads behind that must not outlive its code.
+  void* handle = dlopen(file.c_str(), RTLD_LOCAL | RTLD_NOW | RTLD_NODELETE);
+  if (!handle) {
+    const char* err = dlerror();
+    return invalid_argument("dlopen " + path + ": " + (err ? err : "unknown error"));
+  }
+  void* sym = dlsym(handle, "kiln_entry");
+  if (!sym) {
+    dlclose(handle);
+    return invalid_argument(path + ": no kiln_entry symbol (is it declared extern \"C\"?)");
+  }
+  return KernelLibrary(handle, reinterpret_cast<KernelEntry>(sym));
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+KernelLibrary::KernelLibrary(KernelLibrary&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)), entry_(std::exchange(other.entry_, nullptr)) {}
+
+KernelLibrary& KernelLibrary::operator=(KernelLibrary&& other) noexcept {
+  if (this != &other) {
+    if (handle_) dlclose(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+    entry_ = std::exchange(other.entry_, nullptr);
+  }
+  return *this;
+}
+
+bool is_known_baseline(const std::string& name) { return detail::find_baseline(name) != nullptr; }
+
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                                   const EvalOptions& options) {
+  try {
+    return evaluate_unguarded(spec, candidate, reference, options);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("evaluate: out of memory allocating the task's tensors");
+  } catch (const std::exception& e) {
+    return internal_error(std::string("evaluate: ") + e.what());
+  }
+}
+
+}  // namespace kiln::eval

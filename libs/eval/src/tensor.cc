@@ -1,0 +1,259 @@
+#include "tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace kiln::eval::detail {
+namespace {
+
+constexpr size_t kAlignment = 64;  // a cache line; also enough for any SIMD load a kernel may use
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+template <class T>
+T load(const std::byte* base, size_t i) {
+  T v;
+  std::memcpy(&v, base + i * sizeof(T), sizeof(T));
+  return v;
+}
+template <class T>
+void store(std::byte* base, size_t i, T v) {
+  std::memcpy(base + i * sizeof(T), &v, sizeof(T));
+}
+
+template <class T>
+T saturate(double v) {
+  if (std::isnan(v)) return 0;
+  double r = std::nearbyint(v);
+  r = std::clamp(r, static_cast<double>(std::numeric_limits<T>::lowest()),
+                 static_cast<double>(std::numeric_limits<T>::max()));
+  return static_cast<T>(r);
+}
+
+std::string format_value(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t SplitMix64::next() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double SplitMix64::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+double SplitMix64::normal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  double u1 = uniform01(), u2 = uniform01();
+  if (u1 < 1e-300) u1 = 1e-300;
+  double r = std::sqrt(-2.0 * std::log(u1));
+  double theta = 2.0 * M_PI * u2;
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
+}
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  SplitMix64 g(a * 0x100000001B3ull ^ (b + 0x9E3779B97F4A7C15ull));
+  return g.next();
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));
+  return bits_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x = float_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t half_mant = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_mant & 1u))) ++half_mant;
+    return static_cast<uint16_t>(sign | half_mant);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // a carry rounds up into the exponent
+  return static_cast<uint16_t>(half);
+}
+
+float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+HostTensor::HostTensor(task::DType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
+  elements_ = 1;
+  for (int64_t d : shape_) elements_ *= static_cast<size_t>(std::max<int64_t>(d, 0));
+  bytes_ = elements_ * task::dtype_bytes(dtype_);
+  size_t alloc = std::max(kAlignment, (bytes_ + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(kAlignment, alloc);
+  if (!p) throw std::bad_alloc();
+  buf_.reset(static_cast<std::byte*>(p));
+}
+
+HostTensor::HostTensor(const HostTensor& other) : HostTensor(other.dtype_, other.shape_) {
+  std::memcpy(buf_.get(), other.buf_.get(), bytes_);
+}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  if (this != &other) *this = HostTensor(other);
+  return *this;
+}
+
+bool HostTensor::is_floating() const {
+  switch (dtype_) {
+    case task::DType::kF32:
+    case task::DType::kF64:
+    case task::DType::kF16:
+    case task::DType::kBF16: return true;
+    default: return false;
+  }
+}
+
+double HostTensor::get(size_t i) const {
+  const std::byte* b = buf_.get();
+  switch (dtype_) {
+    case task::DType::kF32: return load<float>(b, i);
+    case task::DType::kF64: return load<double>(b, i);
+    case task::DType::kF16: return half_to_float(load<uint16_t>(b, i));
+    case task::DType::kBF16: return bf16_to_float(load<uint16_t>(b, i));
+    case task::DType::kI32: return load<int32_t>(b, i);
+    case task::DType::kI64: return static_cast<double>(load<int64_t>(b, i));
+    case task::DType::kI8: return load<int8_t>(b, i);
+    case task::DType::kU8: return load<uint8_t>(b, i);
+  }
+  return 0;
+}
+
+void HostTensor::set(size_t i, double v) {
+  std::byte* b = buf_.get();
+  switch (dtype_) {
+    case task::DType::kF32: store<float>(b, i, static_cast<float>(v)); break;
+    case task::DType::kF64: store<double>(b, i, v); break;
+    case task::DType::kF16: store<uint16_t>(b, i, float_to_half(static_cast<float>(v))); break;
+    case task::DType::kBF16: store<uint16_t>(b, i, float_to_bf16(static_cast<float>(v))); break;
+    case task::DType::kI32: store<int32_t>(b, i, saturate<int32_t>(v)); break;
+    case task::DType::kI64: store<int64_t>(b, i, saturate<int64_t>(v)); break;
+    case task::DType::kI8: store<int8_t>(b, i, saturate<int8_t>(v)); break;
+    case task::DType::kU8: store<uint8_t>(b, i, saturate<uint8_t>(v)); break;
+  }
+}
+
+void HostTensor::fill(task::InitKind init, double a, double b, uint64_t seed) {
+  SplitMix64 rng(seed);
+  for (size_t i = 0; i < elements_; ++i) {
+    double v = 0;
+    switch (init) {
+      case task::InitKind::kNormal: v = rng.normal(); break;
+      case task::InitKind::kUniform: v = a + (b - a) * rng.uniform01(); break;
+      case task::InitKind::kInt: v = std::floor(a + (b - a + 1) * rng.uniform01()); break;
+      case task::InitKind::kZeros: v = 0; break;
+      case task::InitKind::kOnes: v = 1; break;
+    }
+    set(i, v);
+  }
+}
+
+void HostTensor::poison(int variant) {
+  if (!is_floating()) {
+    std::memset(buf_.get(), variant % 2 == 0 ? 0xA5 : 0x5A, bytes_);
+    return;
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t i = 0; i < elements_; ++i) set(i, nan);
+}
+
+bool HostTensor::same_bytes(const HostTensor& other) const {
+  return bytes_ == other.bytes_ && std::memcmp(buf_.get(), other.buf_.get(), bytes_) == 0;
+}
+
+void HostTensor::copy_from(const HostTensor& other) {
+  if (other.bytes_ != bytes_) throw std::logic_error("HostTensor::copy_from: size differs");
+  std::memcpy(buf_.get(), other.buf_.get(), bytes_);
+}
+
+kiln_tensor HostTensor::descriptor() {
+  kiln_tensor t{};
+  t.data = buf_.get();
+  t.dtype = static_cast<int32_t>(dtype_);
+  t.ndim = static_cast<int32_t>(shape_.size());
+  for (size_t d = 0; d < shape_.size() && d < KILN_MAX_DIMS; ++d) t.shape[d] = shape_[d];
+  return t;
+}
+
+void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol,
+             const std::string& name, const std::string& context, size_t max_listed, Comparison& acc) {
+  const size_t n = std::min(got.elements(), expected.elements());
+  for (size_t i = 0; i < n; ++i) {
+    const double a = got.get(i);
+    const double r = expected.get(i);
+    bool ok;
+    if (std::isfinite(r)) {
+      if (!std::isfinite(a)) {
+        ok = false;
+        ++acc.nonfinite;
+      } else {
+        const double abs_err = std::fabs(a - r);
+        acc.max_abs_error = std::max(acc.max_abs_error, abs_err);
+        if (r != 0) acc.max_rel_error = std::max(acc.max_rel_error, abs_err / std::fabs(r));
+        ok = abs_err <= atol + rtol * std::fabs(r);
+      }
+    } else if (std::isnan(r)) {
+      ok = std::isnan(a);
+    } else {
+      ok = a == r;
+    }
+    if (ok) continue;
+    ++acc.mismatches;
+    if (acc.first_mismatches.size() < max_listed) {
+      acc.first_mismatches.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) +
+                                     " expected " + format_value(r) + " (" + context + ")");
+    }
+  }
+}
+
+}  // namespace kiln::eval::detail

@@ -1,0 +1,92 @@
+// Host tensors of the kernel ABI: allocation, seeded fill, poisoning and comparison (internal).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel_abi.h"
+#include "kiln/task/task.h"
+
+namespace kiln::eval::detail {
+
+// SplitMix64: small, fast and fully determined by its seed on every platform.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  double uniform01();  // [0, 1)
+  double normal();     // Box-Muller
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+uint64_t mix_seed(uint64_t a, uint64_t b);
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+class HostTensor {
+ public:
+  HostTensor(task::DType dtype, std::vector<int64_t> shape);
+  HostTensor(const HostTensor& other);
+  HostTensor& operator=(const HostTensor& other);
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
+
+  task::DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  size_t elements() const { return elements_; }
+  size_t bytes() const { return bytes_; }
+  void* data() { return buf_.get(); }
+  const void* data() const { return buf_.get(); }
+  bool is_floating() const;
+
+  double get(size_t i) const;
+  void set(size_t i, double v);
+
+  // Values from `init` drawn from a PRNG seeded by `seed`.
+  void fill(task::InitKind init, double a, double b, uint64_t seed);
+  // Floating tensors become all NaN; integer ones a byte pattern that depends on `variant`, so two
+  // poisonings in a row are told apart.
+  void poison(int variant);
+  bool same_bytes(const HostTensor& other) const;
+  void copy_from(const HostTensor& other);
+  // The ABI descriptor of this tensor.
+  kiln_tensor descriptor();
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  task::DType dtype_;
+  std::vector<int64_t> shape_;
+  size_t elements_ = 0;
+  size_t bytes_ = 0;
+  std::unique_ptr<std::byte, Free> buf_;
+};
+
+// Element-wise comparison of one output against the reference: |a-r| <= atol + rtol*|r| where r is
+// finite (a must be finite too), a must be NaN where r is NaN and equal where r is infinite.
+struct Comparison {
+  int64_t mismatches = 0;
+  int64_t nonfinite = 0;  // a is NaN/Inf where r is finite
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  std::vector<std::string> first_mismatches;
+};
+
+// Adds the differences of `got` against `expected` to `acc`; mismatch lines read
+// "<name>[<flat index>]: got <a> expected <r> (<context>)".
+void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol,
+             const std::string& name, const std::string& context, size_t max_listed, Comparison& acc);
+
+}  // namespace kiln::eval::detail

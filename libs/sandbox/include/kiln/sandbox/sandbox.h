@@ -1,0 +1,55 @@
+// Running an untrusted child process (DESIGN §5 "Isolation"): its own process group that is killed as a
+// whole on timeout and after the leader exits, no network, an empty scratch directory, exactly the
+// environment it is given, resource limits, and its output captured through pipes with a cap.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/status.h"
+
+namespace kiln::sandbox {
+
+struct SandboxOptions {
+  std::vector<std::string> argv;  // argv[0] without a '/' is looked up in the PATH of `env`
+  std::string working_dir;        // the child's cwd (an empty scratch dir); empty = inherit
+  std::vector<std::string> env;   // "KEY=VALUE", passed exactly; nothing is inherited
+  double timeout_s = 60;          // wall clock; the whole process group is SIGKILLed when it passes
+  // Resource limits; 0 = leave as inherited. Core dumps are always off.
+  int64_t cpu_time_s = 0;
+  int64_t address_space_bytes = 0;
+  int64_t file_size_bytes = 0;
+  int64_t max_processes = 0;  // RLIMIT_NPROC: per user, and not enforced for root
+  size_t max_output_bytes = 1u << 20;  // per stream; the middle of a longer stream is dropped
+  bool isolate_network = true;
+  // Skip the network namespace and go straight to the seccomp filter (to test the fallback).
+  bool force_seccomp_network = false;
+  std::vector<int> cpu_affinity;  // cores the child may run on; empty = inherit
+};
+
+struct SandboxResult {
+  int exit_code = -1;    // -1 when killed by a signal
+  int term_signal = 0;   // the signal that ended the leader, 0 if it exited
+  bool timed_out = false;
+  std::string stdout_text;  // capped: "[... N bytes dropped]" marks what was cut
+  std::string stderr_text;
+  double wall_s = 0;
+  std::string network_isolation;  // netns | seccomp | none
+
+  bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }
+  // "exit code 3", "killed by SIGSEGV", "timed out after 30 s"
+  std::string describe(double timeout_s) const;
+};
+
+// Runs the child to completion. An error means the child could not be started (bad argv, exec failed,
+// no way to isolate the network); whatever the child itself does is a SandboxResult.
+Result<SandboxResult> run_sandboxed(const SandboxOptions& options);
+
+// "SIGSEGV" for SIGSEGV, "signal 77" for one without a name.
+std::string signal_description(int sig);
+
+// "30 s", "0.5 s": a duration as people read it in messages.
+std::string format_seconds(double s);
+
+}  // namespace kiln::sandbox

@@ -1,0 +1,424 @@
+#include "kiln/compiler/handler.h"
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/files.h"
+#include "kiln/core/hash.h"
+#include "kiln/sandbox/sandbox.h"
+#include "kiln/task/task.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::compiler {
+namespace {
+
+// Part of every cache key: bump it when the way builds are made changes.
+constexpr std::string_view kCacheVersion = "kiln-compile-cache-v1";
+// What the sandbox keeps of a compiler's output before trimming; enough for any useful log.
+constexpr size_t kMaxCompilerOutputBytes = 1u << 20;
+// A compiler run may not write files larger than this (a runaway template cannot fill the disk).
+constexpr int64_t kMaxOutputFileBytes = 1ll << 30;
+// How long asking a compiler for its version may take.
+constexpr double kVersionTimeoutS = 30;
+constexpr std::string_view kOutputName = "out.so";
+constexpr std::string_view kAbiHeaderPath = "kiln/kernel_abi.h";
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// Values of template parameters: numbers and names. Nothing a shell or a compiler driver could read as
+// more than one token.
+bool is_define_value(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '+')) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> compile_flags(const std::string& backend, const std::string& arch,
+                                       const std::map<std::string, std::string>& defines) {
+  std::vector<std::string> flags;
+  if (backend == "cuda") {
+    flags = {"-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=" + arch, "-Xptxas", "-v", "-I."};
+  } else {
+    flags = {"-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-I."};
+  }
+  for (const auto& [k, v] : defines) flags.push_back("-D" + k + "=" + v);
+  return flags;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const auto& p : parts) s += (s.empty() ? "" : " ") + p;
+  return s;
+}
+
+std::vector<std::string> compiler_env(const std::string& compiler, const std::string& scratch) {
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  auto dir = std::filesystem::path(compiler).parent_path();
+  if (!dir.empty()) path = dir.string() + ":" + path;
+  return {"PATH=" + path, "HOME=" + scratch, "TMPDIR=" + scratch, "LC_ALL=C"};
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+}
+
+std::optional<int64_t> parse_int(std::string_view digits) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return v;
+}
+
+// The number written right before `suffix` in `line` ("1024 bytes smem" -> 1024).
+std::optional<int64_t> number_before(std::string_view line, std::string_view suffix) {
+  size_t at = line.find(suffix);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t end = at;
+  while (end > 0 && line[end - 1] == ' ') --end;
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(line[begin - 1]))) --begin;
+  return parse_int(line.substr(begin, end - begin));
+}
+
+// The number right after `prefix` in `line` ("Used 32 registers" -> 32).
+std::optional<int64_t> number_after(std::string_view line, std::string_view prefix) {
+  size_t at = line.find(prefix);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t begin = at + prefix.size();
+  size_t end = begin;
+  while (end < line.size() && std::isdigit(static_cast<unsigned char>(line[end]))) ++end;
+  return parse_int(line.substr(begin, end - begin));
+}
+
+void keep_max(int64_t& target, std::optional<int64_t> v) {
+  if (v && *v > target) target = *v;
+}
+
+std::string host_arch() {
+  utsname u{};
+  return uname(&u) == 0 ? u.machine : "";
+}
+
+}  // namespace
+
+struct CompileHandler::Build {
+  proto::BuildInfo info;
+  std::string so;  // the shared object, when info.ok
+};
+
+PtxasUsage parse_ptxas_usage(std::string_view log) {
+  PtxasUsage u;
+  bool any_function = false;
+  size_t pos = 0;
+  while (pos < log.size()) {
+    size_t eol = log.find('\n', pos);
+    std::string_view line = log.substr(pos, eol == std::string_view::npos ? std::string_view::npos : eol - pos);
+    pos = eol == std::string_view::npos ? log.size() : eol + 1;
+
+    if (auto regs = number_after(line, "Used "); regs && line.find(" registers") != std::string_view::npos) {
+      any_function = true;
+      keep_max(u.registers, regs);
+      keep_max(u.shared_bytes, number_before(line, " bytes smem"));
+    }
+    if (line.find("bytes stack frame") != std::string_view::npos) {
+      any_function = true;
+      keep_max(u.stack_bytes, number_before(line, " bytes stack frame"));
+      auto stores = number_before(line, " bytes spill stores");
+      auto loads = number_before(line, " bytes spill loads");
+      if (stores || loads) keep_max(u.spill_bytes, stores.value_or(0) + loads.value_or(0));
+    }
+  }
+  // ptxas leaves out what a kernel does not use: once it has described a kernel, absent means zero.
+  if (any_function) {
+    for (int64_t* v : {&u.registers, &u.shared_bytes, &u.spill_bytes, &u.stack_bytes}) *v = std::max<int64_t>(*v, 0);
+  }
+  return u;
+}
+
+std::string trim_log(std::string_view log, size_t max_bytes) {
+  // Lines of context kept before the first error ("In function ...", "In file included from ...").
+  constexpr int kContextLines = 2;
+  std::string_view kept = log;
+  size_t skipped = 0;
+  if (log.size() > max_bytes) {
+    size_t err = log.find("error");
+    if (err != std::string_view::npos) {
+      size_t start = log.rfind('\n', err);
+      start = start == std::string_view::npos ? 0 : start;
+      for (int i = 0; i < kContextLines && start > 0; ++i) {
+        size_t prev = log.rfind('\n', start - 1);
+        start = prev == std::string_view::npos ? 0 : prev;
+      }
+      if (start > 0) ++start;  // past the newline
+      skipped = start;
+      kept = log.substr(start);
+    }
+  }
+  std::string out;
+  if (skipped > 0) out = "[... " + std::to_string(skipped) + " bytes before the first error dropped]\n";
+  if (kept.size() + out.size() <= max_bytes) return out + std::string(kept);
+  size_t budget = max_bytes > out.size() ? max_bytes - out.size() : 0;
+  size_t cut = kept.rfind('\n', budget);
+  if (cut == std::string_view::npos || cut == 0) cut = budget;
+  out += kept.substr(0, cut);
+  out += "\n[... " + std::to_string(kept.size() - cut) + " bytes dropped]";
+  return out;
+}
+
+CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir) {
+  CompilerOptions o;
+  o.cache_dir = std::filesystem::path(config.cache_dir).is_absolute() || state_dir.empty()
+                    ? config.cache_dir
+                    : (std::filesystem::path(state_dir) / config.cache_dir).string();
+  o.timeout_s = config.timeout_s;
+  o.cxx = config.cxx;
+  o.nvcc = config.nvcc;
+  o.cuda_arch = config.cuda_arch;
+  o.max_log_bytes = config.max_log_bytes;
+  return o;
+}
+
+CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics)
+    : options_(std::move(options)), metrics_(std::move(metrics)) {
+  cache_hits_ = &prometheus::BuildCounter()
+                     .Name("kiln_compile_cache_hits_total")
+                     .Help("Builds served from the content-addressed compile cache")
+                     .Register(*metrics_)
+                     .Add({});
+}
+
+Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOptions& options,
+                                                               std::shared_ptr<prometheus::Registry> metrics) {
+  if (options.cache_dir.empty()) return invalid_argument("compiler: cache_dir is empty");
+  if (!(options.timeout_s > 0)) return invalid_argument("compiler: timeout_s must be positive");
+  if (options.max_log_bytes <= 0) return invalid_argument("compiler: max_log_bytes must be positive");
+  KILN_RETURN_IF_ERROR(make_dirs(options.cache_dir).with_context("compiler: cache_dir"));
+  if (!metrics) metrics = std::make_shared<prometheus::Registry>();
+  return std::unique_ptr<CompileHandler>(new CompileHandler(options, std::move(metrics)));
+}
+
+Result<std::string> CompileHandler::toolchain(const std::string& backend) {
+  {
+    std::lock_guard<std::mutex> lock(toolchain_mu_);
+    if (auto it = toolchains_.find(backend); it != toolchains_.end()) return it->second;
+  }
+  const std::string compiler = backend == "cuda" ? options_.nvcc : options_.cxx;
+  TempDir scratch("kiln-compile");
+  sandbox::SandboxOptions run;
+  run.argv = {compiler, "--version"};
+  run.working_dir = scratch.path();
+  run.env = compiler_env(compiler, scratch.path());
+  run.timeout_s = kVersionTimeoutS;
+  auto result = sandbox::run_sandboxed(run);
+  if (!result.is_ok()) return result.status().with_context("toolchain " + compiler);
+  if (!result->succeeded()) {
+    return unavailable("toolchain " + compiler + " --version: " + result->describe(run.timeout_s));
+  }
+  // g++ names itself on the first line, nvcc on the last.
+  std::vector<std::string> lines;
+  std::stringstream text(result->stdout_text);
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.empty()) return unavailable("toolchain " + compiler + " --version printed nothing");
+  std::string version = backend == "cuda" ? lines.back() : lines.front();
+  std::lock_guard<std::mutex> lock(toolchain_mu_);
+  toolchains_[backend] = version;
+  return version;
+}
+
+proto::Capabilities CompileHandler::capabilities() {
+  proto::Capabilities caps;
+  caps.arch = host_arch();
+  auto cxx = toolchain("cpu");
+  caps.toolchain = cxx.is_ok() ? *cxx : "";
+  return caps;
+}
+
+Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, const std::string& arch,
+                                                    const proto::FileMap& files, const std::string& source_name,
+                                                    const std::string& source,
+                                                    const std::map<std::string, std::string>& defines) {
+  KILN_ASSIGN_OR_RETURN(std::string version, toolchain(backend));
+  const std::string compiler = backend == "cuda" ? options_.nvcc : options_.cxx;
+  const std::vector<std::string> flags = compile_flags(backend, arch, defines);
+  const std::string flags_text = join(flags);
+
+  // Everything that can change the binary: the package's sources and headers (not its task.yaml or notes),
+  // the source being built, the ABI header, the flags and the exact toolchain.
+  proto::FileMap sources = files;
+  sources.erase("task.yaml");
+  sources.erase("instructions.md");
+  sources[source_name] = proto::Bytes{source};
+  Sha256 key_hash;
+  for (std::string_view part : {kCacheVersion, std::string_view(backend), std::string_view(compiler),
+                                std::string_view(flags_text), std::string_view(version), kernel_abi_header()}) {
+    key_hash.update_field(part);
+  }
+  key_hash.update_field(source_name);
+  std::map<std::string, std::string> plain;
+  for (const auto& [name, content] : sources) plain[name] = content.data;
+  key_hash.update_field(hash_files(plain));
+  const std::string key = key_hash.hex_digest();
+  const std::string cache_base = options_.cache_dir + "/" + key.substr(0, 2) + "/" + key;
+
+  Build out;
+  if (auto so = read_file(cache_base + ".so"); so.is_ok()) {
+    if (auto info_bytes = read_file(cache_base + ".build"); info_bytes.is_ok()) {
+      if (auto info = proto::decode<proto::BuildInfo>(*info_bytes); info.is_ok() && info->ok) {
+        out.info = std::move(info).value();
+        out.info.cache_hit = true;
+        out.so = std::move(so).value();
+        cache_hits_->Increment();
+        return out;
+      }
+    }
+  }
+
+  TempDir scratch("kiln-compile");
+  KILN_RETURN_IF_ERROR(make_dirs(scratch.path() + "/kiln"));
+  KILN_RETURN_IF_ERROR(write_file_atomic(scratch.path() + "/" + std::string(kAbiHeaderPath),
+                                         std::string(kernel_abi_header())));
+  for (const auto& [name, content] : sources) {
+    // Names were checked by task::parse_task: relative, no "..".
+    const std::string path = scratch.path() + "/" + name;
+    KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
+    KILN_RETURN_IF_ERROR(write_file_atomic(path, content.data));
+  }
+
+  sandbox::SandboxOptions run;
+  run.argv = {compiler};
+  run.argv.insert(run.argv.end(), flags.begin(), flags.end());
+  run.argv.insert(run.argv.end(), {"-o", std::string(kOutputName), source_name});
+  run.working_dir = scratch.path();
+  run.env = compiler_env(compiler, scratch.path());
+  run.timeout_s = options_.timeout_s;
+  run.file_size_bytes = kMaxOutputFileBytes;
+  run.max_output_bytes = kMaxCompilerOutputBytes;
+  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result, sandbox::run_sandboxed(run));
+
+  std::string log = result.stdout_text + result.stderr_text;
+  replace_all(log, scratch.path() + "/", "");
+  out.info.compiler = backend == "cuda" ? "nvcc" : "g++";
+  out.info.flags = flags_text;
+  out.info.toolchain = version;
+  out.info.duration_s = result.wall_s;
+  if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(run.timeout_s) + "\n" + log;
+  out.info.log = trim_log(log, static_cast<size_t>(options_.max_log_bytes));
+  if (backend == "cuda") {
+    PtxasUsage usage = parse_ptxas_usage(log);
+    out.info.registers = usage.registers;
+    out.info.shared_bytes = usage.shared_bytes;
+    out.info.spill_bytes = usage.spill_bytes;
+    out.info.stack_bytes = usage.stack_bytes;
+  }
+  if (!result.succeeded()) return out;
+  auto so = read_file(scratch.path() + "/" + std::string(kOutputName));
+  if (!so.is_ok()) {
+    out.info.log = trim_log("the compiler exited 0 but wrote no shared object\n" + log,
+                            static_cast<size_t>(options_.max_log_bytes));
+    return out;
+  }
+  out.so = std::move(so).value();
+  out.info.ok = true;
+  out.info.kernel_sha256 = sha256_hex(out.so);
+
+  Status cached = make_dirs(options_.cache_dir + "/" + key.substr(0, 2));
+  if (cached.is_ok()) cached = write_file_atomic(cache_base + ".so", out.so);
+  if (cached.is_ok()) cached = write_file_atomic(cache_base + ".build", proto::encode(out.info));
+  if (!cached.is_ok()) spdlog::warn("compile cache: {}", cached.message());
+  return out;
+}
+
+messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
+  const proto::Candidate& cand = request.cand;
+  auto to_score = [&](std::string error, proto::BuildInfo build = {}) {
+    proto::ScoreResult result;
+    result.cand = cand;
+    result.stage = "compile";
+    result.error = std::move(error);
+    result.build = std::move(build);
+    return messaging::JobOutcome::ok(
+        {proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}});
+  };
+
+  auto spec = task::parse_task(request.files);
+  if (!spec.is_ok()) return to_score("task package: " + spec.status().message());
+  const std::string& backend = spec->backend;
+  if (!request.backend.empty() && request.backend != backend) {
+    return to_score("the request is for backend '" + request.backend + "' but the task's is '" + backend + "'");
+  }
+  for (const auto& [name, value] : cand.params) {
+    if (!is_identifier(name)) return to_score("parameter '" + name + "': not an identifier");
+    if (!is_define_value(value)) return to_score("parameter " + name + ": value '" + value + "' is not allowed");
+  }
+  const std::string arch =
+      backend == "cuda" && !request.arch.empty() && request.arch != "native" ? request.arch : options_.cuda_arch;
+
+  auto reference = build(backend, arch, request.files, spec->reference_file,
+                         request.files.at(spec->reference_file).data, {});
+  if (!reference.is_ok()) return to_score("toolchain: " + reference.status().message());
+  if (!reference->info.ok) {
+    return to_score("reference build failed (a problem of the task, not of the candidate):\n" + reference->info.log,
+                    reference->info);
+  }
+  auto kernel = build(backend, arch, request.files, spec->kernel_file, cand.code, cand.params);
+  if (!kernel.is_ok()) return to_score("toolchain: " + kernel.status().message());
+  if (!kernel->info.ok) return to_score(kernel->info.log, kernel->info);
+
+  proto::TestRequest test;
+  test.cand = cand;
+  test.purpose = "eval";
+  test.files = request.files;
+  test.kernel_so = proto::Bytes{std::move(kernel->so)};
+  test.reference_so = proto::Bytes{std::move(reference->so)};
+  test.build = kernel->info;
+  return messaging::JobOutcome::ok(
+      {proto::FollowUp{proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0}});
+}
+
+messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {
+  auto request = proto::decode<proto::CompileRequest>(job.payload.data);
+  if (!request.is_ok()) return messaging::JobOutcome::failed("compile: bad CompileRequest: " + request.status().message());
+  try {
+    return compile(*request);
+  } catch (const std::exception& e) {
+    // Out of memory or a full disk on this worker: another attempt, maybe elsewhere, may succeed.
+    return messaging::JobOutcome::retry(std::string("compile: ") + e.what());
+  }
+}
+
+Result<service::ServiceHandlers> make_compile_handlers(const service::ServiceContext& ctx) {
+  if (!ctx.config) return invalid_argument("compiler: no config");
+  auto options = options_from_config(ctx.config->compiler, ctx.state_dir);
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<CompileHandler> handler, CompileHandler::create(options, ctx.metrics));
+  service::ServiceHandlers h;
+  h.job = [handler](const proto::Job& job) { return handler->handle(job); };
+  h.caps = handler->capabilities();
+  if (h.caps.toolchain.empty()) spdlog::warn("compiler: {} does not answer --version", options.cxx);
+  h.slots = static_cast<int>(std::max<int64_t>(1, ctx.config->compiler.slots));
+  h.service = std::string(proto::svc::kCompile);
+  return h;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,86 @@
+// The "compile" service (DESIGN §1, §4): builds a candidate and its task's reference into shared objects
+// in a sandbox, caches builds by content, and hands the binaries to the tester, or the build log to the
+// scorer when the candidate does not compile.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "kiln/config/config.h"
+#include "kiln/core/status.h"
+#include "kiln/messaging/handler.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+#include "kiln/service/service.h"
+
+namespace kiln::compiler {
+
+struct CompilerOptions {
+  std::string cache_dir = "compile-cache";  // content-addressed build cache
+  double timeout_s = 120;                   // per compiler run
+  std::string cxx = "g++";
+  std::string nvcc = "/usr/local/cuda/bin/nvcc";
+  std::string cuda_arch = "sm_90";          // used when a request's arch is empty
+  int64_t max_log_bytes = 8192;             // build logs sent on are trimmed to this
+};
+
+// compiler.* from the config; a relative cache_dir resolves against `state_dir`.
+CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir);
+
+// Resource usage reported by `ptxas -v`, the maximum over the kernels of a build; -1 where unknown.
+struct PtxasUsage {
+  int64_t registers = -1;     // per thread
+  int64_t shared_bytes = -1;  // static shared memory per block
+  int64_t spill_bytes = -1;   // spill stores + spill loads
+  int64_t stack_bytes = -1;   // stack frame
+};
+PtxasUsage parse_ptxas_usage(std::string_view log);
+
+// A build log cut to `max_bytes` around what matters: it starts a couple of lines before the first error
+// (when there is one) and ends with "[... N bytes dropped]" when cut.
+std::string trim_log(std::string_view log, size_t max_bytes);
+
+// The text of kiln/kernel_abi.h, embedded at build time: the compiler needs no source tree at run time.
+std::string_view kernel_abi_header();
+
+class CompileHandler {
+ public:
+  // `metrics` may be null (a private registry is used then).
+  static Result<std::unique_ptr<CompileHandler>> create(const CompilerOptions& options,
+                                                        std::shared_ptr<prometheus::Registry> metrics);
+
+  // A job with a CompileRequest payload. Thread-safe: each build has its own scratch directory and cache
+  // entries are written atomically.
+  messaging::JobOutcome handle(const proto::Job& job);
+  messaging::JobOutcome compile(const proto::CompileRequest& request);
+
+  // "g++ (Debian 12.2.0-14) 12.2.0" for cpu, nvcc's last version line for cuda; asked once, then cached.
+  Result<std::string> toolchain(const std::string& backend);
+  proto::Capabilities capabilities();
+
+ private:
+  CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics);
+
+  struct Build;
+  Result<Build> build(const std::string& backend, const std::string& arch, const proto::FileMap& files,
+                      const std::string& source_name, const std::string& source,
+                      const std::map<std::string, std::string>& defines);
+
+  CompilerOptions options_;
+  std::shared_ptr<prometheus::Registry> metrics_;
+  prometheus::Counter* cache_hits_ = nullptr;  // kiln_compile_cache_hits_total
+  std::mutex toolchain_mu_;
+  std::map<std::string, std::string> toolchains_;  // backend -> version line
+};
+
+// Handler factory for services/compiler/main.cc: compiler.* from the config, compiler.slots slots.
+Result<service::ServiceHandlers> make_compile_handlers(const service::ServiceContext& ctx);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,212 @@
+#include "kiln/tester/handler.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <utility>
+
+#include "kiln/core/files.h"
+#include "kiln/core/time.h"
+#include "kiln/eval/host.h"
+#include "kiln/sandbox/sandbox.h"
+#include "kiln/task/task.h"
+
+namespace kiln::tester {
+namespace {
+
+// Names inside the scratch directory of one evaluation.
+constexpr const char* kTaskDir = "task";
+constexpr const char* kKernelFile = "kernel.so";
+constexpr const char* kReferenceFile = "reference.so";
+constexpr const char* kResultFile = "result.msgpack";
+// The child writes a report of a few kB; this only stops a candidate filling the disk.
+constexpr int64_t kMaxChildFileBytes = 256ll << 20;
+
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// The end of `text` within `max_bytes`: when a child dies, its last lines say where.
+std::string tail(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t cut = text.size() - max_bytes;
+  size_t eol = text.find('\n', cut);
+  if (eol != std::string::npos && eol + 1 < text.size()) cut = eol + 1;
+  return "[... " + std::to_string(cut) + " bytes dropped]\n" + text.substr(cut);
+}
+
+std::string host_arch() {
+  utsname u{};
+  return uname(&u) == 0 ? u.machine : "";
+}
+
+Status write_request_files(const std::string& dir, const proto::TestRequest& request) {
+  // File names come from a package that task::parse_task accepted: relative, without "..".
+  for (const auto& [name, content] : request.files) {
+    const std::string path = dir + "/" + kTaskDir + "/" + name;
+    KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
+    KILN_RETURN_IF_ERROR(write_file_atomic(path, content.data));
+  }
+  KILN_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kKernelFile, request.kernel_so.data));
+  return write_file_atomic(dir + "/" + kReferenceFile, request.reference_so.data);
+}
+
+}  // namespace
+
+TesterOptions options_from_config(const config::TesterConfig& config) {
+  TesterOptions o;
+  o.backend = config.backend;
+  o.timeout_s = config.timeout_s;
+  o.cpu_time_limit_s = config.cpu_time_limit_s;
+  o.memory_limit_mb = config.memory_limit_mb;
+  o.pin_cores = config.pin_cores;
+  o.timing = config.timing;
+  return o;
+}
+
+Result<std::string> default_eval_binary() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return not_found("tester: cannot read /proc/self/exe: " + ec.message());
+  return (self.parent_path() / "kiln-eval").string();
+}
+
+TestHandler::TestHandler(TesterOptions options) : options_(std::move(options)), worker_(eval::cpu_worker_info()) {
+  worker_.worker_id = options_.worker_id;
+}
+
+Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
+  if (options.backend != "cpu") {
+    return failed_precondition("tester: backend '" + options.backend + "' is not supported by this build (cpu only)");
+  }
+  if (!(options.timeout_s > 0)) return invalid_argument("tester: timeout_s must be positive");
+  if (options.eval_binary.empty()) {
+    KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary());
+  }
+  if (access(options.eval_binary.c_str(), X_OK) != 0) {
+    return not_found("tester: no evaluation child at " + options.eval_binary);
+  }
+  return std::unique_ptr<TestHandler>(new TestHandler(std::move(options)));
+}
+
+proto::Capabilities TestHandler::capabilities() const {
+  proto::Capabilities caps;
+  caps.backend = options_.backend;
+  caps.gpu_name = worker_.device_name;  // the device this tester measures on: here the CPU model
+  caps.arch = host_arch();
+  caps.host = worker_.host;
+  return caps;
+}
+
+std::vector<std::string> TestHandler::eval_argv() const {
+  const auto& t = options_.timing;
+  return {options_.eval_binary, "--task",      kTaskDir,        "--kernel",    kKernelFile,
+          "--reference",        kReferenceFile, "--out",        kResultFile,   "--mode",
+          t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
+          "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
+          std::to_string(t.warmup_iters)};
+}
+
+Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& request) {
+  const double start = monotonic_s();
+  proto::TestReport report;
+  auto finish = [&](proto::TestReport r) {
+    if (r.worker.device_name.empty()) r.worker = worker_;
+    r.worker.worker_id = options_.worker_id;
+    r.duration_s = monotonic_s() - start;
+    return r;
+  };
+  auto failed = [&](std::string_view status, std::string message, std::string log = {}) {
+    proto::TestReport r;
+    r.status = std::string(status);
+    r.message = std::move(message);
+    r.log = std::move(log);
+    return finish(std::move(r));
+  };
+
+  auto spec = task::parse_task(request.files);
+  if (!spec.is_ok()) return failed(proto::test_status::kLoadFailed, "task: " + spec.status().message());
+  if (spec->backend != options_.backend) {
+    return failed(proto::test_status::kLoadFailed,
+                  "the task's backend is " + spec->backend + ", this tester runs " + options_.backend);
+  }
+
+  TempDir scratch("kiln-test");
+  KILN_RETURN_IF_ERROR(write_request_files(scratch.path(), request).with_context("tester: scratch dir"));
+
+  sandbox::SandboxOptions run;
+  run.argv = eval_argv();
+  run.working_dir = scratch.path();
+  run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch.path(), "TMPDIR=" + scratch.path(), "LC_ALL=C"};
+  run.timeout_s = options_.timeout_s;
+  run.cpu_time_s = options_.cpu_time_limit_s;
+  if (options_.memory_limit_mb > 0) run.address_space_bytes = options_.memory_limit_mb << 20;
+  run.file_size_bytes = kMaxChildFileBytes;
+  run.max_output_bytes = options_.max_log_bytes;
+  run.isolate_network = true;
+  for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
+  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
+
+  const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
+  if (child.timed_out) {
+    return failed(proto::test_status::kTimedOut, "timed out after " + sandbox::format_seconds(run.timeout_s), log);
+  }
+  if (child.term_signal != 0) {
+    return failed(proto::test_status::kCrashed, "crashed: " + sandbox::signal_description(child.term_signal), log);
+  }
+  if (child.exit_code != 0) {
+    return failed(proto::test_status::kCrashed, "crashed: exit code " + std::to_string(child.exit_code), log);
+  }
+  auto bytes = read_file(scratch.path() + "/" + kResultFile);
+  if (!bytes.is_ok()) return failed(proto::test_status::kCrashed, "crashed: exited without writing a result", log);
+  auto decoded = proto::decode<proto::TestReport>(*bytes);
+  if (!decoded.is_ok()) {
+    return failed(proto::test_status::kCrashed, "crashed: unreadable result: " + decoded.status().message(), log);
+  }
+  report = std::move(decoded).value();
+  report.log = log;
+  return finish(std::move(report));
+}
+
+messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
+  auto request = proto::decode<proto::TestRequest>(job.payload.data);
+  if (!request.is_ok()) return messaging::JobOutcome::failed("test: bad TestRequest: " + request.status().message());
+  Result<proto::TestReport> report = internal_error("not run");
+  try {
+    report = evaluate(*request);
+  } catch (const std::exception& e) {
+    report = internal_error(e.what());
+  }
+  // Trouble on this side (no scratch space, kiln-eval will not start): another attempt may do better.
+  if (!report.is_ok()) return messaging::JobOutcome::retry("test: " + report.status().message());
+
+  proto::ScoreResult result;
+  result.cand = request->cand;
+  result.stage = "test";
+  result.purpose = request->purpose;
+  result.build = request->build;
+  result.test = std::move(report).value();
+  const std::string suffix = request->purpose == "confirm" ? ":score-confirm" : ":score";
+  return messaging::JobOutcome::ok({proto::FollowUp{std::string(proto::svc::kScore),
+                                                    request->cand.program_id + suffix, {proto::encode(result)}, 0}});
+}
+
+Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContext& ctx) {
+  if (!ctx.config) return invalid_argument("tester: no config");
+  TesterOptions options = options_from_config(ctx.config->tester);
+  options.worker_id = ctx.worker_id;
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
+  service::ServiceHandlers h;
+  h.job = [handler](const proto::Job& job) { return handler->handle(job); };
+  h.caps = handler->capabilities();
+  h.slots = 1;  // one evaluation at a time: concurrent ones would disturb each other's timing
+  h.service = handler->service();
+  return h;
+}
+
+}  // namespace kiln::tester

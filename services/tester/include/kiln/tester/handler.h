@@ -1,0 +1,62 @@
+// The "test.<backend>" service (DESIGN §1, §5): runs one candidate's evaluation in a sandboxed kiln-eval
+// child and sends the TestReport to the scorer. A candidate that crashes, hangs or exits becomes a report
+// ("crashed: SIGSEGV", "timed out after 30 s"); the tester itself keeps serving.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/config/config.h"
+#include "kiln/core/status.h"
+#include "kiln/messaging/handler.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+#include "kiln/service/service.h"
+
+namespace kiln::tester {
+
+struct TesterOptions {
+  std::string backend = "cpu";  // the service is "test.<backend>"
+  std::string eval_binary;      // kiln-eval; empty: the one beside this executable
+  double timeout_s = 120;       // per evaluation child
+  int64_t cpu_time_limit_s = 300;
+  int64_t memory_limit_mb = 8192;  // address-space limit of the child (cpu backend)
+  std::vector<int64_t> pin_cores;  // cores the child may use; empty: all
+  config::TimingConfig timing;
+  size_t max_log_bytes = 16384;  // of the child's output kept in the report
+  std::string worker_id;
+};
+
+// tester.* from the config.
+TesterOptions options_from_config(const config::TesterConfig& config);
+
+// kiln-eval in the directory of the running executable (/proc/self/exe).
+Result<std::string> default_eval_binary();
+
+class TestHandler {
+ public:
+  // Fails for a backend this build cannot test yet or a kiln-eval that is not there.
+  static Result<std::unique_ptr<TestHandler>> create(TesterOptions options);
+
+  // A job with a TestRequest payload. Thread-safe: every evaluation has its own scratch directory.
+  messaging::JobOutcome handle(const proto::Job& job);
+  // One evaluation; trouble with the candidate is a report, trouble running kiln-eval at all an error.
+  Result<proto::TestReport> evaluate(const proto::TestRequest& request);
+
+  std::string service() const { return proto::test_service_for(options_.backend); }
+  proto::Capabilities capabilities() const;
+
+ private:
+  explicit TestHandler(TesterOptions options);
+  std::vector<std::string> eval_argv() const;
+
+  TesterOptions options_;
+  proto::WorkerInfo worker_;  // this host, for reports the child could not write
+};
+
+// Handler factory for services/tester/main.cc: tester.* from the config, one slot (one device).
+Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContext& ctx);
+
+}  // namespace kiln::tester

@@ -1,0 +1,260 @@
+#include <prometheus/registry.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+
+#include "kiln/compiler/handler.h"
+#include "kiln/core/files.h"
+#include "kiln/core/hash.h"
+#include "kiln/task/task.h"
+
+using kiln::compiler::CompileHandler;
+using kiln::compiler::CompilerOptions;
+
+namespace {
+
+kiln::proto::FileMap rmsnorm_files() {
+  auto files = kiln::task::load_package(KILN_SOURCE_DIR "/configs/tasks/rmsnorm");
+  REQUIRE(files.is_ok());
+  return *files;
+}
+
+kiln::proto::CompileRequest request_for(const kiln::proto::FileMap& files, const std::string& program_id) {
+  kiln::proto::CompileRequest req;
+  req.cand.campaign_id = "c1";
+  req.cand.program_id = program_id;
+  req.cand.code = files.at("kernel.cpp").data;
+  req.backend = "cpu";
+  req.arch = "native";
+  req.files = files;
+  return req;
+}
+
+kiln::proto::Job job_for(const kiln::proto::CompileRequest& req) {
+  kiln::proto::Job job;
+  job.job_id = req.cand.program_id + ":compile";
+  job.service = "compile";
+  job.payload.data = kiln::proto::encode(req);
+  return job;
+}
+
+struct Fixture {
+  kiln::TempDir cache{"kiln-compiler-test"};
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<CompileHandler> handler;
+
+  explicit Fixture(CompilerOptions options = {}) {
+    options.cache_dir = cache.path() + "/cache";
+    auto h = CompileHandler::create(options, registry);
+    REQUIRE(h.is_ok());
+    handler = std::move(h).value();
+  }
+
+  double cache_hits() const {
+    for (const auto& family : registry->Collect()) {
+      if (family.name == "kiln_compile_cache_hits_total") return family.metric.at(0).counter.value;
+    }
+    return -1;
+  }
+};
+
+kiln::proto::ScoreResult score_of(const kiln::messaging::JobOutcome& out, const std::string& program_id) {
+  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.next.size() == 1);
+  CHECK(out.next[0].service == "score");
+  CHECK(out.next[0].job_id == program_id + ":score");
+  auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
+  REQUIRE(score.is_ok());
+  CHECK(score->kind == "result");
+  CHECK(score->stage == "compile");
+  CHECK(score->cand.program_id == program_id);
+  return *score;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU candidate and its reference are built and sent to the tester", "[compiler]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p1");
+  req.cand.params = {{"THREADS", "2"}, {"VEC", "8"}};
+  auto out = f.handler->handle(job_for(req));
+  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.next.size() == 1);
+  CHECK(out.next[0].service == "test.cpu");
+  CHECK(out.next[0].job_id == "c1/p1:test");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  CHECK(test->purpose == "eval");
+  CHECK(test->cand.program_id == "c1/p1");
+  CHECK(test->files == files);
+  CHECK(test->kernel_so.data.rfind("\x7f" "ELF", 0) == 0);
+  CHECK(test->reference_so.data.rfind("\x7f" "ELF", 0) == 0);
+  CHECK(test->kernel_so.data != test->reference_so.data);
+  const auto& b = test->build;
+  CHECK(b.ok);
+  CHECK(b.compiler == "g++");
+  CHECK(b.flags == "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I. -DTHREADS=2 -DVEC=8");
+  CHECK(b.toolchain.rfind("g++", 0) == 0);
+  CHECK_FALSE(b.cache_hit);
+  CHECK(b.kernel_sha256 == kiln::sha256_hex(test->kernel_so.data));
+  CHECK(b.registers == -1);
+  CHECK(f.cache_hits() == 0);
+}
+
+TEST_CASE("builds come from the cache the second time", "[compiler]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  auto first = f.handler->compile(request_for(files, "c1/p1"));
+  REQUIRE(first.next.size() == 1);
+  CHECK(f.cache_hits() == 0);
+
+  // Another candidate with the same code: both the reference and the kernel are cache hits.
+  auto second = f.handler->compile(request_for(files, "c1/p2"));
+  REQUIRE(second.next.size() == 1);
+  CHECK(f.cache_hits() == 2);
+  auto a = kiln::proto::decode<kiln::proto::TestRequest>(first.next[0].payload.data);
+  auto b = kiln::proto::decode<kiln::proto::TestRequest>(second.next[0].payload.data);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  CHECK(b->build.cache_hit);
+  CHECK(b->kernel_so == a->kernel_so);
+  CHECK(b->cand.program_id == "c1/p2");
+
+  // A different parameter is a different build; the reference still comes from the cache.
+  auto req = request_for(files, "c1/p3");
+  req.cand.params = {{"VEC", "4"}};
+  auto third = f.handler->compile(req);
+  REQUIRE(third.next.size() == 1);
+  auto c = kiln::proto::decode<kiln::proto::TestRequest>(third.next[0].payload.data);
+  REQUIRE(c.is_ok());
+  CHECK_FALSE(c->build.cache_hit);
+  CHECK(f.cache_hits() == 3);
+}
+
+TEST_CASE("a candidate that does not compile goes to the scorer with its log", "[compiler]") {
+  CompilerOptions options;
+  options.max_log_bytes = 600;
+  Fixture f(options);
+  auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p4");
+  auto region = kiln::task::replace_region(req.cand.code, "  this is not C++;\n");
+  REQUIRE(region.is_ok());
+  req.cand.code = *region;
+  auto score = score_of(f.handler->handle(job_for(req)), "c1/p4");
+  CHECK_FALSE(score.build.ok);
+  CHECK(score.build.compiler == "g++");
+  CHECK(score.error.find("error") != std::string::npos);
+  CHECK(score.error.find("kernel.cpp:") != std::string::npos);
+  CHECK(score.error.find("/tmp/") == std::string::npos);  // scratch paths are stripped
+  CHECK(score.error.size() <= 600 + 40);
+  CHECK(score.error == score.build.log);
+}
+
+TEST_CASE("a broken reference is reported as the task's problem", "[compiler]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  files["reference.cpp"].data = "#error the reference is broken\n";
+  auto score = score_of(f.handler->compile(request_for(files, "c1/p5")), "c1/p5");
+  CHECK(score.error.rfind("reference build failed", 0) == 0);
+  CHECK(score.error.find("the reference is broken") != std::string::npos);
+}
+
+TEST_CASE("a missing toolchain is reported, not thrown", "[compiler]") {
+  CompilerOptions options;
+  options.cxx = "/nonexistent/g++";
+  Fixture f(options);
+  auto score = score_of(f.handler->compile(request_for(rmsnorm_files(), "c1/p6")), "c1/p6");
+  CHECK(score.error.rfind("toolchain: ", 0) == 0);
+  CHECK(score.error.find("/nonexistent/g++") != std::string::npos);
+}
+
+TEST_CASE("a compiler that takes too long is stopped", "[compiler]") {
+  CompilerOptions options;
+  options.timeout_s = 0.05;
+  Fixture f(options);
+  REQUIRE(f.handler->toolchain("cpu").is_ok());  // the version query has its own, longer limit
+  auto score = score_of(f.handler->compile(request_for(rmsnorm_files(), "c1/p7")), "c1/p7");
+  CHECK(score.error.find("compile timed out after 0.05 s") != std::string::npos);
+}
+
+TEST_CASE("bad parameters and bad payloads are refused", "[compiler]") {
+  Fixture f;
+  auto req = request_for(rmsnorm_files(), "c1/p8");
+  req.cand.params = {{"VEC", "8 -fplugin=evil.so"}};
+  auto score = score_of(f.handler->compile(req), "c1/p8");
+  CHECK(score.error.find("is not allowed") != std::string::npos);
+
+  kiln::proto::Job junk;
+  junk.job_id = "x:compile";
+  junk.payload.data = "\x93not msgpack";
+  auto out = f.handler->handle(junk);
+  CHECK(out.outcome == "failed");
+  CHECK(out.error.rfind("compile: bad CompileRequest", 0) == 0);
+}
+
+TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
+  CompilerOptions options;
+  if (access(options.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << options.nvcc << "; skipped");
+    return;
+  }
+  Fixture f(options);
+  const std::string kernel = R"(#include "kiln/kernel_abi.h"
+#ifndef BLOCK
+#define BLOCK 128
+#endif
+__global__ void twice(float* y, const float* x, long n) {
+  __shared__ float tile[BLOCK];
+  long i = blockIdx.x * (long)BLOCK + threadIdx.x;
+  tile[threadIdx.x] = i < n ? x[i] : 0.f;
+  __syncthreads();
+  if (i < n) y[i] = 2.f * tile[threadIdx.x];
+}
+extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
+  long n = a->inputs[0].shape[0];
+  // [EVOLVE_START]
+  twice<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, (cudaStream_t)a->stream>>>(
+      (float*)a->outputs[0].data, (const float*)a->inputs[0].data, n);
+  // [EVOLVE_END]
+  return 0;
+}
+)";
+  kiln::proto::FileMap files;
+  files["task.yaml"].data = R"(name: twice
+backend: cuda
+dtype: fp32
+inputs: [{name: x, dtype: fp32, shape: [N], init: normal}]
+outputs: [{name: y, dtype: fp32, shape: [N]}]
+correctness: {cases: [{N: 1000}]}
+benchmark: {cases: [{N: 1000000}]}
+params: {BLOCK: [128, 256]}
+)";
+  files["kernel.cu"].data = kernel;
+  files["reference.cu"].data = kernel;
+  kiln::proto::CompileRequest req;
+  req.cand.program_id = "c2/p1";
+  req.cand.code = kernel;
+  req.cand.params = {{"BLOCK", "256"}};
+  req.backend = "cuda";
+  req.arch = "sm_90";
+  req.files = files;
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  INFO(out.next[0].service);
+  REQUIRE(out.next[0].service == "test.cuda");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  const auto& b = test->build;
+  INFO(b.log);
+  CHECK(b.ok);
+  CHECK(b.compiler == "nvcc");
+  CHECK(b.flags.find("-arch=sm_90") != std::string::npos);
+  CHECK(b.flags.find("-DBLOCK=256") != std::string::npos);
+  CHECK(b.registers > 0);
+  CHECK(b.shared_bytes == 256 * 4);
+  CHECK(b.spill_bytes == 0);
+  CHECK(b.toolchain.find("cuda") != std::string::npos);
+}

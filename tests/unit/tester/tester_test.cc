@@ -1,0 +1,190 @@
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "kiln/core/files.h"
+#include "kiln/tester/handler.h"
+#include "kiln/task/task.h"
+
+using kiln::tester::TesterOptions;
+using kiln::tester::TestHandler;
+namespace status = kiln::proto::test_status;
+
+namespace {
+
+struct Fixture {
+  kiln::TempDir dir{"kiln-tester-test"};
+  kiln::proto::FileMap files;
+
+  Fixture() {
+    auto loaded = kiln::task::load_package(KILN_SOURCE_DIR "/configs/tasks/rmsnorm");
+    REQUIRE(loaded.is_ok());
+    files = *loaded;
+  }
+
+  // The package's kernel with its editable region replaced, compiled as the compiler would.
+  std::string build(const std::string& name, const std::string& region = "", const std::string& prefix = "") {
+    std::string code = files.at("kernel.cpp").data;
+    if (!region.empty()) {
+      auto replaced = kiln::task::replace_region(code, region);
+      REQUIRE(replaced.is_ok());
+      code = *replaced;
+    }
+    return compile(name, prefix + code);
+  }
+
+  std::string compile(const std::string& name, const std::string& code) {
+    const std::string base = dir.path() + "/" + name;
+    REQUIRE(kiln::write_file_atomic(base + ".cpp", code).is_ok());
+    const std::string cmd = "g++ -O2 -march=native -fopenmp -shared -fPIC -std=c++17 -I" KILN_SOURCE_DIR
+                            "/libs/core/include -o " + base + ".so " + base + ".cpp";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    auto so = kiln::read_file(base + ".so");
+    REQUIRE(so.is_ok());
+    return *so;
+  }
+
+  kiln::proto::TestRequest request(const std::string& kernel_so, const std::string& purpose = "eval") {
+    kiln::proto::TestRequest req;
+    req.cand.campaign_id = "c1";
+    req.cand.program_id = "c1/p1";
+    req.purpose = purpose;
+    req.files = files;
+    req.kernel_so.data = kernel_so;
+    req.reference_so.data = compile("reference", files.at("reference.cpp").data);
+    req.build.ok = true;
+    req.build.flags = "-O2";
+    return req;
+  }
+};
+
+TesterOptions quick_options(double timeout_s = 60) {
+  TesterOptions o;
+  o.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval";
+  o.timeout_s = timeout_s;
+  o.worker_id = "tester-test";
+  o.timing.mode = "warm";
+  o.timing.min_samples = 5;
+  o.timing.min_time_s = 0.02;
+  o.timing.max_time_s = 0.5;
+  o.timing.warmup_iters = 1;
+  return o;
+}
+
+std::unique_ptr<TestHandler> make(const TesterOptions& options = quick_options()) {
+  auto h = TestHandler::create(options);
+  INFO(h.status().to_string());
+  REQUIRE(h.is_ok());
+  return std::move(h).value();
+}
+
+kiln::proto::ScoreResult run_job(TestHandler& handler, const kiln::proto::TestRequest& req,
+                                 const std::string& expected_job_id = "c1/p1:score") {
+  kiln::proto::Job job;
+  job.job_id = "c1/p1:test";
+  job.payload.data = kiln::proto::encode(req);
+  auto out = handler.handle(job);
+  INFO(out.error);
+  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.next.size() == 1);
+  CHECK(out.next[0].service == "score");
+  CHECK(out.next[0].job_id == expected_job_id);
+  auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
+  REQUIRE(score.is_ok());
+  CHECK(score->stage == "test");
+  CHECK(score->cand.program_id == "c1/p1");
+  CHECK(score->build.flags == "-O2");
+  return *score;
+}
+
+}  // namespace
+
+TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  CHECK(handler->service() == "test.cpu");
+  CHECK(handler->capabilities().backend == "cpu");
+  CHECK_FALSE(handler->capabilities().gpu_name.empty());
+
+  auto score = run_job(*handler, f.request(f.build("correct")));
+  INFO(score.test.message << "\n" << score.test.log);
+  CHECK(score.purpose == "eval");
+  CHECK(score.test.status == status::kOk);
+  CHECK(score.test.correctness.passed);
+  CHECK(score.test.performance.measured);
+  CHECK(score.test.performance.mode == "warm");
+  REQUIRE(score.test.performance.cases.size() == 1);
+  CHECK(score.test.performance.cases[0].candidate.n >= 5);
+  CHECK(score.test.worker.backend == "cpu");
+  CHECK(score.test.worker.worker_id == "tester-test");
+  CHECK_FALSE(score.test.worker.device_name.empty());
+  CHECK(score.test.duration_s > 0);
+}
+
+TEST_CASE("a confirming measurement goes to its own score job", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  auto score = run_job(*handler, f.request(f.build("correct"), "confirm"), "c1/p1:score-confirm");
+  CHECK(score.purpose == "confirm");
+  CHECK(score.test.status == status::kOk);
+}
+
+TEST_CASE("a crashing kernel is a result and the tester keeps serving", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  auto crashed = run_job(*handler, f.request(f.build("null_deref", "  *(volatile int*)nullptr = 1;\n")));
+  CHECK(crashed.test.status == status::kCrashed);
+  CHECK(crashed.test.message == "crashed: SIGSEGV");
+  CHECK(crashed.test.log.find("kiln-eval: task 'rmsnorm'") != std::string::npos);
+  CHECK_FALSE(crashed.test.worker.device_name.empty());
+
+  auto fine = run_job(*handler, f.request(f.build("correct")));
+  CHECK(fine.test.status == status::kOk);
+}
+
+TEST_CASE("a kernel that never returns is timed out", "[tester]") {
+  Fixture f;
+  auto handler = make(quick_options(1));
+  auto score = run_job(*handler, f.request(f.build("spin", "  volatile int spin = 1;\n  while (spin) {}\n")));
+  CHECK(score.test.status == status::kTimedOut);
+  CHECK(score.test.message == "timed out after 1 s");
+  CHECK(score.test.duration_s < 10);
+}
+
+TEST_CASE("a kernel that exits the process is a result", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  auto score = run_job(*handler, f.request(f.build("exits", "  std::exit(3);\n", "#include <cstdlib>\n")));
+  CHECK(score.test.status == status::kCrashed);
+  CHECK(score.test.message == "crashed: exit code 3");
+}
+
+TEST_CASE("a kernel that will not load is a load failure", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  auto score = run_job(*handler, f.request("this is not an ELF file"));
+  CHECK(score.test.status == status::kLoadFailed);
+  CHECK(score.test.message.rfind("cannot load the kernel", 0) == 0);
+}
+
+TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
+  auto handler = make();
+  kiln::proto::Job junk;
+  junk.payload.data = "junk";
+  auto out = handler->handle(junk);
+  CHECK(out.outcome == "failed");
+
+  Fixture f;
+  auto req = f.request("x");
+  req.files.erase("task.yaml");
+  auto score = run_job(*handler, req);
+  CHECK(score.test.status == status::kLoadFailed);
+
+  auto cuda = quick_options();
+  cuda.backend = "cuda";
+  CHECK_FALSE(TestHandler::create(cuda).is_ok());
+  auto missing = quick_options();
+  missing.eval_binary = "/nonexistent/kiln-eval";
+  CHECK_FALSE(TestHandler::create(missing).is_ok());
+}
