@@ -35,7 +35,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
-	$(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
+	mkdir -p bench/results && $(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
 
 clean:
 	rm -rf $(BUILD) .kiln

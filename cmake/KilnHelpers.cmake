@@ -43,6 +43,10 @@ function(kiln_test name)
   target_link_libraries(${name} PRIVATE kiln_warnings kiln_catch_main ${ARG_DEPS})
   target_compile_definitions(${name} PRIVATE
     KILN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" KILN_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  catch_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}"
+  set(serial FALSE)
+  if("integration" IN_LIST ARG_LABELS)
+    set(serial TRUE)  # real processes timing kernels: they must not share the cores with each other
+  endif()
+  catch_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" RUN_SERIAL ${serial}
     ENVIRONMENT "KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "kiln/core/files.h"
 #include "kiln/messaging/client.h"
+#include "kiln/task/task.h"
 #include "supervisor.h"
 
 namespace kiln::cli {
@@ -67,11 +68,9 @@ int cmd_up(const Common& c, const UpOptions& o) {
   add("task-ingest", "kiln-task-ingest", cfg.ingest.metrics_port, false);
   add("llm-bridge", "kiln-llm-bridge", cfg.llm_bridge.metrics_port, false);
   for (int i = 0; i < cfg.up.compilers; ++i)
-    add("compiler-" + std::to_string(i + 1), "kiln-compiler", port_for(cfg.compiler.metrics_port, i), false,
-        {"--worker-id", "compiler-" + std::to_string(i + 1) + "-" + std::to_string(::getpid())});
+    add("compiler-" + std::to_string(i + 1), "kiln-compiler", port_for(cfg.compiler.metrics_port, i), false);
   for (int i = 0; i < cfg.up.testers; ++i)
-    add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false,
-        {"--worker-id", "tester-" + std::to_string(i + 1) + "-" + std::to_string(::getpid())});
+    add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false);
   add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
   add("promoter", "kiln-promoter", cfg.promoter.metrics_port, false);
   for (const auto& s : specs) {
@@ -108,8 +107,10 @@ int cmd_up(const Common& c, const UpOptions& o) {
       return 1;
     }
   }
-  std::fprintf(stderr, "kiln: up. broker %s, state and logs in %s, broker metrics on http://127.0.0.1:%d/metrics\n",
-               c.broker_endpoint().c_str(), state.c_str(), cfg.broker.metrics_port);
+  std::fprintf(stderr, "kiln: up. broker %s, state and logs in %s\n", c.broker_endpoint().c_str(), state.c_str());
+  if (cfg.broker.metrics_port > 0)
+    std::fprintf(stderr, "kiln: metrics on http://127.0.0.1:%d/metrics (broker); the other services' ports are in %s\n",
+                 cfg.broker.metrics_port, c.config_path.empty() ? "configs/kiln.yaml" : c.config_path.c_str());
 
   if (!o.demo) {
     std::fprintf(stderr, "kiln: submit a task with `kiln submit DIR --wait`; Ctrl-C stops every service\n");
@@ -125,11 +126,17 @@ int cmd_up(const Common& c, const UpOptions& o) {
   // --demo: submit the bundled tasks, show progress, print the results table.
   std::vector<std::string> dirs;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(o.tasks_dir, ec))
-    if (e.is_directory() && fs::exists(e.path() / "task.yaml")) dirs.push_back(e.path().string());
+  // Only the tasks this machine's testers can run: CUDA tasks wait forever without a GPU tester.
+  for (const auto& e : fs::directory_iterator(o.tasks_dir, ec)) {
+    if (!e.is_directory() || !fs::exists(e.path() / "task.yaml")) continue;
+    auto files = task::load_package(e.path().string());
+    if (!files.is_ok()) continue;
+    auto spec = task::parse_task(*files);
+    if (spec.is_ok() && spec->backend == cfg.tester.backend) dirs.push_back(e.path().string());
+  }
   std::sort(dirs.begin(), dirs.end());
   if (dirs.empty()) {
-    std::fprintf(stderr, "kiln: no tasks under %s\n", o.tasks_dir.c_str());
+    std::fprintf(stderr, "kiln: no %s tasks under %s\n", cfg.tester.backend.c_str(), o.tasks_dir.c_str());
     sup.stop();
     return 1;
   }

@@ -1,0 +1,207 @@
+// Kiln as a user runs it: `kiln up` starts every service as a real process on loopback; campaigns are
+// submitted through the CLI and must reach the verified-kernel registry, even when workers are killed.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "kiln/core/files.h"
+#include "kiln/messaging/client.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/registry/registry.h"
+#include "process.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+using nlohmann::json;
+
+namespace {
+
+// A whole Kiln on loopback with its own ports, state and registry.
+struct LocalKiln {
+  TempDir dir{"kiln-it"};
+  int broker_port = free_tcp_port();
+  int events_port = free_tcp_port();
+  int metrics_port = free_tcp_port();
+  std::string config = dir.path() + "/kiln.yaml";
+  std::string registry = dir.path() + "/registry";
+  std::unique_ptr<Background> up;
+
+  explicit LocalKiln(int compilers = 2) {
+    std::ofstream(config) << "broker:\n"
+                          << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
+                          << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
+                          << "  metrics_port: " << metrics_port << "\n"
+                          << "  heartbeat_interval_s: 0.25\n"
+                          << "  heartbeat_liveness: 4\n"
+                          << "ingest: {metrics_port: 0}\n"
+                          << "llm_bridge: {metrics_port: 0}\n"
+                          << "compiler: {metrics_port: 0}\n"
+                          << "tester:\n"
+                          << "  metrics_port: 0\n"
+                          << "  timing: {min_samples: 10, min_time_s: 0.05, max_time_s: 1.0, warmup_iters: 2}\n"
+                          << "scorer: {metrics_port: 0, max_in_flight: 3}\n"
+                          << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
+                          << "up: {compilers: " << compilers << ", testers: 1}\n";
+    up = std::make_unique<Background>(
+        std::vector<std::string>{bin_dir() + "/kiln", "--config", config, "up", "--state-dir", dir.path() + "/state"},
+        dir.path() + "/up.log");
+    zmq::context_t ctx(1);
+    messaging::Client client(ctx, endpoint());
+    REQUIRE(eventually([&] { return client.request("broker", "status", "", 0.5).is_ok(); }, 30));
+  }
+  ~LocalKiln() {
+    if (up) up->stop(30);
+  }
+  std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(broker_port); }
+  ProcessResult kiln(std::vector<std::string> args, double timeout_s = 300) {
+    std::vector<std::string> argv{bin_dir() + "/kiln", "--config", config};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv, timeout_s);
+  }
+  std::string log(const std::string& name) {
+    auto r = read_file(dir.path() + "/state/logs/" + name + ".log");
+    return r.is_ok() ? *r : "";
+  }
+};
+
+std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
+
+proto::BrokerStatus broker_status(messaging::Client& c) {
+  auto body = c.request("broker", "status", "", 2.0);
+  if (!body.is_ok()) return {};
+  auto st = proto::decode<proto::BrokerStatus>(*body);
+  return st.is_ok() ? *st : proto::BrokerStatus{};
+}
+
+// The pid at the end of a default worker id "<name>-<host>-<pid>".
+pid_t pid_of_worker(const std::string& worker_id) {
+  auto dash = worker_id.rfind('-');
+  return dash == std::string::npos ? -1 : static_cast<pid_t>(std::stol(worker_id.substr(dash + 1)));
+}
+
+}  // namespace
+
+TEST_CASE("a campaign runs through every real process to the verified-kernel registry", "[integration]") {
+  LocalKiln k;
+  // Watch the broker's /metrics while the campaign runs: queue depth per service must show up.
+  std::atomic<bool> done{false};
+  std::set<std::string> services_seen;
+  std::mutex mu;
+  std::thread scraper([&] {
+    std::regex line(R"re(kiln_queue_depth_jobs\{service="([a-z.]+)"\} ([0-9.e+]+))re");
+    while (!done) {
+      std::string body = http_get(k.metrics_port, "/metrics");
+      for (std::sregex_iterator it(body.begin(), body.end(), line), end; it != end; ++it) {
+        std::lock_guard l(mu);
+        services_seen.insert((*it)[1]);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  auto r = k.kiln({"--json", "submit", fast_task(), "--budget", "4", "--wait", "--timeout", "240"});
+  done = true;
+  scraper.join();
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["scored"] == 5);  // program 0 + 4 proposals
+  CHECK(out[0]["best_speedup"].get<double>() > 2.0);
+  REQUIRE(out[0]["promoted"].size() >= 1);
+
+  auto reg = registry::Registry::open(k.registry);
+  REQUIRE(reg.is_ok());
+  auto entries = reg->list();
+  REQUIRE(entries.is_ok());
+  REQUIRE(entries->size() >= 1);
+  json e = registry::to_json(entries->front());
+  CHECK(std::regex_match(e["kernel_id"].get<std::string>(), std::regex("cpp_scale_[a-z0-9]+_fp32_n65536_v[0-9]+")));
+  CHECK(e["verification"]["passed"] == true);
+  CHECK(e["benchmark"]["speedup"].get<double>() >= 1.10);
+  CHECK(e["evidence_level"] == "op_level");
+  CHECK(reg->verify().is_ok());
+
+  // `kiln registry list` and `kiln best` read what the campaign left.
+  auto list = k.kiln({"registry", "--dir", k.registry, "list"});
+  CHECK(list.exit_code == 0);
+  CHECK(list.out.find(e["kernel_id"].get<std::string>()) != std::string::npos);
+  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  REQUIRE(best.exit_code == 0);
+  auto bj = json::parse(best.out);
+  CHECK(bj["programs"].size() >= 1);
+  CHECK(bj["programs"][0]["perf_score"] == 5);
+
+  std::lock_guard l(mu);
+  for (const char* s : {"ingest", "propose", "compile", "test.cpu", "score", "promote"}) {
+    INFO("service " << s);
+    CHECK(services_seen.count(s) == 1);
+  }
+}
+
+TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores each once", "[integration]") {
+  LocalKiln k(1);
+  auto sub = k.kiln({"--json", "submit", fast_task(), "--budget", "6"});
+  REQUIRE(sub.exit_code == 0);
+  std::string cid = json::parse(sub.out)["campaign_id"];
+  zmq::context_t ctx(1);
+  messaging::Client client(ctx, k.endpoint());
+
+  // SIGKILL the process holding a job, once for each service.
+  std::set<std::string> killed;
+  for (const char* service : {"compile", "test.cpu"}) {
+    bool hit = eventually([&] {
+      for (const auto& w : broker_status(client).workers) {
+        if (w.service == service && w.in_flight > 0) {
+          pid_t pid = pid_of_worker(w.worker_id);
+          if (pid > 0 && ::kill(pid, SIGKILL) == 0) {
+            killed.insert(service);
+            return true;
+          }
+        }
+      }
+      return false;
+    }, 120, 0.02);
+    INFO("service " << service);
+    REQUIRE(hit);
+  }
+
+  // The campaign still completes.
+  proto::CampaignInfo info;
+  bool finished = eventually([&] {
+    auto body = client.request("score", "campaign", proto::encode(proto::CampaignQuery{cid, 5}), 2.0);
+    if (!body.is_ok()) return false;
+    auto c = proto::decode<proto::CampaignInfo>(*body);
+    if (!c.is_ok()) return false;
+    info = *c;
+    return info.state == "done";
+  }, 300, 0.5);
+  INFO("scorer log:\n" << k.log("scorer") << "\nbroker log:\n" << k.log("broker"));
+  REQUIRE(finished);
+  CHECK(info.scored == 7);
+
+  // Every candidate exactly once: 7 distinct programs, none scored twice.
+  auto body = client.request("score", "best", proto::encode(proto::CampaignQuery{cid, 100}), 5.0);
+  REQUIRE(body.is_ok());
+  auto best = proto::decode<proto::BestPrograms>(*body);
+  REQUIRE(best.is_ok());
+  std::set<std::string> ids;
+  for (const auto& p : best->programs) ids.insert(p.id);
+  CHECK(ids.size() == 7);
+  CHECK(best->programs.size() == 7);
+
+  // The broker requeued the killed workers' jobs, and the supervisor restarted them.
+  std::string metrics = http_get(k.metrics_port, "/metrics");
+  CHECK(std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="compile"[^}]*\} [1-9])re")));
+  CHECK(std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="test.cpu"[^}]*\} [1-9])re")));
+  auto up_log = read_file(k.dir.path() + "/up.log");
+  REQUIRE(up_log.is_ok());
+  CHECK(up_log->find("restarted") != std::string::npos);
+}

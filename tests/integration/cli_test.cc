@@ -1,0 +1,80 @@
+// The `kiln` command as a user meets it: broken packages are refused with one clear line, `task new`
+// scaffolds a package that validates, and commands without a broker fail cleanly.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/files.h"
+#include "process.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+ProcessResult kiln_cmd(std::vector<std::string> args, double timeout_s = 60) {
+  std::vector<std::string> argv{bin_dir() + "/kiln"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, timeout_s);
+}
+
+size_t lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+}  // namespace
+
+TEST_CASE("broken packages are refused by validate and submit with one line naming file and key", "[integration][cli]") {
+  struct Case {
+    const char* dir;
+    const char* expect;
+  } cases[] = {
+      {"broken_missing_file", "reference.cpp: missing"},
+      {"broken_bad_yaml", "task.yaml: line"},
+      {"broken_unknown_key", "task.yaml: warmup: unknown key"},
+      {"broken_no_evolve", "kernel.cpp: no [EVOLVE_START]"},
+      {"broken_undefined_dim", "dim N is not defined"},
+  };
+  for (const auto& c : cases) {
+    std::string dir = source_dir() + "/tests/data/tasks/" + c.dir;
+    for (auto args : {std::vector<std::string>{"task", "validate", dir},
+                      std::vector<std::string>{"--broker", "tcp://127.0.0.1:1", "submit", dir, "--budget", "1"}}) {
+      auto r = kiln_cmd(args);
+      INFO(c.dir << " " << args[0] << ": " << r.err);
+      CHECK(r.exit_code != 0);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.find(c.expect) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("task new scaffolds a package that validates", "[integration][cli]") {
+  TempDir dir("kiln-cli");
+  auto made = kiln_cmd({"task", "new", "my_scale", "--dir", dir.path()});
+  REQUIRE(made.exit_code == 0);
+  auto v = kiln_cmd({"--json", "task", "validate", dir.path() + "/my_scale"});
+  INFO(v.err);
+  REQUIRE(v.exit_code == 0);
+  auto j = nlohmann::json::parse(v.out);
+  CHECK(j["valid"] == true);
+  CHECK(j["param_space"] == 6);
+  CHECK(kiln_cmd({"task", "new", "Bad-Name", "--dir", dir.path()}).exit_code != 0);
+}
+
+TEST_CASE("the bundled tasks validate", "[integration][cli]") {
+  for (const char* t : {"rmsnorm", "softmax", "sgemm"}) {
+    auto r = kiln_cmd({"task", "validate", source_dir() + "/configs/tasks/" + t});
+    INFO(t << ": " << r.err);
+    CHECK(r.exit_code == 0);
+  }
+}
+
+TEST_CASE("commands that need a broker fail with one line when there is none", "[integration][cli]") {
+  auto r = kiln_cmd({"--broker", "tcp://127.0.0.1:1", "status"}, 30);
+  CHECK(r.exit_code != 0);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("broker") != std::string::npos);
+  auto h = kiln_cmd({"submit", "--help"});
+  CHECK(h.exit_code == 0);
+  CHECK(h.out.find("--wait") != std::string::npos);
+}
