@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -43,6 +45,33 @@ bool process_alive(pid_t pid) {
   if (!std::getline(stat, line)) return false;
   auto close_paren = line.rfind(')');
   return close_paren != std::string::npos && close_paren + 2 < line.size() && line[close_paren + 2] != 'Z';
+}
+
+// Live processes whose command line contains `token`. Pids inside the sandbox's PID namespace mean
+// nothing here, so tests find the processes a probe left behind by a unique argument instead.
+std::vector<pid_t> processes_with_arg(const std::string& token) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (!proc) return found;
+  while (dirent* e = readdir(proc)) {
+    std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in("/proc/" + name + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    pid_t pid = std::stoi(name);
+    if (cmdline.find(token) != std::string::npos && process_alive(pid)) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+// Waits up to 2 s for every process with `token` in its command line to be gone.
+bool all_gone(const std::string& token) {
+  for (int i = 0; i < 200; ++i) {
+    if (processes_with_arg(token).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 // A TCP listener on 127.0.0.1 with a kernel-chosen port.
@@ -100,20 +129,161 @@ TEST_CASE("a child that outlives its timeout is killed", "[sandbox]") {
 TEST_CASE("the whole process group dies with the leader", "[sandbox]") {
   kiln::TempDir dir("kiln-sandbox-test");
   SandboxOptions o;
-  o.argv = {KILN_SANDBOX_PROBE, "grandchild", "pid"};
   o.working_dir = dir.path();
+  const std::string token = dir.path() + "/pid";
+  o.argv = {KILN_SANDBOX_PROBE, "grandchild", token};
+  SECTION("in a PID namespace where permitted") {}
+  SECTION("with the subreaper fallback") { o.isolate_pids = false; }
   auto r = run_ok(o);
   CHECK(r.exit_code == 0);
-  auto pid_text = kiln::read_file(dir.path() + "/pid");
-  REQUIRE(pid_text.is_ok());
-  pid_t grandchild = std::stoi(*pid_text);
-  REQUIRE(grandchild > 0);
-  bool alive = true;
-  for (int i = 0; i < 200 && alive; ++i) {
-    alive = process_alive(grandchild);
-    if (alive) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(kiln::read_file(token).is_ok());
+  CHECK(all_gone(token));
+}
+
+TEST_CASE("a grandchild that escapes with setsid() is killed too", "[sandbox]") {
+  for (bool pidns : {true, false}) {
+    kiln::TempDir dir("kiln-sandbox-test");
+    SandboxOptions o;
+    o.working_dir = dir.path();
+    o.isolate_pids = pidns;  // false: the subreaper fallback
+    const std::string token = dir.path() + "/escaped";
+    o.argv = {KILN_SANDBOX_PROBE, "setsid", token};
+    auto r = run_ok(o);
+    CHECK(r.exit_code == 0);
+    CHECK(r.wall_s < 5);
+    if (!pidns) CHECK(r.pid_isolation == "subreaper");
+    REQUIRE(kiln::read_file(token).is_ok());  // the escape really happened
+    CHECK(all_gone(token));
   }
-  CHECK_FALSE(alive);
+}
+
+TEST_CASE("the child runs in its own PID namespace where permitted", "[sandbox]") {
+  SandboxOptions o;
+  o.argv = {KILN_SANDBOX_PROBE, "pid"};
+  auto r = run_ok(o);
+  if (r.pid_isolation != "pidns") {
+    WARN("PID namespaces are not permitted here: the subreaper fallback is in use");
+    return;
+  }
+  // The supervisor is the namespace's init (pid 1), the child its first process.
+  CHECK(r.stdout_text == "2\n");
+}
+
+TEST_CASE("a fork bomb is contained", "[sandbox]") {
+  kiln::TempDir dir("kiln-sandbox-test");
+  const std::string tag = dir.path() + "/bomb";  // names this test's processes on the command line
+  SandboxOptions o;
+  o.argv = {KILN_SANDBOX_PROBE, "fork-bomb", "200", tag};
+  o.working_dir = dir.path();
+  o.timeout_s = 1;
+  SECTION("refused by the seccomp filter; threads still start") {
+    o.deny_process_creation = true;
+    auto r = run_ok(o);
+    CHECK(r.exit_code == 1);
+    CHECK(r.stdout_text == "thread: ok\nfork: Operation not permitted\n");
+    CHECK_FALSE(r.timed_out);
+  }
+  SECTION("allowed, every process is killed at the timeout") {
+    for (bool pidns : {true, false}) {
+      o.isolate_pids = pidns;
+      auto r = run_ok(o);
+      CHECK(r.timed_out);
+      CHECK(r.stdout_text == "thread: ok\nforked\n");
+      CHECK(r.wall_s < 5);
+      CHECK(all_gone(tag));
+    }
+  }
+}
+
+TEST_CASE("the tester's secrets are not visible to the child", "[sandbox]") {
+  // A variable the test process had when it started is in its /proc/<pid>/environ; that is what a
+  // child could read if it could see this process.
+  std::ifstream self("/proc/self/environ", std::ios::binary);
+  std::string environ((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+  std::string marker;
+  for (size_t at = 0; at < environ.size();) {
+    size_t end = environ.find('\0', at);
+    std::string kv = environ.substr(at, end - at);
+    if (kv.rfind("PATH=", 0) != 0 && kv.size() > 8) {
+      marker = kv;
+      break;
+    }
+    at = end == std::string::npos ? environ.size() : end + 1;
+  }
+  REQUIRE_FALSE(marker.empty());
+  ::setenv("OPENAI_API_KEY", "sk-kiln-test-not-a-real-key", 1);
+
+  SandboxOptions o;
+  o.argv = {KILN_SANDBOX_PROBE, "environ", marker};
+  o.env = kEnv;
+  SECTION("isolated: neither the environment nor /proc shows them") {
+    auto r = run_ok(o);
+    INFO(r.stdout_text);
+    CHECK(r.stdout_text.rfind("OPENAI_API_KEY=(unset)\n", 0) == 0);
+    if (r.pid_isolation == "pidns") {
+      CHECK(r.exit_code == 0);
+    } else {
+      WARN("no PID namespace here: /proc/<tester>/environ is readable by the child (see the threat model)");
+    }
+  }
+  SECTION("without a PID namespace and with capabilities kept, /proc/<tester>/environ leaks") {
+    // (Without a PID namespace, only the capability check guards it: a child that has dropped its
+    // capabilities cannot read a process that holds some. A tester without capabilities is exposed.)
+    o.isolate_pids = false;
+    o.drop_capabilities = false;
+    auto r = run_ok(o);
+    CHECK(r.stdout_text.rfind("OPENAI_API_KEY=(unset)\n", 0) == 0);
+    CHECK(r.exit_code == 1);
+    CHECK(r.stdout_text.find("found in " + std::to_string(getpid()) + "\n") != std::string::npos);
+  }
+  ::unsetenv("OPENAI_API_KEY");
+}
+
+TEST_CASE("writes outside the scratch directory fail with a read-only root", "[sandbox]") {
+  kiln::TempDir scratch("kiln-sandbox-test");
+  kiln::TempDir outside("kiln-sandbox-outside");
+  SandboxOptions o;
+  o.working_dir = scratch.path();
+  o.readonly_root = true;
+  o.argv = {KILN_SANDBOX_PROBE, "write", outside.path() + "/planted"};
+  auto r = run_ok(o);
+  if (r.filesystem_isolation != "readonly_root") {
+    WARN("mount namespaces are not permitted here: only RLIMIT_FSIZE limits writes");
+    return;
+  }
+  CHECK(r.exit_code == 1);
+  CHECK(r.stdout_text == "open: Read-only file system\n");
+  CHECK_FALSE(kiln::read_file(outside.path() + "/planted").is_ok());
+
+  o.argv = {KILN_SANDBOX_PROBE, "write", scratch.path() + "/inside"};
+  CHECK(run_ok(o).exit_code == 0);
+  CHECK(kiln::read_file(scratch.path() + "/inside").is_ok());
+
+  auto devices = shell("echo discarded > /dev/null && echo ok");  // device nodes stay usable
+  devices.readonly_root = true;
+  devices.working_dir = scratch.path();
+  CHECK(run_ok(devices).stdout_text == "ok\n");
+
+  o.argv = {KILN_SANDBOX_PROBE, "remount"};  // root without capabilities cannot undo it
+  auto remount = run_ok(o);
+  CHECK(remount.exit_code == 1);
+
+  SECTION("without the option the same write goes through (the test can fail)") {
+    o.readonly_root = false;
+    o.argv = {KILN_SANDBOX_PROBE, "write", outside.path() + "/planted"};
+    CHECK(run_ok(o).exit_code == 0);
+  }
+}
+
+TEST_CASE("the child cannot signal the tester, its supervisor or everyone", "[sandbox]") {
+  SandboxOptions o;
+  o.argv = {KILN_SANDBOX_PROBE, "kill", std::to_string(getpid())};
+  for (bool pidns : {true, false}) {
+    o.isolate_pids = pidns;
+    auto r = run_ok(o);
+    INFO(r.stdout_text);
+    CHECK(r.exit_code == 0);
+  }
 }
 
 TEST_CASE("a background job holding the output pipes does not stall the run", "[sandbox]") {

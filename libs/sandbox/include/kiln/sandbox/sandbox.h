@@ -1,6 +1,13 @@
 // Running an untrusted child process (DESIGN §5 "Isolation"): its own process group that is killed as a
 // whole on timeout and after the leader exits, no network, an empty scratch directory, exactly the
 // environment it is given, resource limits, and its output captured through pipes with a cap.
+//
+// Every run goes through a small supervisor process forked from the caller. Where the kernel permits it
+// the supervisor is the init of a new PID namespace, so when it exits the kernel kills every process the
+// child left behind, including ones that left the process group with setsid(); elsewhere it is a child
+// subreaper that kills every descendant it inherits. Every child also gets a seccomp guard: no kill(-1),
+// no signal to the caller or the supervisor, no ptrace or process_vm_readv/writev, no pidfd_open.
+// docs/threat-model.md says what each layer defends and what it does not.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,19 @@ struct SandboxOptions {
   // Skip the network namespace and go straight to the seccomp filter (to test the fallback).
   bool force_seccomp_network = false;
   std::vector<int> cpu_affinity;  // cores the child may run on; empty = inherit
+
+  // Run the child inside a new PID namespace where permitted (else the subreaper fallback): it cannot
+  // see or signal the caller, and nothing it starts outlives the run.
+  bool isolate_pids = true;
+  // A seccomp filter makes fork, vfork and clone without CLONE_THREAD fail with EPERM (threads still
+  // work). RLIMIT_NPROC does not bind root; this does. Off by default: compilers must fork.
+  bool deny_process_creation = false;
+  // In a new mount namespace, remount every mount read-only except `working_dir` (where permitted; see
+  // SandboxResult::filesystem_isolation). Off by default: a compiler may write elsewhere (e.g. /tmp).
+  bool readonly_root = false;
+  // Drop every capability (bounding, effective, permitted, ambient) before exec, so a child running as
+  // root cannot undo the above (remount, raise rlimits, ptrace across users).
+  bool drop_capabilities = true;
 };
 
 struct SandboxResult {
@@ -36,6 +56,8 @@ struct SandboxResult {
   std::string stderr_text;
   double wall_s = 0;
   std::string network_isolation;  // netns | seccomp | none
+  std::string pid_isolation;      // pidns | subreaper
+  std::string filesystem_isolation;  // readonly_root | none (not requested, or not permitted here)
 
   bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }
   // "exit code 3", "killed by SIGSEGV", "timed out after 30 s"

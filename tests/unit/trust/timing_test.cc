@@ -1,0 +1,113 @@
+// Verdicts that rest on a timing: the A/A run (issue 3, "Done when": the reference submitted as the
+// candidate, timed with the tester's default options), an honest kernel, and a candidate that calls the
+// reference. This executable runs alone (RUN_SERIAL), so other tests do not share its cores.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "harness.h"
+
+using kiln::trust::Harness;
+using kiln::trust::kernel_source;
+using kiln::trust::kPromotionSpeedup;
+using kiln::trust::promotable;
+using kiln::trust::Timing;
+using kiln::trust::Verdict;
+namespace status = kiln::proto::test_status;
+
+namespace {
+
+// The tester's defaults (config::TesterConfig / eval::TimingOptions).
+Timing tester_defaults() {
+  Timing t;
+  t.mode = "cold";
+  t.min_samples = 10;
+  t.min_time_s = 0.5;
+  t.max_time_s = 15;
+  t.max_noise = 0.005;
+  t.warmup = 3;
+  return t;
+}
+
+kiln::proto::CaseTiming run_aa(Harness& h) {
+  const std::string& reference = h.reference();
+  REQUIRE_FALSE(reference.empty());
+  auto v = h.evaluate(reference, tester_defaults(), 60);
+  INFO(v.status << ": " << v.message);
+  REQUIRE(v.status == status::kOk);
+  REQUIRE(v.report.performance.cases.size() == 1);
+  return v.report.performance.cases[0];
+}
+
+Verdict run(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
+            const Timing& timing = {}, const std::string& flags = "") {
+  const std::string so = h.compile(name, kernel_source(body, globals), flags);
+  REQUIRE_FALSE(so.empty());
+  Verdict v = h.evaluate(so, timing);
+  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
+  REQUIRE(v.status != "harness_error");
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("an honest kernel passes (the battery can tell right from wrong)", "[trust]") {
+  Harness h;
+  Verdict v = run(h, "honest", kiln::trust::kHonestBody);
+  INFO(v.message);
+  CHECK(v.status == status::kOk);
+  CHECK(v.report.performance.measured);
+  CHECK(v.report.correctness.tested_shapes.size() == 5);
+  CHECK_FALSE(promotable(v));  // as fast as the reference: nothing to promote
+}
+
+TEST_CASE("a kernel that calls the reference cannot earn a promotable speedup", "[trust]") {
+  // The reference is already loaded in the evaluation process; dlopen of the same file returns it.
+  Harness h;
+  Verdict v = run(h, "calls_reference",
+                  "using Entry = int (*)(const kiln_args*);\n"
+                  "static Entry ref = nullptr;\n"
+                  "if (!ref) {\n"
+                  "  void* handle = dlopen(\"./reference.so\", RTLD_NOW | RTLD_NOLOAD);\n"
+                  "  if (handle) ref = reinterpret_cast<Entry>(dlsym(handle, \"kiln_entry\"));\n"
+                  "}\n"
+                  "if (!ref) { for (int64_t i = 0; i < n; ++i) y[i] = NAN; return 0; }\n"
+                  "return ref(a);",
+                  "#include <dlfcn.h>", Timing{"warm", 20, 0.4, 2.0, 0.005, 3, true}, "-ldl");
+  INFO(v.message);
+  // It computes the right answer (the reference's), so it is correct ...
+  REQUIRE(v.status == status::kOk);
+  REQUIRE(v.report.performance.cases.size() == 1);
+  const auto& c = v.report.performance.cases[0];
+  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
+  // ... and exactly as fast as the reference: never promoted.
+  CHECK(c.speedup < kPromotionSpeedup);
+  CHECK(c.speedup_lo < kPromotionSpeedup);
+  CHECK_FALSE(promotable(v));
+}
+
+TEST_CASE("A/A: the reference against itself is never promotable and near 1.0", "[trust][aa]") {
+  Harness h;
+  const auto c = run_aa(h);
+  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n
+                  << ", cv " << c.candidate.cv << "/" << c.reference.cv << ", stop " << c.stop_reason);
+  CHECK(c.candidate.n >= 10);
+  CHECK(c.speedup_lo <= c.speedup);
+  CHECK(c.speedup <= c.speedup_hi);
+  // Promotion needs the lower bound at 1.10 (DESIGN §7): identical code must never get there. The
+  // point estimate has been seen 6 % off 1.0 on a loaded 2-core machine (see the next test).
+  CHECK(c.speedup_lo < 1.10);
+  CHECK(std::fabs(c.speedup - 1.0) < 0.10);
+}
+
+TEST_CASE("HOLE: the A/A interval does not always contain 1.0", "[trust][aa][!mayfail]") {
+  // Seen on this machine with the tester defaults: 5 runs in 6 contain 1.0, one gave 1.06x [1.05x, 1.07x];
+  // with longer runs (2-5 s) 3 in 5 missed by 1-2 %, in warm mode too. The bootstrap resamples the pairs
+  // of one run, so it sees the noise between samples but not an offset that is fixed for the run (each
+  // contestant keeps the same buffers, hence the same physical pages and cache sets, for the whole run).
+  Harness h;
+  const auto c = run_aa(h);
+  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n);
+  CHECK(c.speedup_lo <= 1.0);
+  CHECK(c.speedup_hi >= 1.0);
+}
