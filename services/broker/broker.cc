@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <deque>
@@ -11,8 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "allowlist.h"
 #include "job_table.h"
 #include "kiln/core/time.h"
+#include "kiln/messaging/curve.h"
 #include "kiln/messaging/frames.h"
 #include "kiln/metrics/metrics.h"
 #include "kiln/proto/payloads.h"
@@ -24,6 +27,26 @@ namespace {
 
 using messaging::Envelope;
 using messaging::printable_identity;
+
+// Peers are keyed by a tag byte + their routing id, so the routing ids of the two ROUTER sockets (each
+// generates its own) can never collide in the tables below.
+constexpr char kInternalTag = 'i';
+constexpr char kExternalTag = 'e';
+
+bool is_external(const std::string& peer) { return !peer.empty() && peer[0] == kExternalTag; }
+
+std::string printable_peer(const std::string& peer) {
+  if (peer.empty()) return "?";
+  return (is_external(peer) ? "bridge peer " : "") + printable_identity(std::string_view(peer).substr(1));
+}
+
+// ZAP (RFC 27) status codes.
+constexpr std::string_view kZapOk = "200";
+constexpr std::string_view kZapDenied = "400";
+constexpr std::string_view kZapError = "500";
+constexpr size_t kZapMaxFrames = 16;
+constexpr double kDeniedLogInterval_s = 10;  // a refused bridge retries every second: log it less often
+constexpr size_t kDeniedLogMaxKeys = 1024;
 
 struct LiveJob {
   std::string id;
@@ -42,6 +65,7 @@ struct WorkerRec {
   std::string identity;
   std::string service;
   std::string worker_id;
+  std::string bridge;  // the allowlist name of an external bridge; empty for internal workers
   int slots = 1;
   proto::Capabilities caps;
   std::set<std::string> leased;
@@ -70,8 +94,15 @@ struct Broker::Impl {
   JobTable table;
   std::unique_ptr<zmq::socket_t> router;
   std::unique_ptr<zmq::socket_t> pub;
+  std::unique_ptr<zmq::socket_t> external;  // CURVE ROUTER for external bridges
+  std::unique_ptr<zmq::socket_t> zap;       // REP on inproc://zeromq.zap.01: admits allowlisted keys
   std::string endpoint;
   std::string events_endpoint;
+  std::string external_endpoint;
+  Allowlist allowlist;
+  struct stat allowlist_stat {};
+  bool allowlist_exists = false;
+  std::map<std::string, double> denied_logged;  // raw key -> when last logged
   BrokerCounters counters;
   uint64_t event_seq = 0;
   uint64_t next_forward_id = 1;
@@ -93,6 +124,9 @@ struct Broker::Impl {
   prometheus::Family<prometheus::Counter>* duplicates_total;
   prometheus::Family<prometheus::Histogram>* duration;
   prometheus::Family<prometheus::Histogram>* queue_wait;
+  prometheus::Family<prometheus::Counter>* bridge_messages;
+  prometheus::Counter* bridge_auth_failures;
+  prometheus::Gauge* bridge_keys;
 
   Impl(zmq::context_t& c, BrokerOptions o, JobTable t, std::shared_ptr<prometheus::Registry> r)
       : ctx(c), opt(std::move(o)), table(std::move(t)), registry(std::move(r)) {
@@ -107,6 +141,9 @@ struct Broker::Impl {
     duplicates_total = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(*registry);
     duration = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(*registry);
     queue_wait = &BuildHistogram().Name("kiln_job_queue_wait_seconds").Help("Enqueue to lease, per service").Register(*registry);
+    bridge_messages = &BuildCounter().Name("kiln_bridge_messages_total").Help("Messages received from external bridges, per bridge").Register(*registry);
+    bridge_auth_failures = &BuildCounter().Name("kiln_bridge_auth_failures_total").Help("CURVE clients refused by the allowlist").Register(*registry).Add({});
+    bridge_keys = &BuildGauge().Name("kiln_bridge_allowlist_keys").Help("Keys on the external bridges' allowlist").Register(*registry).Add({});
   }
 
   double lease_for(const LiveJob& j) const {
@@ -126,10 +163,10 @@ struct Broker::Impl {
     workers_connected->Add({{"service", service}}).Set(static_cast<double>(q.workers.size()));
   }
 
-  void reject(const std::string& identity, const std::string& why) {
+  void reject(const std::string& peer, const std::string& why) {
     counters.rejected_frames++;
     rejected_total->Add({{"reason", why.substr(0, why.find(':'))}}).Increment();
-    spdlog::warn("rejected message from {}: {}", printable_identity(identity), why);
+    spdlog::warn("rejected message from {}: {}", printable_peer(peer), why);
   }
 
   void publish(const std::string& job_id, const std::string& service, std::string_view state, int attempt) {
@@ -150,10 +187,16 @@ struct Broker::Impl {
     }
   }
 
+  Status send_raw(const std::string& peer, std::string_view command, const std::string& body) {
+    zmq::socket_t* socket = is_external(peer) ? external.get() : router.get();
+    if (socket == nullptr || peer.size() < 2) return unavailable("no socket for peer");
+    return messaging::send_envelope(*socket, std::string_view(peer).substr(1), command, body);
+  }
+
   void send_to(const std::string& identity, std::string_view command, const std::string& body) {
-    Status st = messaging::send_envelope(*router, identity, command, body);
+    Status st = send_raw(identity, command, body);
     if (!st.is_ok()) {
-      spdlog::debug("send {} to {} failed: {}", command, printable_identity(identity), st.message());
+      spdlog::debug("send {} to {} failed: {}", command, printable_peer(identity), st.message());
       auto it = workers.find(identity);
       if (it != workers.end()) drop_worker(identity, "unreachable");
       return;
@@ -249,8 +292,8 @@ struct Broker::Impl {
     workers.erase(it);
     auto& q = services[w.service];
     q.workers.erase(std::remove(q.workers.begin(), q.workers.end(), identity), q.workers.end());
-    spdlog::info("worker {} ({}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service, reason,
-                 w.leased.size());
+    spdlog::info("worker {} ({}{}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service,
+                 w.bridge.empty() ? "" : ", bridge '" + w.bridge + "'", reason, w.leased.size());
     for (const auto& job_id : w.leased) {
       auto j = jobs.find(job_id);
       if (j != jobs.end()) j->second.worker.clear();
@@ -268,6 +311,8 @@ struct Broker::Impl {
     update_gauges(w.service);
   }
 
+  Status open_external();
+
   void reply_error(const std::string& client, const std::string& request_id, const std::string& error) {
     proto::Reply rep;
     rep.request_id = request_id;
@@ -283,18 +328,23 @@ struct Broker::Impl {
     if (!ready.is_ok()) return reject(env.identity, "bad READY: " + ready.status().message());
     if (ready->service.empty() || ready->service.size() > 64 || ready->slots < 1 || ready->slots > 1024)
       return reject(env.identity, "bad READY: service name or slots out of range");
+    if (is_external(env.identity) &&
+        std::find(opt.external_services.begin(), opt.external_services.end(), ready->service) == opt.external_services.end())
+      return reject(env.identity, "bad READY: bridge '" + env.user_id + "' may not serve '" + ready->service + "'");
     if (workers.count(env.identity)) drop_worker(env.identity, "worker re-registered");
     WorkerRec w;
     w.identity = env.identity;
     w.service = ready->service;
     w.worker_id = ready->worker_id;
+    w.bridge = is_external(env.identity) ? env.user_id : std::string();
     w.slots = ready->slots;
     w.caps = ready->caps;
     w.last_seen = monotonic_s();
     workers[env.identity] = w;
     services[w.service].workers.push_back(env.identity);
-    spdlog::info("worker {} ready for '{}' with {} slot(s){}", w.worker_id, w.service, w.slots,
-                 w.caps.gpu_name.empty() ? "" : " on " + w.caps.gpu_name);
+    spdlog::info("worker {} ready for '{}' with {} slot(s){}{}", w.worker_id, w.service, w.slots,
+                 w.caps.gpu_name.empty() ? "" : " on " + w.caps.gpu_name,
+                 w.bridge.empty() ? "" : " (external bridge '" + w.bridge + "')");
     update_gauges(w.service);
   }
 
@@ -328,6 +378,11 @@ struct Broker::Impl {
     JobState final_state = res->outcome == proto::outcome::kOk ? JobState::kDone : JobState::kFailed;
     for (const auto& f : res->next) {
       if (f.job_id.empty() || f.service.empty()) return reject(env.identity, "bad RESULT: follow-up without id or service");
+      if (is_external(env.identity)) {
+        // Leaves the job leased: its deadline requeues it for a better-behaved worker.
+        Status st = check_bridge_followup(f);
+        if (!st.is_ok()) return reject(env.identity, "bad RESULT: bridge '" + wit->second.bridge + "': " + st.message());
+      }
     }
     auto inserted = table.complete(job.id, final_state, res->payload.data, res->error, res->next);
     if (!inserted.is_ok()) {
@@ -349,6 +404,19 @@ struct Broker::Impl {
     jobs.erase(jit);
     for (auto& r : *inserted) enqueue_row(std::move(r));
     update_gauges(service);
+  }
+
+  // A bridge is trusted to propose code, nothing more: its results may only lead to the services listed
+  // (compile its candidate; tell the scorer a proposal failed), never e.g. straight to "promote".
+  Status check_bridge_followup(const proto::FollowUp& f) const {
+    if (std::find(opt.external_followups.begin(), opt.external_followups.end(), f.service) == opt.external_followups.end())
+      return permission_denied("follow-up to '" + f.service + "' is not open to bridges");
+    if (f.service == proto::svc::kScore) {
+      auto kind = proto::peek_string(f.payload.data, "kind");
+      if (!kind.is_ok() || *kind != proto::kind::kResult)
+        return permission_denied("a follow-up to 'score' from a bridge must be a result");
+    }
+    return Status::ok();
   }
 
   void on_submit(const Envelope& env) {
@@ -481,6 +549,19 @@ struct Broker::Impl {
     if (w != workers.end()) w->second.last_seen = monotonic_s();
     if (env.command == kReady) return on_ready(env);
     if (env.command == kResult) return on_result(env);
+    if (is_external(env.identity) && (env.command == kSubmit || env.command == kRequest)) {
+      // Bridges serve jobs; they neither start work nor read the system's state.
+      reject(env.identity, "bridge '" + env.user_id + "' may not send " + env.command);
+      if (env.command == kSubmit) {
+        proto::Ack ack;
+        auto sub = proto::decode<proto::Submit>(env.body);
+        if (sub.is_ok()) ack.job_id = sub->job_id;
+        ack.error = "external bridges may not submit jobs";
+        return send_to(env.identity, kAck, proto::encode(ack));
+      }
+      auto req = proto::decode<proto::Request>(env.body);
+      return reply_error(env.identity, req.is_ok() ? req->request_id : std::string(), "external bridges may not send requests");
+    }
     if (env.command == kSubmit) return on_submit(env);
     if (env.command == kRequest) return on_request(env);
     if (env.command == kReply) return on_reply(env);
@@ -496,6 +577,133 @@ struct Broker::Impl {
       return;
     }
     reject(env.identity, "unexpected command " + env.command);
+  }
+
+  // ------------------------------------------------------------------------------------ sockets
+
+  // Reads what is readable on one ROUTER, bounded so timers still run under a flood.
+  void drain(zmq::socket_t& socket, char tag) {
+    for (int i = 0; i < 1000; ++i) {
+      std::string identity;
+      auto env = messaging::recv_envelope(socket, true, &identity);
+      if (!env) break;
+      std::string peer = tag + identity;
+      if (!env->is_ok()) {
+        reject(peer, env->status().message());
+        continue;
+      }
+      Envelope& e = env->value();
+      e.identity = std::move(peer);
+      if (tag == kExternalTag) {
+        // The ZAP handler put the bridge name on the connection. A name no longer on the list was
+        // revoked by a reload: its open connection gets nothing more.
+        if (e.user_id.empty() || !allowlist.has_name(e.user_id)) {
+          reject(e.identity, "bridge '" + e.user_id + "' is not on the allowlist (revoked?)");
+          if (workers.count(e.identity)) drop_worker(e.identity, "bridge revoked");
+          continue;
+        }
+        counters.bridge_messages++;
+        bridge_messages->Add({{"bridge", e.user_id}}).Increment();
+      } else {
+        e.user_id.clear();  // only the CURVE endpoint has a ZAP handler behind it
+      }
+      handle(e);
+    }
+  }
+
+  // Answers ZAP requests (RFC 27) for the external endpoint: admits a CURVE client whose public key is
+  // on the allowlist, with the bridge's name as the user id. Anything else is refused.
+  void serve_zap() {
+    for (int i = 0; i < 100; ++i) {
+      std::vector<std::string> frames;
+      try {
+        zmq::message_t msg;
+        if (!zap->recv(msg, zmq::recv_flags::dontwait)) return;
+        while (true) {
+          if (frames.size() < kZapMaxFrames) frames.emplace_back(static_cast<const char*>(msg.data()), msg.size());
+          if (!msg.more()) break;
+          (void)zap->recv(msg, zmq::recv_flags::none);
+        }
+      } catch (const zmq::error_t& e) {
+        spdlog::error("ZAP handler: recv failed: {}", e.what());
+        return;
+      }
+      // 1.0, request id, domain, address, routing id, mechanism, credentials...
+      std::string request_id = frames.size() > 1 ? frames[1] : std::string();
+      std::string_view code = kZapOk;
+      std::string text = "OK", user;
+      const std::string address = frames.size() > 3 ? frames[3] : std::string();
+      if (frames.size() < 7 || frames[0] != "1.0") {
+        code = kZapError;
+        text = "malformed ZAP request";
+      } else if (frames[5] != "CURVE" || frames[6].size() != 32) {
+        code = kZapDenied;
+        text = "CURVE required";
+      } else {
+        user = allowlist.name_of(frames[6]);
+        if (user.empty()) {
+          code = kZapDenied;
+          text = "key not on the allowlist";
+        }
+      }
+      if (code != kZapOk) {
+        counters.bridge_auth_failures++;
+        bridge_auth_failures->Increment();
+        log_denied(frames.size() > 6 ? frames[6] : std::string(), address, text);
+      }
+      try {
+        zap->send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(code), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(text), zmq::send_flags::sndmore);
+        zap->send(zmq::buffer(user), zmq::send_flags::sndmore);
+        zap->send(zmq::message_t(), zmq::send_flags::none);  // no metadata
+      } catch (const zmq::error_t& e) {
+        spdlog::error("ZAP handler: reply failed: {}", e.what());
+      }
+    }
+  }
+
+  void log_denied(const std::string& raw_key, const std::string& address, const std::string& why) {
+    double now = monotonic_s();
+    auto it = denied_logged.find(raw_key);
+    if (it != denied_logged.end() && now - it->second < kDeniedLogInterval_s) return;
+    if (denied_logged.size() >= kDeniedLogMaxKeys) denied_logged.clear();
+    denied_logged[raw_key] = now;
+    std::string key = messaging::encode_curve_key(raw_key);
+    spdlog::warn("external endpoint: refused {} ({}){}", address.empty() ? "a client" : address, why,
+                 key.empty() ? "" : "; its public key is " + key);
+  }
+
+  // Re-reads the allowlist; on a parse error keeps the current one. Drops bridges no longer listed.
+  void reload_allowlist() {
+    struct stat st {};
+    allowlist_exists = ::stat(opt.allowlist_path.c_str(), &st) == 0;
+    allowlist_stat = st;
+    auto loaded = Allowlist::load(opt.allowlist_path);
+    if (!loaded.is_ok()) {
+      spdlog::error("allowlist not reloaded, keeping the previous {} key(s): {}", allowlist.size(),
+                    loaded.status().message());
+      return;
+    }
+    allowlist = std::move(loaded).value();
+    counters.allowlist_reloads++;
+    bridge_keys->Set(static_cast<double>(allowlist.size()));
+    spdlog::info("external bridges: {} key(s) on the allowlist {}{}", allowlist.size(), opt.allowlist_path,
+                 allowlist_exists ? "" : " (file absent: no bridge admitted)");
+    std::vector<std::string> revoked;
+    for (const auto& [id, w] : workers)
+      if (!w.bridge.empty() && !allowlist.has_name(w.bridge)) revoked.push_back(id);
+    for (const auto& id : revoked) drop_worker(id, "bridge revoked");
+  }
+
+  bool allowlist_changed() const {
+    struct stat st {};
+    bool exists = ::stat(opt.allowlist_path.c_str(), &st) == 0;
+    if (exists != allowlist_exists) return true;
+    return exists && (st.st_mtim.tv_sec != allowlist_stat.st_mtim.tv_sec ||
+                      st.st_mtim.tv_nsec != allowlist_stat.st_mtim.tv_nsec || st.st_size != allowlist_stat.st_size ||
+                      st.st_ino != allowlist_stat.st_ino);
   }
 
   // ------------------------------------------------------------------------------------ timers
@@ -565,6 +773,38 @@ struct Broker::Impl {
   }
 };
 
+Status Broker::Impl::open_external() {
+  if (!messaging::curve_available()) return failed_precondition("this libzmq was built without CURVE");
+  KILN_RETURN_IF_ERROR(messaging::decode_curve_key(opt.curve_secret_key).status().with_context("server secret key"));
+  if (opt.allowlist_path.empty()) return invalid_argument("no allowlist path");
+  auto first = Allowlist::load(opt.allowlist_path);
+  if (!first.is_ok()) return first.status();
+  reload_allowlist();
+  messaging::SocketOptions so;
+  so.max_message_bytes = opt.max_message_bytes;
+  try {
+    // The ZAP handler must be bound before the CURVE socket: without one, libzmq admits every client.
+    zap = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
+    zap->set(zmq::sockopt::linger, 0);
+    zap->bind("inproc://zeromq.zap.01");
+  } catch (const zmq::error_t& e) {
+    return unavailable(std::string("cannot bind the ZAP handler (another broker in this context?): ") + e.what());
+  }
+  try {
+    external = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
+    messaging::apply_options(*external, so);
+    external->set(zmq::sockopt::router_mandatory, 1);
+    external->set(zmq::sockopt::curve_server, 1);
+    external->set(zmq::sockopt::curve_secretkey, opt.curve_secret_key);
+    external->set(zmq::sockopt::zap_domain, "kiln.bridges");
+    external->bind(opt.external_bind);
+    external_endpoint = external->get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return unavailable("cannot bind " + opt.external_bind + ": " + e.what());
+  }
+  return Status::ok();
+}
+
 Broker::Broker() = default;
 Broker::~Broker() = default;
 
@@ -594,6 +834,7 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
   } catch (const zmq::error_t& e) {
     return unavailable("broker: cannot bind " + m.opt.bind + ": " + e.what());
   }
+  if (!m.opt.external_bind.empty()) KILN_RETURN_IF_ERROR(m.open_external().with_context("broker: external endpoint"));
   // Jobs that were leased when the broker stopped go back to the queue: their workers are gone.
   size_t requeued = 0;
   for (auto& row : *active) {
@@ -616,32 +857,37 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
 
 const std::string& Broker::endpoint() const { return impl_->endpoint; }
 const std::string& Broker::events_endpoint() const { return impl_->events_endpoint; }
+const std::string& Broker::external_endpoint() const { return impl_->external_endpoint; }
 const BrokerCounters& Broker::counters() const { return impl_->counters; }
 
-void Broker::run(const std::atomic<bool>& stop) {
+void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowlist) {
   Impl& m = *impl_;
   spdlog::info("broker: serving on {}", m.endpoint);
+  if (m.external) spdlog::info("broker: external bridges (CURVE) on {}", m.external_endpoint);
   long tick_ms = std::max(10L, static_cast<long>(m.opt.heartbeat_interval_s * 1000 / 4));
-  double next_timers = 0;
+  constexpr double kAllowlistCheck_s = 1.0;  // a stat() per second: edits apply without a SIGHUP too
+  double next_timers = 0, next_allowlist_check = 0;
   while (!stop.load()) {
-    zmq::pollitem_t items[] = {{static_cast<void*>(*m.router), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[3] = {{static_cast<void*>(*m.router), 0, ZMQ_POLLIN, 0}};
+    int n_items = 1;
+    if (m.external) {
+      items[n_items++] = {static_cast<void*>(*m.external), 0, ZMQ_POLLIN, 0};
+      items[n_items++] = {static_cast<void*>(*m.zap), 0, ZMQ_POLLIN, 0};
+    }
     try {
-      zmq::poll(items, 1, std::chrono::milliseconds(tick_ms));
+      zmq::poll(items, n_items, std::chrono::milliseconds(tick_ms));
     } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      throw;
+      if (e.num() != EINTR) throw;  // a signal (SIGHUP, SIGTERM): the checks below run now
     }
-    // Drain what is readable, bounded so timers still run under a flood.
-    for (int i = 0; i < 1000; ++i) {
-      std::string identity;
-      auto env = messaging::recv_envelope(*m.router, true, &identity);
-      if (!env) break;
-      if (!env->is_ok()) {
-        m.reject(identity, env->status().message());
-        continue;
-      }
-      m.handle(env->value());
+    if (m.external) {
+      double now = monotonic_s();
+      bool asked = reload_allowlist != nullptr && reload_allowlist->exchange(false);
+      if (asked || (now >= next_allowlist_check && m.allowlist_changed())) m.reload_allowlist();
+      if (now >= next_allowlist_check) next_allowlist_check = now + kAllowlistCheck_s;
+      m.serve_zap();
     }
+    m.drain(*m.router, kInternalTag);
+    if (m.external) m.drain(*m.external, kExternalTag);
     m.dispatch();
     double now = monotonic_s();
     if (now >= next_timers) {
@@ -652,7 +898,7 @@ void Broker::run(const std::atomic<bool>& stop) {
   }
   // Tell workers we are going so they reconnect promptly to the next broker.
   for (const auto& [id, w] : m.workers)
-    (void)messaging::send_envelope(*m.router, id, proto::cmd::kDisconnect, proto::encode(proto::Disconnect{"broker stopping"}));
+    (void)m.send_raw(id, proto::cmd::kDisconnect, proto::encode(proto::Disconnect{"broker stopping"}));
   spdlog::info("broker: stopped");
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/core/status.h"
 
@@ -24,6 +25,14 @@ struct BrokerOptions {
   int heartbeat_liveness = 4;
   int64_t max_message_bytes = 64ll << 20;
   std::map<std::string, double> lease_timeout_s = {{"default", 60}};
+
+  // External bridges (DESIGN §2): a second ROUTER endpoint with CURVE. Empty external_bind: none.
+  std::string external_bind;
+  std::string curve_secret_key;  // Z85: the broker's key pair (bridges pin its public key)
+  std::string allowlist_path;    // "<name> <z85 public key>" per line; a missing file admits no one
+  // What an admitted bridge may do: serve these services, and lead its results only to these.
+  std::vector<std::string> external_services = {"propose.external"};
+  std::vector<std::string> external_followups = {"compile", "score"};
 };
 
 struct BrokerCounters {
@@ -34,6 +43,9 @@ struct BrokerCounters {
   std::atomic<int64_t> requeued{0};
   std::atomic<int64_t> dead{0};
   std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> bridge_messages{0};       // received on the external endpoint
+  std::atomic<int64_t> bridge_auth_failures{0};  // CURVE clients the ZAP handler refused
+  std::atomic<int64_t> allowlist_reloads{0};     // successful (re)loads, the first one included
 };
 
 class Broker {
@@ -47,8 +59,12 @@ class Broker {
   // The endpoint actually bound (resolves "tcp://127.0.0.1:*").
   const std::string& endpoint() const;
   const std::string& events_endpoint() const;
-  // Serves until `stop` becomes true.
-  void run(const std::atomic<bool>& stop);
+  // The CURVE endpoint for external bridges actually bound; empty when there is none.
+  const std::string& external_endpoint() const;
+  // Serves until `stop` becomes true. Whenever `reload_allowlist` is set (SIGHUP in kiln-broker), the
+  // loop clears it and re-reads the allowlist; a changed file (mtime or size) is re-read as well. A list
+  // that fails to parse keeps the previous one.
+  void run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowlist = nullptr);
   const BrokerCounters& counters() const;
 
  private:

@@ -1,4 +1,5 @@
-// kiln-broker: parse flags, load config, start /metrics, serve until SIGTERM/SIGINT.
+// kiln-broker: parse flags, load config, start /metrics, serve until SIGTERM/SIGINT; SIGHUP re-reads the
+// external bridges' allowlist.
 #include <CLI/CLI.hpp>
 #include <signal.h>
 
@@ -10,21 +11,30 @@
 #include "kiln/config/config.h"
 #include "kiln/core/files.h"
 #include "kiln/log/log.h"
+#include "kiln/messaging/curve.h"
 #include "kiln/metrics/metrics.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 void on_signal(int) { g_stop = true; }
+void on_hangup(int) { g_reload = true; }
+
+std::string under(const std::string& state_dir, const std::string& path) {
+  return std::filesystem::path(path).is_absolute() ? path : state_dir + "/" + path;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln-broker: routes Kiln jobs between services"};
-  std::string config_path, state_dir = ".kiln", bind, events_bind, metrics_host = "0.0.0.0";
+  std::string config_path, state_dir = ".kiln", bind, events_bind, external_bind, metrics_host = "0.0.0.0";
   int metrics_port = -1;
   app.add_option("--config", config_path, "YAML config (default: built-in defaults)");
   app.add_option("--state-dir", state_dir, "folder for the job table");
   app.add_option("--bind", bind, "endpoint for workers and clients (overrides broker.bind)");
   app.add_option("--events-bind", events_bind, "PUB endpoint for job events (overrides broker.events_bind)");
+  app.add_option("--external-bind", external_bind,
+                 "CURVE endpoint for external bridges (overrides broker.external_bind)");
   app.add_option("--metrics-port", metrics_port, "port for /metrics (0 = any free port)");
   app.add_option("--metrics-host", metrics_host, "address for /metrics");
   CLI11_PARSE(app, argc, argv);
@@ -43,12 +53,27 @@ int main(int argc, char** argv) {
   kiln::broker::BrokerOptions opt;
   opt.bind = bind.empty() ? bc.bind : bind;
   opt.events_bind = events_bind.empty() ? bc.events_bind : events_bind;
-  opt.db_path = std::filesystem::path(bc.db_path).is_absolute() ? bc.db_path : state_dir + "/" + bc.db_path;
+  opt.db_path = under(state_dir, bc.db_path);
   opt.max_attempts = static_cast<int>(bc.max_attempts);
   opt.heartbeat_interval_s = bc.heartbeat_interval_s;
   opt.heartbeat_liveness = static_cast<int>(bc.heartbeat_liveness);
   opt.max_message_bytes = bc.max_message_bytes;
   opt.lease_timeout_s = bc.lease_timeout_s;
+  opt.external_bind = external_bind.empty() ? bc.external_bind : external_bind;
+  if (!opt.external_bind.empty()) {
+    std::string secret_path = under(state_dir, bc.external_secret_key_file);
+    std::string public_path = under(state_dir, bc.external_public_key_file);
+    bool created = false;
+    auto keys = kiln::messaging::load_or_create_curve_keypair(secret_path, public_path, &created);
+    if (!keys.is_ok()) {
+      std::fprintf(stderr, "kiln-broker: broker.external_bind: %s\n", keys.status().message().c_str());
+      return 2;
+    }
+    opt.curve_secret_key = keys->secret_key;
+    opt.allowlist_path = under(state_dir, bc.external_allowlist);
+    spdlog::info("external bridges: server public key {} in {}{}", keys->public_key, public_path,
+                 created ? " (new key pair)" : "");
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   int port = metrics_port >= 0 ? metrics_port : bc.metrics_port;
@@ -68,6 +93,9 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-  (*broker)->run(g_stop);
+  struct sigaction hup {};
+  hup.sa_handler = on_hangup;
+  sigaction(SIGHUP, &hup, nullptr);  // re-read the external bridges' allowlist
+  (*broker)->run(g_stop, &g_reload);
   return 0;
 }

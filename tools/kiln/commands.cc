@@ -12,6 +12,7 @@
 #include "kiln/core/hash.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/client.h"
+#include "kiln/messaging/endpoint.h"
 #include "kiln/task/task.h"
 
 namespace kiln::cli {
@@ -20,13 +21,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string Common::broker_endpoint() const {
-  if (!broker.empty()) return broker;
-  std::string b = config.broker.bind;
-  for (const char* any : {"tcp://*:", "tcp://0.0.0.0:"}) {
-    std::string a(any);
-    if (b.rfind(a, 0) == 0) return "tcp://127.0.0.1:" + b.substr(a.size());
-  }
-  return b;
+  return broker.empty() ? messaging::connect_endpoint(config.broker.bind) : broker;
 }
 
 namespace {
@@ -171,7 +166,8 @@ int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, dou
 }
 
 int cmd_submit(const Common& c, const SubmitOptions& o) {
-  if (o.proposer != "tuner" && o.proposer != "llm") return fail("--proposer must be tuner or llm");
+  if (o.proposer != "tuner" && o.proposer != "llm" && o.proposer != "external")
+    return fail("--proposer must be tuner, llm or external");
   auto cid = submit_task(c, o);
   if (!cid.is_ok()) return fail(cid.status().message());
   if (!o.wait) {

@@ -35,12 +35,13 @@ int cmd_task_new(const Common& c, const std::string& name, const std::string& pa
 int cmd_registry_list(const Common& c, const std::string& dir);
 int cmd_registry_show(const Common& c, const std::string& dir, const std::string& id);
 int cmd_registry_verify(const Common& c, const std::string& dir);
+int cmd_keys_new(const Common& c, const std::string& name, const std::string& dir);
 
 struct UpOptions {
   std::string state_dir;  // empty: config up.state_dir
   bool demo = false;
   std::string tasks_dir;  // bundled tasks for --demo
-  int64_t budget = -1;
+  int64_t budget = 8;  // the demo's proposals per campaign: a few minutes on a laptop
   double demo_timeout_s = 1800;
 };
 int cmd_up(const Common& c, const UpOptions& o);

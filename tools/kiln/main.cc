@@ -30,14 +30,14 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--state-dir", up.state_dir, "folder for databases, caches and logs (default .kiln)");
   up_cmd->add_flag("--demo", up.demo, "also submit the bundled tasks, show progress and print the results");
   up_cmd->add_option("--tasks", up.tasks_dir, "task folder for --demo (default configs/tasks)");
-  up_cmd->add_option("--budget", up.budget, "proposals per campaign for --demo");
+  up_cmd->add_option("--budget", up.budget, "proposals per campaign for --demo (default 8)");
   up_cmd->add_option("--timeout", up.demo_timeout_s, "give up on --demo after this many seconds");
 
   SubmitOptions sub;
   auto* sub_cmd = app.add_subcommand("submit", "validate and submit a task package (a folder or .tar.gz)");
   sub_cmd->add_option("dir", sub.dir, "task package")->required();
   sub_cmd->add_option("--budget", sub.budget, "proposals after program 0");
-  sub_cmd->add_option("--proposer", sub.proposer, "tuner | llm");
+  sub_cmd->add_option("--proposer", sub.proposer, "tuner | llm | external (a bridge connected over CURVE)");
   sub_cmd->add_option("--max-in-flight", sub.max_in_flight, "proposals evaluated at once");
   sub_cmd->add_flag("--wait", sub.wait, "show progress until the campaign ends, then the result");
   sub_cmd->add_option("--timeout", sub.timeout_s, "with --wait: give up after this many seconds");
@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
   show_cmd->add_option("id", kernel_id, "kernel id")->required();
   auto* verify_cmd = reg_cmd->add_subcommand("verify", "check every entry, its source file and hash");
 
+  auto* keys_cmd = app.add_subcommand("keys", "CURVE keys for external bridges");
+  keys_cmd->require_subcommand(1);
+  std::string key_name, key_dir = ".";
+  auto* keys_new_cmd = keys_cmd->add_subcommand("new", "write NAME.key and NAME.pub and print the allowlist line");
+  keys_new_cmd->add_option("name", key_name, "bridge name ([A-Za-z0-9_.-], at most 64)")->required();
+  keys_new_cmd->add_option("--dir", key_dir, "where to write the key files (default .)");
+
   CLI11_PARSE(app, argc, argv);
 
   kiln::log::init("kiln", "info");
@@ -89,5 +96,6 @@ int main(int argc, char** argv) {
   if (*list_cmd) return cmd_registry_list(common, reg_dir);
   if (*show_cmd) return cmd_registry_show(common, reg_dir, kernel_id);
   if (*verify_cmd) return cmd_registry_verify(common, reg_dir);
+  if (*keys_new_cmd) return cmd_keys_new(common, key_name, key_dir);
   return 1;
 }

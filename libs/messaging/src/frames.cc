@@ -1,5 +1,7 @@
 #include "kiln/messaging/frames.h"
 
+#include <spdlog/spdlog.h>
+
 #include <vector>
 
 #include "kiln/core/hash.h"
@@ -19,6 +21,17 @@ void apply_options(zmq::socket_t& socket, const SocketOptions& options) {
   socket.set(zmq::sockopt::reconnect_ivl_max, options.reconnect_ivl_max_ms);
   socket.set(zmq::sockopt::sndhwm, options.sndhwm);
   socket.set(zmq::sockopt::rcvhwm, options.rcvhwm);
+  if (options.curve.enabled()) {
+    try {
+      socket.set(zmq::sockopt::curve_serverkey, options.curve.server_public_key);
+      socket.set(zmq::sockopt::curve_publickey, options.curve.public_key);
+      socket.set(zmq::sockopt::curve_secretkey, options.curve.secret_key);
+    } catch (const zmq::error_t& e) {
+      // A malformed key leaves the socket without CURVE: a CURVE server refuses the handshake, so nothing
+      // leaks; the caller validates keys up front (decode_curve_key) to fail with a clear line instead.
+      spdlog::error("CURVE keys rejected by libzmq ({}): check the key files", e.what());
+    }
+  }
 }
 
 bool is_known_command(std::string_view c) {
@@ -47,12 +60,18 @@ Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::stri
 
 std::optional<Result<Envelope>> recv_envelope(zmq::socket_t& socket, bool router, std::string* identity_out) {
   std::vector<std::string> frames;
+  std::string user_id;
   bool too_many = false;
   try {
     zmq::message_t msg;
     auto got = socket.recv(msg, zmq::recv_flags::dontwait);
     if (!got) return std::nullopt;
     while (true) {
+      // Set by the ZAP handler of a CURVE endpoint; libzmq attaches it to every frame of the message.
+      if (user_id.empty()) {
+        const char* uid = zmq_msg_gets(msg.handle(), "User-Id");
+        if (uid != nullptr) user_id = uid;
+      }
       if (frames.size() < kMaxFrames)
         frames.emplace_back(static_cast<const char*>(msg.data()), msg.size());
       else
@@ -78,6 +97,7 @@ std::optional<Result<Envelope>> recv_envelope(zmq::socket_t& socket, bool router
   if (router) env.identity = std::move(frames[0]);
   env.command = std::move(frames[base + 1]);
   env.body = std::move(frames[base + 2]);
+  env.user_id = std::move(user_id);
   return Result<Envelope>(std::move(env));
 }
 

@@ -12,6 +12,15 @@
 
 namespace kiln::messaging {
 
+// CURVE on the client side (DESIGN §2, external bridges): all three keys are Z85 text (40 characters).
+// Empty server_public_key means a plain (NULL mechanism) connection.
+struct CurveClientKeys {
+  std::string server_public_key;
+  std::string public_key;
+  std::string secret_key;
+  bool enabled() const { return !server_public_key.empty(); }
+};
+
 struct SocketOptions {
   int64_t max_message_bytes = 64ll << 20;  // ZMQ_MAXMSGSIZE: a larger frame drops the peer
   int linger_ms = 0;
@@ -19,6 +28,7 @@ struct SocketOptions {
   int reconnect_ivl_max_ms = 32000;
   int sndhwm = 10000;
   int rcvhwm = 10000;
+  CurveClientKeys curve;  // set by a worker or client connecting to the broker's external endpoint
 };
 
 void apply_options(zmq::socket_t& socket, const SocketOptions& options);
@@ -27,6 +37,7 @@ struct Envelope {
   std::string identity;  // routing id (ROUTER side only)
   std::string command;
   std::string body;
+  std::string user_id;  // the ZAP handler's user id of the sender (CURVE endpoints); empty otherwise
 };
 
 // Sends one envelope; `identity` is used when non-empty (ROUTER). Returns unavailable when the peer is
