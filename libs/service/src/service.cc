@@ -10,6 +10,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/log/log.h"
+#include "kiln/messaging/endpoint.h"
 #include "kiln/messaging/worker.h"
 #include "kiln/metrics/metrics.h"
 
@@ -19,15 +20,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
-
-// A bind address ("tcp://*:5555", "tcp://0.0.0.0:5555") as a connect address.
-std::string connect_endpoint(std::string bind) {
-  for (const char* any : {"tcp://*:", "tcp://0.0.0.0:"}) {
-    std::string a(any);
-    if (bind.rfind(a, 0) == 0) return "tcp://127.0.0.1:" + bind.substr(a.size());
-  }
-  return bind;
-}
 
 // The configured /metrics port of the section that serves `service`.
 int configured_metrics_port(const config::KilnConfig& c, const std::string& service, int fallback) {
@@ -90,7 +82,7 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
     return 1;
   }
   messaging::WorkerOptions wo;
-  wo.endpoint = broker.empty() ? connect_endpoint(cfg->broker.bind) : broker;
+  wo.endpoint = broker.empty() ? messaging::connect_endpoint(cfg->broker.bind) : broker;
   wo.service = handlers->service.empty() ? spec.service : handlers->service;
   wo.worker_id = ctx.worker_id;
   wo.slots = slots > 0 ? slots : handlers->slots;
