@@ -50,11 +50,24 @@ bool is_define_value(const std::string& s) {
   return true;
 }
 
+}  // namespace
+
+std::string cuda_gencode(const std::string& arch) {
+  // "sm_90" -> "arch=compute_90,code=[sm_90,compute_90]"; "sm_90a" keeps its suffix on both.
+  const std::string number = arch.rfind("sm_", 0) == 0 ? arch.substr(3) : arch;
+  return "arch=compute_" + number + ",code=[sm_" + number + ",compute_" + number + "]";
+}
+
+namespace {
+
 std::vector<std::string> compile_flags(const std::string& backend, const std::string& arch,
                                        const std::map<std::string, std::string>& defines) {
   std::vector<std::string> flags;
   if (backend == "cuda") {
-    flags = {"-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=" + arch, "-Xptxas", "-v", "-I."};
+    // Machine code for the target and its PTX embedded beside it, so a newer GPU can still JIT the kernel;
+    // the shared runtime, so that the kernel and kiln-eval-cuda share one runtime and its error state.
+    flags = {"-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", cuda_gencode(arch), "-cudart", "shared",
+             "-Xptxas", "-v", "-I."};
   } else {
     flags = {"-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-I."};
   }
@@ -234,14 +247,21 @@ Result<std::string> CompileHandler::toolchain(const std::string& backend) {
   if (!result->succeeded()) {
     return unavailable("toolchain " + compiler + " --version: " + result->describe(run.timeout_s));
   }
-  // g++ names itself on the first line, nvcc on the last.
   std::vector<std::string> lines;
   std::stringstream text(result->stdout_text);
   for (std::string line; std::getline(text, line);) {
     if (!line.empty()) lines.push_back(line);
   }
   if (lines.empty()) return unavailable("toolchain " + compiler + " --version printed nothing");
-  std::string version = backend == "cuda" ? lines.back() : lines.front();
+  // g++ names itself on the first line; nvcc says "Cuda compilation tools, release 13.0, V13.0.88" on the
+  // line before its build tag, which is the one a person recognizes.
+  std::string version = lines.front();
+  if (backend == "cuda") {
+    version = lines.back();
+    for (const auto& line : lines) {
+      if (line.find("release") != std::string::npos) version = line;
+    }
+  }
   std::lock_guard<std::mutex> lock(toolchain_mu_);
   toolchains_[backend] = version;
   return version;

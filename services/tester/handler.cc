@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <utility>
 
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
+#include "kiln/cuda/nvml.h"
 #include "kiln/eval/host.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
@@ -61,6 +63,7 @@ Status write_request_files(const std::string& dir, const proto::TestRequest& req
 TesterOptions options_from_config(const config::TesterConfig& config) {
   TesterOptions o;
   o.backend = config.backend;
+  o.gpu_index = config.gpu_index;
   o.timeout_s = config.timeout_s;
   o.cpu_time_limit_s = config.cpu_time_limit_s;
   o.memory_limit_mb = config.memory_limit_mb;
@@ -69,38 +72,61 @@ TesterOptions options_from_config(const config::TesterConfig& config) {
   return o;
 }
 
-Result<std::string> default_eval_binary() {
+Result<std::string> default_eval_binary(const std::string& backend) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return not_found("tester: cannot read /proc/self/exe: " + ec.message());
-  return (self.parent_path() / "kiln-eval").string();
+  return (self.parent_path() / (backend == "cuda" ? "kiln-eval-cuda" : "kiln-eval")).string();
 }
 
-TestHandler::TestHandler(TesterOptions options) : options_(std::move(options)), worker_(eval::cpu_worker_info()) {
+TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml,
+                         cuda::GpuIdentity gpu)
+    : options_(std::move(options)), worker_(std::move(worker)), nvml_(std::move(nvml)), gpu_(std::move(gpu)) {
   worker_.worker_id = options_.worker_id;
 }
 
 Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
-  if (options.backend != "cpu") {
-    return failed_precondition("tester: backend '" + options.backend + "' is not supported by this build (cpu only)");
+  if (options.backend != "cpu" && options.backend != "cuda") {
+    return invalid_argument("tester: unknown backend '" + options.backend + "' (cpu | cuda)");
   }
   if (!(options.timeout_s > 0)) return invalid_argument("tester: timeout_s must be positive");
   if (options.eval_binary.empty()) {
-    KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary());
+    KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary(options.backend));
   }
   if (access(options.eval_binary.c_str(), X_OK) != 0) {
-    return not_found("tester: no evaluation child at " + options.eval_binary);
+    return not_found("tester: no evaluation child at " + options.eval_binary +
+                     (options.backend == "cuda" ? " (was this build made without the CUDA toolkit?)" : ""));
   }
-  return std::unique_ptr<TestHandler>(new TestHandler(std::move(options)));
+  if (options.backend == "cpu") {
+    return std::unique_ptr<TestHandler>(new TestHandler(std::move(options), eval::cpu_worker_info(), nullptr, {}));
+  }
+  // A CUDA tester needs a GPU it can name; without one it must not register for test.cuda.
+  auto nvml = cuda::Nvml::load();
+  if (!nvml.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + nvml.status().message());
+  auto gpu = cuda::select_gpu(**nvml, options.gpu_index, std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!gpu.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpu.status().message());
+  proto::WorkerInfo worker;
+  worker.backend = "cuda";
+  worker.host = eval::host_name();
+  worker.device_name = gpu->name;
+  worker.gpu_uuid = gpu->uuid;
+  worker.driver_version = gpu->driver_version;
+  return std::unique_ptr<TestHandler>(
+      new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value()));
 }
 
 proto::Capabilities TestHandler::capabilities() const {
   proto::Capabilities caps;
   caps.backend = options_.backend;
-  caps.gpu_name = worker_.device_name;  // the device this tester measures on: here the CPU model
-  caps.arch = host_arch();
+  caps.gpu_name = worker_.device_name;  // the device this tester measures on: the GPU, or the CPU model
+  caps.gpu_uuid = worker_.gpu_uuid;
+  caps.arch = options_.backend == "cuda" ? gpu_.arch() : host_arch();
   caps.host = worker_.host;
   return caps;
+}
+
+void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry) {
+  if (nvml_ && registry && !monitor_) monitor_ = std::make_shared<GpuMonitor>(nvml_, gpu_, std::move(registry));
 }
 
 std::vector<std::string> TestHandler::eval_argv() const {
@@ -143,9 +169,20 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   run.argv = eval_argv();
   run.working_dir = scratch.path();
   run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch.path(), "TMPDIR=" + scratch.path(), "LC_ALL=C"};
+  // Where the tester itself found its shared libraries (a deployment that ships them beside Kiln); it is
+  // no secret, and the child is built from the same tree.
+  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
+    run.env.push_back(std::string("LD_LIBRARY_PATH=") + lib_path);
+  }
   run.timeout_s = options_.timeout_s;
   run.cpu_time_s = options_.cpu_time_limit_s;
-  if (options_.memory_limit_mb > 0) run.address_space_bytes = options_.memory_limit_mb << 20;
+  if (options_.backend == "cuda") {
+    // The child sees exactly this tester's GPU, by uuid (indices differ between NVML and CUDA orderings).
+    run.env.push_back("CUDA_VISIBLE_DEVICES=" + gpu_.uuid);
+  } else if (options_.memory_limit_mb > 0) {
+    // Not for CUDA: its context reserves far more address space than it uses, so RLIMIT_AS breaks it.
+    run.address_space_bytes = options_.memory_limit_mb << 20;
+  }
   run.file_size_bytes = kMaxChildFileBytes;
   run.max_output_bytes = options_.max_log_bytes;
   run.isolate_network = true;
@@ -201,6 +238,7 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   TesterOptions options = options_from_config(ctx.config->tester);
   options.worker_id = ctx.worker_id;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
+  handler->start_gpu_monitor(ctx.metrics);
   service::ServiceHandlers h;
   h.job = [handler](const proto::Job& job) { return handler->handle(job); };
   h.caps = handler->capabilities();

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kiln/core/status.h"
-#include "tensor.h"
+#include "kiln/eval/detail/tensor.h"
 
 namespace kiln::eval::detail {
 

@@ -14,33 +14,21 @@
 #include "baselines.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/stats.h"
-#include "tensor.h"
+#include "kiln/eval/detail/protocol.h"
+#include "kiln/eval/detail/tensor.h"
 
 namespace kiln::eval {
 namespace {
 
+using detail::call_failure;
+using detail::conclude;
+using detail::Findings;
+using detail::format_ratio;
 using detail::HostTensor;
-
-constexpr size_t kMaxListedMismatches = 5;
-// Inputs of the timing runs and of the check after timing come from seeds no correctness seed uses.
-constexpr uint64_t kTimingSeed = 0x7155'0001;
-constexpr uint64_t kRecheckSeed = 0x7155'0002;
-// The noise "stops improving" when this many checkpoints in a row fail to lower it by kMinImprovement.
-constexpr int kStallCheckpoints = 5;
-constexpr double kMinImprovement = 0.02;
-// A guard on memory for very fast kernels; reaching it counts as a stall.
-constexpr size_t kMaxSamples = 1u << 20;
-
-struct Scalars {
-  std::vector<const char*> names;
-  std::vector<double> values;
-  explicit Scalars(const task::TaskSpec& spec) {
-    for (const auto& [name, value] : spec.scalars) {
-      names.push_back(name.c_str());
-      values.push_back(value);
-    }
-  }
-};
+using detail::kMaxListedMismatches;
+using detail::kRecheckSeed;
+using detail::kTimingSeed;
+using detail::Scalars;
 
 // The tensors of one case: what a kernel reads and writes.
 struct TensorSet {
@@ -121,25 +109,6 @@ class Invoker {
   std::vector<kiln_tensor> inputs_, outputs_, live_inputs_, live_outputs_;
   kiln_args args_{};
 };
-
-// Everything correctness has found so far, across cases and seeds.
-struct Findings {
-  detail::Comparison cmp;
-  std::string failed_call;     // a kiln_entry of the candidate returned non-zero
-  std::string changed_descriptor;
-  std::string modified_input;
-  std::vector<std::string> tested_shapes;
-
-  void tested(const std::string& shape) {
-    if (std::find(tested_shapes.begin(), tested_shapes.end(), shape) == tested_shapes.end()) {
-      tested_shapes.push_back(shape);
-    }
-  }
-};
-
-std::string call_failure(int rc, const std::string& context) {
-  return "kiln_entry returned " + std::to_string(rc) + " (" + context + ")";
-}
 
 // Checks one candidate call's side effects: descriptors and inputs untouched.
 void check_side_effects(const task::TaskSpec& spec, const Invoker& invoker, const TensorSet& used,
@@ -284,13 +253,10 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
     }
   }
 
-  const double checkpoint_s = std::clamp(opt.min_time_s / 4, 0.005, 0.25);
+  detail::StoppingRule rule(opt);
   const auto start = Clock::now();
-  double next_checkpoint = checkpoint_s;
-  double best_noise = 1e300;
-  int stalled = 0;
   std::string stop_reason;
-  for (size_t n = 0; stop_reason.empty(); ++n) {
+  for (int64_t n = 0; stop_reason.empty(); ++n) {
     // Alternate the order inside each pair so neither side always runs right after the other.
     for (size_t k = 0; k < all.size(); ++k) {
       Contestant& c = all[n % 2 == 0 ? all.size() - 1 - k : k];
@@ -309,47 +275,13 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
       c.samples_us.push_back(us);
       c.running.add(us);
     }
-    const double elapsed = elapsed_s(start);
-    const int64_t samples = static_cast<int64_t>(n + 1);
-    if (elapsed >= opt.max_time_s) {
-      stop_reason = "max_time";
-      break;
-    }
-    if (n + 1 >= kMaxSamples) {
-      stop_reason = "stalled";
-      break;
-    }
-    if (elapsed < next_checkpoint) continue;
-    next_checkpoint = elapsed + checkpoint_s;
-    const double noise = std::max(all[0].running.cv(), all[1].running.cv());
-    if (noise < best_noise * (1 - kMinImprovement)) {
-      best_noise = noise;
-      stalled = 0;
-    } else {
-      ++stalled;
-    }
-    if (samples < opt.min_samples || elapsed < opt.min_time_s) continue;
-    if (noise < opt.max_noise) stop_reason = "noise";
-    else if (stalled >= kStallCheckpoints) stop_reason = "stalled";
+    stop_reason = rule.after_round(n + 1, elapsed_s(start), std::max(all[0].running.cv(), all[1].running.cv()));
   }
 
-  proto::CaseTiming& t = out.timing;
-  t.dims = std::map<std::string, int64_t>(dims.begin(), dims.end());
-  t.candidate = compute_stats(all[0].samples_us);
-  t.reference = compute_stats(all[1].samples_us);
-  t.speedup = t.candidate.median_us > 0 ? t.reference.median_us / t.candidate.median_us : 0;
-  SpeedupInterval interval = bootstrap_speedup(all[1].samples_us, all[0].samples_us, eval_options.bootstrap_seed);
-  t.speedup_lo = interval.lo;
-  t.speedup_hi = interval.hi;
-  for (size_t i = 2; i < all.size(); ++i) {
-    proto::BaselineTiming b;
-    b.name = all[i].name;
-    b.stats = compute_stats(all[i].samples_us);
-    b.speedup = t.candidate.median_us > 0 ? b.stats.median_us / t.candidate.median_us : 0;
-    t.baselines.push_back(std::move(b));
-  }
-  t.warmup_iters = opt.warmup_iters;
-  t.stop_reason = stop_reason;
+  std::vector<detail::NamedSamples> baselines;
+  for (size_t i = 2; i < all.size(); ++i) baselines.push_back({all[i].name, all[i].samples_us});
+  out.timing = detail::summarize_case(dims, all[0].samples_us, all[1].samples_us, baselines,
+                                      eval_options.bootstrap_seed, opt.warmup_iters, stop_reason);
   cand_tensors = std::move(all[0].tensors);
   return out;
 }
@@ -374,45 +306,6 @@ Status recheck_after_timing(const task::TaskSpec& spec, KernelEntry candidate, K
   check_side_effects(spec, cand_call, cand, pristine, context, f);
   compare_outputs(spec, cand, ref, context, f);
   return Status::ok();
-}
-
-std::string format_ratio(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3gx", x);
-  return buf;
-}
-
-// The status and one-line message DESIGN §6 scores from, worst finding first.
-void conclude(const Findings& f, proto::TestReport& report) {
-  auto first = [&](const std::string& lead) {
-    return f.cmp.first_mismatches.empty() ? lead : lead + "; first: " + f.cmp.first_mismatches.front();
-  };
-  if (!f.failed_call.empty()) {
-    report.status = proto::test_status::kCrashed;
-    report.message = "failed: " + f.failed_call;
-  } else if (!f.changed_descriptor.empty()) {
-    report.status = proto::test_status::kWrongShape;
-    report.message = f.changed_descriptor;
-  } else if (f.cmp.nonfinite > 0) {
-    report.status = proto::test_status::kNonFinite;
-    report.message = first(std::to_string(f.cmp.nonfinite) + " non-finite outputs where the reference is finite");
-  } else if (!f.modified_input.empty()) {
-    report.status = proto::test_status::kInputModified;
-    report.message = f.modified_input;
-  } else if (f.cmp.mismatches > 0) {
-    report.status = proto::test_status::kMismatch;
-    report.message = first(std::to_string(f.cmp.mismatches) + " outputs differ from the reference");
-  } else {
-    report.status = proto::test_status::kOk;
-    report.message = "correct on " + std::to_string(f.tested_shapes.size()) + " shapes";
-  }
-  proto::Correctness& c = report.correctness;
-  c.passed = report.status == proto::test_status::kOk;
-  c.max_abs_error = f.cmp.max_abs_error;
-  c.max_rel_error = f.cmp.max_rel_error;
-  c.mismatches = f.cmp.mismatches;
-  c.tested_shapes = f.tested_shapes;
-  c.first_mismatches = f.cmp.first_mismatches;
 }
 
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelEntry candidate,

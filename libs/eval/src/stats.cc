@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tensor.h"
+#include "kiln/eval/detail/tensor.h"
 
 namespace kiln::eval {
 namespace {

@@ -1,4 +1,4 @@
-#include "tensor.h"
+#include "kiln/eval/detail/tensor.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -251,10 +252,61 @@ params: {BLOCK: [128, 256]}
   INFO(b.log);
   CHECK(b.ok);
   CHECK(b.compiler == "nvcc");
-  CHECK(b.flags.find("-arch=sm_90") != std::string::npos);
+  CHECK(b.flags.find("-gencode arch=compute_90,code=[sm_90,compute_90]") != std::string::npos);
+  CHECK(b.flags.find("-cudart shared") != std::string::npos);
   CHECK(b.flags.find("-DBLOCK=256") != std::string::npos);
   CHECK(b.registers > 0);
   CHECK(b.shared_bytes == 256 * 4);
   CHECK(b.spill_bytes == 0);
-  CHECK(b.toolchain.find("cuda") != std::string::npos);
+  CHECK(b.toolchain.find("release") != std::string::npos);  // "Cuda compilation tools, release 13.0, V13.0.88"
+}
+
+TEST_CASE("the -gencode value embeds the target's machine code and its PTX", "[compiler][cuda]") {
+  CHECK(kiln::compiler::cuda_gencode("sm_90") == "arch=compute_90,code=[sm_90,compute_90]");
+  CHECK(kiln::compiler::cuda_gencode("sm_90a") == "arch=compute_90a,code=[sm_90a,compute_90a]");
+  CHECK(kiln::compiler::cuda_gencode("sm_80") == "arch=compute_80,code=[sm_80,compute_80]");
+}
+
+// Every bundled CUDA task goes through nvcc here, also on machines without a GPU: program 0 with its
+// default parameters, one other parameter combination, and the reference; ptxas's report must be read.
+TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "[compiler][cuda]") {
+  CompilerOptions options;
+  if (access(options.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << options.nvcc << "; skipped");
+    return;
+  }
+  Fixture f(options);
+  const std::map<std::string, std::map<std::string, std::string>> tasks = {
+      {"cuda_rmsnorm", {{"BLOCK", "1024"}, {"VEC", "2"}}},
+      {"cuda_softmax", {{"BLOCK", "128"}, {"VEC", "1"}}},
+      {"cuda_sgemm", {{"BM", "64"}, {"BN", "128"}, {"BK", "16"}, {"TM", "4"}, {"TN", "8"}}},
+      {"cuda_reduce_sum", {{"BLOCK", "512"}, {"VEC", "2"}, {"BLOCKS_PER_SM", "8"}}},
+      {"cuda_transpose", {{"TILE", "64"}, {"BLOCK_ROWS", "16"}}},
+  };
+  for (const auto& [name, params] : tasks) {
+    for (const bool with_params : {false, true}) {
+      INFO(name << (with_params ? " with parameters" : " with defaults"));
+      auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
+      REQUIRE(files.is_ok());
+      kiln::proto::CompileRequest req;
+      req.cand.campaign_id = "c-" + name;
+      req.cand.program_id = name + (with_params ? "/p1" : "/p0");
+      req.cand.code = files->at("kernel.cu").data;
+      if (with_params) req.cand.params = params;
+      req.backend = "cuda";
+      req.arch = "sm_90";
+      req.files = *files;
+      auto out = f.handler->compile(req);
+      REQUIRE(out.next.size() == 1);
+      REQUIRE(out.next[0].service == "test.cuda");
+      auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+      REQUIRE(test.is_ok());
+      INFO(test->build.log);
+      CHECK(test->build.ok);
+      CHECK(test->build.registers > 0);
+      CHECK(test->build.spill_bytes == 0);
+      CHECK(!test->kernel_so.data.empty());
+      CHECK(!test->reference_so.data.empty());
+    }
+  }
 }

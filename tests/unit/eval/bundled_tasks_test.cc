@@ -101,3 +101,32 @@ TEST_CASE("a baseline that does not fit the task's tensors is an error", "[eval]
   REQUIRE_FALSE(report.is_ok());
   CHECK(report.status().message().find("openblas_sgemm: expects fp32 inputs") != std::string::npos);
 }
+
+// The CUDA packages run on a GPU (tests/gpu); here they must at least parse, mark an editable region,
+// and move enough bytes per benchmark call to measure bandwidth on an H200.
+TEST_CASE("bundled CUDA task packages parse and are sized for a GPU", "[eval][tasks][cuda]") {
+  for (const char* name : {"cuda_rmsnorm", "cuda_softmax", "cuda_sgemm", "cuda_reduce_sum", "cuda_transpose"}) {
+    INFO(name);
+    kiln::proto::FileMap files;
+    auto spec = load(name, files);
+    CHECK(spec.backend == "cuda");
+    CHECK(spec.kernel_file == "kernel.cu");
+    CHECK(spec.reference_file == "reference.cu");
+    const std::string& kernel = files.at("kernel.cu").data;
+    CHECK(kernel.find("[EVOLVE_START]") != std::string::npos);
+    CHECK(kernel.find("[EVOLVE_END]") != std::string::npos);
+    CHECK(!spec.params.empty());
+    REQUIRE(spec.benchmark_cases.size() == 1);
+    int64_t bytes = 0;
+    for (const auto* list : {&spec.inputs, &spec.outputs}) {
+      for (const auto& t : *list) {
+        auto shape = kiln::task::shape_for(t, spec.benchmark_cases[0]);
+        REQUIRE(shape.is_ok());
+        int64_t n = 1;
+        for (int64_t d : *shape) n *= d;
+        bytes += n * static_cast<int64_t>(kiln::task::dtype_bytes(t.dtype));
+      }
+    }
+    if (spec.op != "sgemm") CHECK(bytes >= (int64_t{64} << 20));
+  }
+}

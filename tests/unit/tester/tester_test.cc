@@ -1,9 +1,12 @@
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "kiln/core/files.h"
+#include "kiln/cuda/nvml.h"
 #include "kiln/tester/handler.h"
 #include "kiln/task/task.h"
 
@@ -187,4 +190,30 @@ TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
   auto missing = quick_options();
   missing.eval_binary = "/nonexistent/kiln-eval";
   CHECK_FALSE(TestHandler::create(missing).is_ok());
+}
+
+TEST_CASE("a cuda tester without a GPU refuses to start, naming why, so it never registers for test.cuda",
+          "[tester][cuda]") {
+  if (kiln::cuda::Nvml::load().is_ok()) {
+    WARN("NVML answers on this machine: the no-GPU path is not exercised here");
+    return;
+  }
+  TesterOptions cuda;
+  cuda.backend = "cuda";
+  // The CUDA evaluation child, when this build has one; else any executable: the GPU check must still fail.
+  cuda.eval_binary = access(KILN_BINARY_DIR "/bin/kiln-eval-cuda", X_OK) == 0 ? KILN_BINARY_DIR "/bin/kiln-eval-cuda"
+                                                                               : KILN_BINARY_DIR "/bin/kiln-eval";
+  auto handler = TestHandler::create(cuda);
+  REQUIRE_FALSE(handler.is_ok());
+  CHECK(handler.status().message().find("no usable GPU") != std::string::npos);
+}
+
+TEST_CASE("the evaluation child is chosen by backend", "[tester][cuda]") {
+  auto cpu = kiln::tester::default_eval_binary("cpu");
+  auto cuda = kiln::tester::default_eval_binary("cuda");
+  REQUIRE(cpu.is_ok());
+  REQUIRE(cuda.is_ok());
+  CHECK(cpu->size() > 9);
+  CHECK(cpu->substr(cpu->size() - 9) == "kiln-eval");
+  CHECK(cuda->substr(cuda->size() - 14) == "kiln-eval-cuda");
 }

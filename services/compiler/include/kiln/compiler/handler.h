@@ -43,6 +43,10 @@ struct PtxasUsage {
 };
 PtxasUsage parse_ptxas_usage(std::string_view log);
 
+// nvcc's -gencode value for a target: "sm_90" -> "arch=compute_90,code=[sm_90,compute_90]" (machine code
+// for the target plus its PTX, which the driver can compile for a newer GPU).
+std::string cuda_gencode(const std::string& arch);
+
 // A build log cut to `max_bytes` around what matters: it starts a couple of lines before the first error
 // (when there is one) and ends with "[... N bytes dropped]" when cut.
 std::string trim_log(std::string_view log, size_t max_bytes);

@@ -14,15 +14,17 @@
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/service/service.h"
+#include "kiln/tester/gpu_monitor.h"
 
 namespace kiln::tester {
 
 struct TesterOptions {
   std::string backend = "cpu";  // the service is "test.<backend>"
-  std::string eval_binary;      // kiln-eval; empty: the one beside this executable
+  std::string eval_binary;      // kiln-eval (cpu) or kiln-eval-cuda (cuda); empty: the one beside this executable
+  int64_t gpu_index = -1;       // cuda: NVML index; -1: from CUDA_VISIBLE_DEVICES, else 0
   double timeout_s = 120;       // per evaluation child
   int64_t cpu_time_limit_s = 300;
-  int64_t memory_limit_mb = 8192;  // address-space limit of the child (cpu backend)
+  int64_t memory_limit_mb = 8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
   std::vector<int64_t> pin_cores;  // cores the child may use; empty: all
   config::TimingConfig timing;
   size_t max_log_bytes = 16384;  // of the child's output kept in the report
@@ -32,12 +34,14 @@ struct TesterOptions {
 // tester.* from the config.
 TesterOptions options_from_config(const config::TesterConfig& config);
 
-// kiln-eval in the directory of the running executable (/proc/self/exe).
-Result<std::string> default_eval_binary();
+// The evaluation child for `backend` (kiln-eval, or kiln-eval-cuda for cuda) in the directory of the
+// running executable (/proc/self/exe).
+Result<std::string> default_eval_binary(const std::string& backend = "cpu");
 
 class TestHandler {
  public:
-  // Fails for a backend this build cannot test yet or a kiln-eval that is not there.
+  // Fails for an unknown backend, an evaluation child that is not there, or (cuda) no GPU to serve: such a
+  // tester must not register for test.cuda, so CUDA jobs wait visibly in the queue.
   static Result<std::unique_ptr<TestHandler>> create(TesterOptions options);
 
   // A job with a TestRequest payload. Thread-safe: every evaluation has its own scratch directory.
@@ -47,16 +51,22 @@ class TestHandler {
 
   std::string service() const { return proto::test_service_for(options_.backend); }
   proto::Capabilities capabilities() const;
+  // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
+  void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
 
  private:
-  explicit TestHandler(TesterOptions options);
+  TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu);
   std::vector<std::string> eval_argv() const;
 
   TesterOptions options_;
-  proto::WorkerInfo worker_;  // this host, for reports the child could not write
+  proto::WorkerInfo worker_;  // this host (and GPU), for reports the child could not write
+  std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
+  cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
+  std::shared_ptr<GpuMonitor> monitor_;
 };
 
-// Handler factory for services/tester/main.cc: tester.* from the config, one slot (one device).
+// Handler factory for services/tester/main.cc: tester.* from the config, one slot (one device); for cuda,
+// NVML gauges of the tester's GPU on ctx.metrics.
 Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContext& ctx);
 
 }  // namespace kiln::tester

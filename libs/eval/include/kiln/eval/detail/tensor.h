@@ -1,4 +1,5 @@
-// Host tensors of the kernel ABI: allocation, seeded fill, poisoning and comparison (internal).
+// Host tensors of the kernel ABI: allocation, seeded fill, poisoning and comparison. detail/: shared by the
+// CPU evaluator and the CUDA one in libs/cuda, not an API for anyone else.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,120 @@
+#include "kiln/eval/detail/protocol.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "kiln/eval/stats.h"
+
+namespace kiln::eval::detail {
+namespace {
+
+// The noise "stops improving" when this many checkpoints in a row fail to lower it by kMinImprovement.
+constexpr int kStallCheckpoints = 5;
+constexpr double kMinImprovement = 0.02;
+// A guard on memory for very fast kernels; reaching it counts as a stall.
+constexpr int64_t kMaxSamples = int64_t{1} << 20;
+
+}  // namespace
+
+Scalars::Scalars(const task::TaskSpec& spec) {
+  for (const auto& [name, value] : spec.scalars) {
+    names.push_back(name.c_str());
+    values.push_back(value);
+  }
+}
+
+void Findings::tested(const std::string& shape) {
+  if (std::find(tested_shapes.begin(), tested_shapes.end(), shape) == tested_shapes.end()) {
+    tested_shapes.push_back(shape);
+  }
+}
+
+std::string call_failure(int rc, const std::string& context) {
+  return "kiln_entry returned " + std::to_string(rc) + " (" + context + ")";
+}
+
+std::string format_ratio(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3gx", x);
+  return buf;
+}
+
+void conclude(const Findings& f, proto::TestReport& report) {
+  auto first = [&](const std::string& lead) {
+    return f.cmp.first_mismatches.empty() ? lead : lead + "; first: " + f.cmp.first_mismatches.front();
+  };
+  if (!f.failed_call.empty()) {
+    report.status = proto::test_status::kCrashed;
+    report.message = "failed: " + f.failed_call;
+  } else if (!f.changed_descriptor.empty()) {
+    report.status = proto::test_status::kWrongShape;
+    report.message = f.changed_descriptor;
+  } else if (f.cmp.nonfinite > 0) {
+    report.status = proto::test_status::kNonFinite;
+    report.message = first(std::to_string(f.cmp.nonfinite) + " non-finite outputs where the reference is finite");
+  } else if (!f.modified_input.empty()) {
+    report.status = proto::test_status::kInputModified;
+    report.message = f.modified_input;
+  } else if (f.cmp.mismatches > 0) {
+    report.status = proto::test_status::kMismatch;
+    report.message = first(std::to_string(f.cmp.mismatches) + " outputs differ from the reference");
+  } else {
+    report.status = proto::test_status::kOk;
+    report.message = "correct on " + std::to_string(f.tested_shapes.size()) + " shapes";
+  }
+  proto::Correctness& c = report.correctness;
+  c.passed = report.status == proto::test_status::kOk;
+  c.max_abs_error = f.cmp.max_abs_error;
+  c.max_rel_error = f.cmp.max_rel_error;
+  c.mismatches = f.cmp.mismatches;
+  c.tested_shapes = f.tested_shapes;
+  c.first_mismatches = f.cmp.first_mismatches;
+}
+
+StoppingRule::StoppingRule(const TimingOptions& options)
+    : options_(options),
+      checkpoint_s_(std::clamp(options.min_time_s / 4, 0.005, 0.25)),
+      next_checkpoint_s_(checkpoint_s_) {}
+
+std::string StoppingRule::after_round(int64_t rounds, double elapsed_s, double noise) {
+  if (elapsed_s >= options_.max_time_s) return "max_time";
+  if (rounds >= kMaxSamples) return "stalled";
+  if (elapsed_s < next_checkpoint_s_) return {};
+  next_checkpoint_s_ = elapsed_s + checkpoint_s_;
+  if (noise < best_noise_ * (1 - kMinImprovement)) {
+    best_noise_ = noise;
+    stalled_ = 0;
+  } else {
+    ++stalled_;
+  }
+  if (rounds < options_.min_samples || elapsed_s < options_.min_time_s) return {};
+  if (noise < options_.max_noise) return "noise";
+  if (stalled_ >= kStallCheckpoints) return "stalled";
+  return {};
+}
+
+proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<double>& candidate_us,
+                                 const std::vector<double>& reference_us, const std::vector<NamedSamples>& baselines,
+                                 uint64_t bootstrap_seed, int64_t warmup_iters, const std::string& stop_reason) {
+  proto::CaseTiming t;
+  t.dims = std::map<std::string, int64_t>(dims.begin(), dims.end());
+  t.candidate = compute_stats(candidate_us);
+  t.reference = compute_stats(reference_us);
+  t.speedup = t.candidate.median_us > 0 ? t.reference.median_us / t.candidate.median_us : 0;
+  SpeedupInterval interval = bootstrap_speedup(reference_us, candidate_us, bootstrap_seed);
+  t.speedup_lo = interval.lo;
+  t.speedup_hi = interval.hi;
+  for (const auto& b : baselines) {
+    proto::BaselineTiming bt;
+    bt.name = b.name;
+    bt.stats = compute_stats(b.samples_us);
+    bt.speedup = t.candidate.median_us > 0 ? bt.stats.median_us / t.candidate.median_us : 0;
+    t.baselines.push_back(std::move(bt));
+  }
+  t.warmup_iters = warmup_iters;
+  t.stop_reason = stop_reason;
+  return t;
+}
+
+}  // namespace kiln::eval::detail

@@ -1,0 +1,67 @@
+// The backend-independent parts of the evaluation protocol that the CPU and CUDA evaluators share.
+#include <catch2/catch.hpp>
+
+#include "kiln/eval/detail/protocol.h"
+
+using kiln::eval::TimingOptions;
+using kiln::eval::detail::Findings;
+using kiln::eval::detail::StoppingRule;
+
+TEST_CASE("the stopping rule waits for min samples and min time, then stops on low noise", "[eval][timing]") {
+  TimingOptions o;
+  o.min_samples = 10;
+  o.min_time_s = 0.5;
+  o.max_time_s = 15;
+  o.max_noise = 0.005;
+  StoppingRule rule(o);
+  CHECK(rule.after_round(5, 0.6, 0.001).empty());   // too few samples
+  CHECK(rule.after_round(20, 0.3, 0.001).empty());  // too little time
+  CHECK(rule.after_round(21, 0.9, 0.001) == "noise");
+}
+
+TEST_CASE("the stopping rule gives up when the noise stops improving, or at max_time", "[eval][timing]") {
+  TimingOptions o;
+  o.min_samples = 1;
+  o.min_time_s = 0.1;
+  o.max_time_s = 100;
+  StoppingRule rule(o);
+  std::string reason;
+  double t = 0;
+  for (int64_t n = 1; n < 1000 && reason.empty(); ++n) {
+    t += 0.1;
+    reason = rule.after_round(n, t, 0.05);  // noisy and flat
+  }
+  CHECK(reason == "stalled");
+  StoppingRule capped(o);
+  CHECK(capped.after_round(3, 100.0, 0.5) == "max_time");
+}
+
+TEST_CASE("the verdict takes the worst finding first", "[eval]") {
+  Findings f;
+  f.cmp.mismatches = 3;
+  f.modified_input = "input 'x' was modified (case)";
+  kiln::proto::TestReport r;
+  kiln::eval::detail::conclude(f, r);
+  CHECK(r.status == "input_modified");
+  f.failed_call = "CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered)";
+  kiln::eval::detail::conclude(f, r);
+  CHECK(r.status == "crashed");
+  CHECK(r.message.find("cudaErrorIllegalAddress") != std::string::npos);
+  CHECK_FALSE(r.correctness.passed);
+}
+
+TEST_CASE("a case summary carries the speedup and its interval", "[eval][timing]") {
+  std::vector<double> cand(40, 10.0), ref(40, 20.0);
+  for (size_t i = 0; i < cand.size(); ++i) {
+    cand[i] += 0.01 * static_cast<double>(i % 7);
+    ref[i] += 0.02 * static_cast<double>(i % 5);
+  }
+  auto t = kiln::eval::detail::summarize_case({{"N", 4}}, cand, ref, {{"vendor", ref}}, 1, 3, "noise");
+  CHECK(t.speedup == Approx(2.0).epsilon(0.01));
+  CHECK(t.speedup_lo <= t.speedup);
+  CHECK(t.speedup_hi >= t.speedup);
+  REQUIRE(t.baselines.size() == 1);
+  CHECK(t.baselines[0].speedup == Approx(2.0).epsilon(0.01));
+  CHECK(t.stop_reason == "noise");
+  CHECK(t.dims.at("N") == 4);
+}
