@@ -35,7 +35,9 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
-	mkdir -p bench/results && $(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
+	mkdir -p bench/results
+	$(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
+	$(BUILD)/bin/kiln-bench-timing --json bench/results/timing.json
 
 clean:
 	rm -rf $(BUILD) .kiln

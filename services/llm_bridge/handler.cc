@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "kiln/llm_bridge/llm_proposer.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
@@ -35,8 +36,13 @@ ProposeHandler::ProposeHandler(ProposeOptions options, std::shared_ptr<prometheu
       metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("kiln_llm_requests_total")
-                   .Help("Proposal requests by model and outcome (ok: code produced, error: none)")
+                   .Help("Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
+                         "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
                    .Register(*metrics_);
+  tokens_ = &prometheus::BuildCounter()
+                 .Name("kiln_llm_tokens_total")
+                 .Help("LLM tokens used, from the replies' usage, by model and direction (prompt | completion)")
+                 .Register(*metrics_);
 }
 
 void ProposeHandler::add(const std::string& name, std::unique_ptr<Proposer> proposer) {
@@ -46,9 +52,20 @@ void ProposeHandler::add(const std::string& name, std::unique_ptr<Proposer> prop
   proposers_[name] = std::move(proposer);
 }
 
-messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalRequest& req, const std::string& model,
+void ProposeHandler::account(const ProposalInfo& info, std::map<std::string, std::string>& metadata) {
+  for (const auto& [k, v] : info.metadata) metadata[k] = v;
+  if (info.prompt_tokens > 0 || info.completion_tokens > 0) {
+    tokens_->Add({{"model", info.model}, {"direction", "prompt"}}).Increment(static_cast<double>(info.prompt_tokens));
+    tokens_->Add({{"model", info.model}, {"direction", "completion"}})
+        .Increment(static_cast<double>(info.completion_tokens));
+    metadata["prompt_tokens"] = std::to_string(info.prompt_tokens);
+    metadata["completion_tokens"] = std::to_string(info.completion_tokens);
+  }
+}
+
+messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalRequest& req, const ProposalInfo& info,
                                                      const std::string& error) {
-  requests_->Add({{"model", model}, {"outcome", "error"}}).Increment();
+  if (!info.requests_counted) requests_->Add({{"model", info.model}, {"outcome", "error"}}).Increment();
   proto::ScoreResult r;
   r.cand.campaign_id = campaign_of(req);
   r.cand.program_id = req.program_id;
@@ -58,6 +75,7 @@ messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalReques
   r.cand.proposer = req.proposer;
   r.stage = "propose";
   r.error = error;
+  account(info, r.cand.metadata);
   return messaging::JobOutcome::ok(
       {follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))});
 }
@@ -69,20 +87,26 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   if (req.program_id.empty()) return messaging::JobOutcome::failed("propose job " + job.job_id + ": no program id");
   if (req.proposer.empty()) req.proposer = std::string(kDefaultProposer);
 
+  ProposalInfo info;
   auto found = proposers_.find(req.proposer);
-  if (found == proposers_.end())
-    return propose_failed(req, std::string(kUnknownModel), "proposer '" + req.proposer + "' is not available");
+  if (found == proposers_.end()) {
+    info.model = std::string(kUnknownModel);
+    return propose_failed(req, info, "proposer '" + req.proposer + "' is not available");
+  }
   Proposer& proposer = *found->second;
+  info.model = proposer.model();
 
   auto spec = task::parse_task(req.files);
-  if (!spec.is_ok()) return propose_failed(req, proposer.model(), spec.status().message());
+  if (!spec.is_ok()) return propose_failed(req, info, spec.status().message());
 
-  auto cand = proposer.propose(req);
-  if (!cand.is_ok()) return propose_failed(req, proposer.model(), cand.status().message());
-  requests_->Add({{"model", proposer.model()}, {"outcome", "ok"}}).Increment();
+  auto cand = proposer.propose_with_info(req, info);
+  if (info.model.empty()) info.model = proposer.model();
+  if (!cand.is_ok()) return propose_failed(req, info, cand.status().message());
+  if (!info.requests_counted) requests_->Add({{"model", info.model}, {"outcome", "ok"}}).Increment();
 
   proto::CompileRequest compile;
   compile.cand = std::move(cand).value();
+  account(info, compile.cand.metadata);
   // The ids are the scorer's, whatever a proposer returns.
   compile.cand.program_id = req.program_id;
   compile.cand.campaign_id = campaign_of(req);
@@ -100,9 +124,11 @@ Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceCon
   ProposeOptions options;
   options.cuda_arch = cfg.compiler.cuda_arch;
   auto handler = std::make_shared<ProposeHandler>(options, ctx.metrics);
-  // The tuner serves every campaign that asks for it; LLM proposers register here once they exist, and
-  // until then a request for one is answered as a failed proposal rather than left hanging.
   handler->add(std::string(kDefaultProposer), std::make_unique<TunerProposer>());
+  // The LLM proposer is always there: without a reachable server its proposals end as "no code" with
+  // the reason, which is what a campaign asking for it should see.
+  KILN_ASSIGN_OR_RETURN(auto llm, LlmProposer::make(llm_options_from(cfg.llm), ctx.metrics));
+  handler->add("llm", std::move(llm));
 
   service::ServiceHandlers h;
   h.job = [handler](const proto::Job& job) { return handler->handle(job); };

@@ -1,5 +1,6 @@
 #include "kiln/llm_bridge/proposer.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "kiln/core/hash.h"
@@ -78,6 +79,48 @@ std::map<std::string, std::string> ParamSpace::combination(uint64_t index) const
   return out;
 }
 
+uint64_t ParamSpace::distance(uint64_t index, const std::map<std::string, std::string>& other) const {
+  uint64_t d = 0;
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const auto& values = it->second;
+    const uint64_t mine = index % values.size();
+    index /= values.size();
+    auto o = other.find(it->first);
+    auto pos = o == other.end() ? values.end() : std::find(values.begin(), values.end(), o->second);
+    if (pos == values.end()) {
+      d += 1;
+      continue;
+    }
+    const auto theirs = static_cast<uint64_t>(pos - values.begin());
+    d += mine > theirs ? mine - theirs : theirs - mine;
+  }
+  return d;
+}
+
+uint64_t tuner_block_size(uint64_t space_size, int64_t budget) {
+  // Larger blocks made the search too local in kiln-bench-tuner (sgemm: 81 combinations, budget 8).
+  constexpr uint64_t kMaxBlock = 4;
+  if (budget <= 0 || space_size <= 1) return 1;
+  const uint64_t per_proposal = (space_size - 1) / static_cast<uint64_t>(budget);
+  return std::clamp<uint64_t>(per_proposal, 1, kMaxBlock);
+}
+
+Result<std::vector<uint64_t>> tuner_block(uint64_t space_size, uint64_t seed, int64_t proposal, uint64_t block) {
+  if (proposal < 1) return invalid_argument("proposal index " + std::to_string(proposal) + ": expected >= 1");
+  if (block < 1) block = 1;
+  std::vector<uint64_t> out;
+  const auto first = static_cast<int64_t>(static_cast<uint64_t>(proposal - 1) * block + 1);
+  for (uint64_t j = 0; j < block; ++j) {
+    auto index = tuner_combination(space_size, seed, first + static_cast<int64_t>(j));
+    if (!index.is_ok()) {
+      if (out.empty()) return index.status();
+      break;  // the last block may be short
+    }
+    out.push_back(*index);
+  }
+  return out;
+}
+
 Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t proposal) {
   if (proposal < 1) return invalid_argument("proposal index " + std::to_string(proposal) + ": expected >= 1");
   // Program 0 holds index 0; proposals draw from the rest.
@@ -106,7 +149,24 @@ Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& re
   if (!spec.is_ok()) return spec.status().with_context("tuner");
   KILN_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::make(spec->params));
   const std::string campaign_id = campaign_of(req);
-  KILN_ASSIGN_OR_RETURN(uint64_t index, tuner_combination(space.size(), seed_of(campaign_id), req.proposal_index));
+  const uint64_t block_size = req.tuner_blocks ? tuner_block_size(space.size(), req.budget) : 1;
+  KILN_ASSIGN_OR_RETURN(std::vector<uint64_t> block,
+                        tuner_block(space.size(), seed_of(campaign_id), req.proposal_index, block_size));
+  // Near the parent when it has been measured (it is then the archive's choice of a good program);
+  // otherwise the block's first, a uniform random pick.
+  uint64_t index = block.front();
+  // Every other proposal exploits; the rest sample uniformly, so a poor early parent cannot trap the search.
+  const bool parent_measured = !req.parent_eval_log.empty() && !req.parent.params.empty();
+  if (parent_measured && req.proposal_index % 2 == 0) {
+    uint64_t best = UINT64_MAX;
+    for (uint64_t candidate : block) {
+      const uint64_t d = space.distance(candidate, req.parent.params);
+      if (d < best) {
+        best = d;
+        index = candidate;
+      }
+    }
+  }
 
   proto::Candidate cand;
   cand.campaign_id = campaign_id;
@@ -120,6 +180,7 @@ Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& re
   cand.params = space.combination(index);
   cand.notes = "tuner:";
   for (const auto& [name, values] : spec->params) cand.notes += " " + name + "=" + cand.params[name];
+  if (block.size() > 1) cand.notes += " (nearest to " + req.parent.program_id + " of " + std::to_string(block.size()) + ")";
   return cand;
 }
 

@@ -101,6 +101,19 @@ Result<service::ServiceHandlers> make_scorer_handlers(const service::ServiceCont
   options.min_speedup = cfg.scorer.min_speedup;
   options.cuda_arch = cfg.compiler.cuda_arch;
   options.default_max_in_flight = cfg.scorer.max_in_flight;
+  const config::ArchiveConfig& ac = cfg.scorer.archive;
+  options.archive = ac.kind;
+  options.elites.capacity = static_cast<size_t>(ac.elite_capacity);
+  options.map_elites.dimensions = ac.dimensions;
+  options.map_elites.islands = ac.islands;
+  options.map_elites.migration_interval = ac.migration_interval;
+  options.map_elites.exploration_ratio = ac.exploration_ratio;
+  options.map_elites.exploitation_ratio = ac.exploitation_ratio;
+  options.map_elites.inspirations = ac.inspirations;
+  options.target_speedup = cfg.scorer.campaign.target_speedup;
+  options.patience = cfg.scorer.campaign.patience;
+  options.prompt_evolution_interval = cfg.scorer.campaign.prompt_evolution_interval;
+  options.tuner_blocks = cfg.scorer.campaign.tuner_block_sampling == 1;
   const std::string db_path = resolve_db_path(cfg.scorer.db_path, ctx.state_dir);
   if (size_t slash = db_path.rfind('/'); slash != std::string::npos && slash > 0)
     KILN_RETURN_IF_ERROR(make_dirs(db_path.substr(0, slash)));

@@ -186,6 +186,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   run.file_size_bytes = kMaxChildFileBytes;
   run.max_output_bytes = options_.max_log_bytes;
   run.isolate_network = true;
+  // A candidate may not start processes (fork bombs, helpers that outlive it) nor write outside its
+  // scratch directory. Checked on the CPU backend; the CUDA child keeps a writable root until the GPU
+  // suite has run with it (the driver may write its JIT cache and IPC files).
+  if (options_.backend == "cpu") {
+    run.deny_process_creation = true;
+    run.readonly_root = true;
+  }
   for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 

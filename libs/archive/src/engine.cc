@@ -1,5 +1,7 @@
 #include "kiln/archive/engine.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -33,6 +35,16 @@ constexpr std::string_view kRefused = "refused";
 constexpr std::string_view kNotConfirmed = "not_confirmed";
 constexpr std::string_view kFailed = "failed";
 }  // namespace promo
+
+constexpr std::string_view kLlmProposer = "llm";
+constexpr std::string_view kExternalProposer = "external";
+// A prompt's fitness history kept for the rewrite request: the last this many scores.
+constexpr size_t kPromptHistoryLength = 32;
+
+struct ScoresBlob {
+  std::vector<double> scores;
+  template <class V> void fields(V& v) { v("scores", scores); }
+};
 
 struct FilesBlob {
   proto::FileMap files;
@@ -87,7 +99,23 @@ struct CampaignRow {
   proto::FileMap files;
   int64_t budget = 0, max_in_flight = 1, proposed = 0, scored = 0, duplicates = 0;
   double submitted_at = 0, started_at = 0, finished_at = 0;
+  // campaign_control (absent for campaigns of a version-1 archive: the engine's defaults then)
+  double target_speedup = 0;
+  int64_t patience = 0;
+  std::string stop_reason;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Proposals stop at the budget or at an early stop.
+  bool proposing() const { return proposed < budget && stop_reason.empty(); }
 };
+
+int64_t to_count(const std::map<std::string, std::string>& m, const std::string& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return 0;
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  (void)p;
+  return ec == std::errc() && v > 0 ? v : 0;
+}
 
 struct ProgramRow {
   std::string campaign_id;
@@ -113,6 +141,10 @@ proto::FollowUp follow_up(std::string_view service, std::string job_id, std::str
 }
 
 }  // namespace
+
+std::string_view proposal_service_for(std::string_view proposer) {
+  return proposer == kExternalProposer ? proto::svc::kProposeExternal : proto::svc::kPropose;
+}
 
 std::string program_id_for(std::string_view campaign_id, int64_t index) {
   return std::string(campaign_id) + "/p" + std::to_string(index);
@@ -172,6 +204,21 @@ struct CampaignEngine::Impl {
     c.submitted_at = st.column_double(15);
     c.started_at = st.column_double(16);
     c.finished_at = st.column_double(17);
+    KILN_ASSIGN_OR_RETURN(auto ctl, db.prepare(
+        "SELECT target_speedup, patience, stop_reason, prompt_tokens, completion_tokens FROM campaign_control"
+        " WHERE campaign_id = ?"));
+    ctl.bind(1, id);
+    KILN_ASSIGN_OR_RETURN(bool has_ctl, ctl.step());
+    if (has_ctl) {
+      c.target_speedup = ctl.column_double(0);
+      c.patience = ctl.column_int(1);
+      c.stop_reason = ctl.column_text(2);
+      c.prompt_tokens = ctl.column_int(3);
+      c.completion_tokens = ctl.column_int(4);
+    } else {
+      c.target_speedup = options.target_speedup;
+      c.patience = options.patience;
+    }
     return std::optional<CampaignRow>(std::move(c));
   }
 
@@ -225,7 +272,9 @@ struct CampaignEngine::Impl {
 
   Result<Archive*> archive_for(const std::string& cid) {
     if (auto it = archives.find(cid); it != archives.end()) return it->second.get();
-    auto archive = std::make_unique<EliteArchive>(options.elites);
+    std::unique_ptr<Archive> archive;
+    if (options.archive == "elites") archive = std::make_unique<EliteArchive>(options.elites);
+    else archive = std::make_unique<MapElitesArchive>(options.map_elites);
     KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
         "SELECT id, record FROM programs WHERE campaign_id = ? AND state = 'scored' ORDER BY scored_seq"));
     st.bind(1, cid);
@@ -300,8 +349,97 @@ struct CampaignEngine::Impl {
     return st.run();
   }
 
+  Status save_control(const CampaignRow& c) {
+    KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
+        "INSERT INTO campaign_control(campaign_id, target_speedup, patience, stop_reason, prompt_tokens,"
+        " completion_tokens) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(campaign_id) DO UPDATE SET"
+        " target_speedup = excluded.target_speedup, patience = excluded.patience,"
+        " stop_reason = excluded.stop_reason, prompt_tokens = excluded.prompt_tokens,"
+        " completion_tokens = excluded.completion_tokens"));
+    st.bind(1, c.id).bind(2, c.target_speedup).bind(3, c.patience).bind(4, c.stop_reason);
+    st.bind(5, c.prompt_tokens).bind(6, c.completion_tokens);
+    return st.run();
+  }
+
+  // ----------------------------------------------------------------------------- meta-prompts
+
+  // The strategy a proposal uses: the campaign's fittest (ties: the oldest); none before the first.
+  Result<proto::PromptStrategy> fittest_prompt(const std::string& cid) {
+    proto::PromptStrategy out;
+    KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
+        "SELECT id, parent_id, text, fitness, uses, history FROM prompts WHERE campaign_id = ?"
+        " ORDER BY fitness DESC, seq LIMIT 1"));
+    st.bind(1, cid);
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) return out;
+    out.prompt_id = st.column_text(0);
+    out.parent_prompt_id = st.column_text(1);
+    out.text = st.column_text(2);
+    out.fitness = st.column_double(3);
+    out.uses = st.column_int(4);
+    auto hist = proto::decode<ScoresBlob>(st.column_blob(5));
+    if (hist.is_ok()) out.history = std::move(hist->scores);
+    return out;
+  }
+
+  // Credits a scored program to the strategy that produced it (recorded on first sight).
+  Status credit_prompt(const std::string& cid, const proto::Program& p, const std::string& text) {
+    auto id = p.metadata.find("prompt_id");
+    if (id == p.metadata.end() || id->second.empty()) return Status::ok();
+    auto parent = p.metadata.find("parent_prompt_id");
+    KILN_ASSIGN_OR_RETURN(auto get, db.prepare(
+        "SELECT fitness, uses, history FROM prompts WHERE campaign_id = ? AND id = ?"));
+    get.bind(1, cid).bind(2, id->second);
+    KILN_ASSIGN_OR_RETURN(bool row, get.step());
+    ScoresBlob hist;
+    double fitness = p.eval.combined_score;
+    int64_t uses = 1;
+    if (row) {
+      fitness = std::max(fitness, get.column_double(0));
+      uses = get.column_int(1) + 1;
+      auto h = proto::decode<ScoresBlob>(get.column_blob(2));
+      if (h.is_ok()) hist = std::move(h).value();
+    }
+    hist.scores.push_back(p.eval.combined_score);
+    if (hist.scores.size() > kPromptHistoryLength)
+      hist.scores.erase(hist.scores.begin(), hist.scores.end() - static_cast<std::ptrdiff_t>(kPromptHistoryLength));
+    if (row) {
+      KILN_ASSIGN_OR_RETURN(auto up, db.prepare(
+          "UPDATE prompts SET fitness = ?, uses = ?, history = ? WHERE campaign_id = ? AND id = ?"));
+      up.bind(1, fitness).bind(2, uses).bind_blob(3, proto::encode(hist)).bind(4, cid).bind(5, id->second);
+      return up.run();
+    }
+    KILN_ASSIGN_OR_RETURN(int64_t seq, count("SELECT COUNT(*) FROM prompts WHERE campaign_id = ?", cid));
+    KILN_ASSIGN_OR_RETURN(auto ins, db.prepare(
+        "INSERT INTO prompts(campaign_id, id, parent_id, text, fitness, uses, history, seq)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    ins.bind(1, cid).bind(2, id->second).bind(3, parent == p.metadata.end() ? std::string() : parent->second);
+    ins.bind(4, text).bind(5, fitness).bind(6, uses).bind_blob(7, proto::encode(hist)).bind(8, seq);
+    return ins.run();
+  }
+
+  // ----------------------------------------------------------------------------- early stop
+
+  Status check_early_stop(CampaignRow& c, const std::optional<proto::Program>& best) {
+    if (!c.stop_reason.empty() || !best || c.proposed >= c.budget) return Status::ok();
+    const double speedup = best->eval.correctness ? best->eval.runtime_improvement : -1;
+    char buf[96];
+    if (c.target_speedup > 0 && speedup >= c.target_speedup) {
+      std::snprintf(buf, sizeof buf, "target speedup %.3gx reached (%.3gx)", c.target_speedup, speedup);
+      c.stop_reason = buf;
+    } else if (c.patience > 0) {
+      KILN_ASSIGN_OR_RETURN(auto st, db.prepare("SELECT scored_seq FROM programs WHERE id = ?"));
+      st.bind(1, best->id);
+      KILN_ASSIGN_OR_RETURN(bool row, st.step());
+      const int64_t since = row ? c.scored - st.column_int(0) : 0;
+      if (since >= c.patience) c.stop_reason = "no improvement in " + std::to_string(since) + " proposals";
+    }
+    if (c.stop_reason.empty()) return Status::ok();
+    return save_control(c);
+  }
+
   Status maybe_finish(CampaignRow& c) {
-    if (c.state != kRunning || c.proposed < c.budget) return Status::ok();
+    if (c.state != kRunning || c.proposing()) return Status::ok();
     KILN_ASSIGN_OR_RETURN(int64_t programs, pending_programs(c.id));
     KILN_ASSIGN_OR_RETURN(int64_t promotions, pending_promotions(c.id));
     if (programs > 0 || promotions > 0) return Status::ok();
@@ -335,12 +473,19 @@ struct CampaignEngine::Impl {
     Rng rng(seed);
 
     KILN_ASSIGN_OR_RETURN(Archive * archive, archive_for(c.id));
-    std::optional<proto::Program> parent = archive->select_parent(rng);
+    // Proposals go round the islands, so each island evolves its own line.
+    const int64_t islands = std::max<int64_t>(options.map_elites.islands, 1);
+    const int64_t island = (index - 1) % islands;
+    Selection sel = archive->select(rng, island);
+    std::optional<proto::Program> parent = std::move(sel.parent);
     if (!parent) {
       // Nothing scored yet: every early proposal starts from program 0.
       KILN_ASSIGN_OR_RETURN(auto p0, load_program(program_id_for(c.id, 0)));
       if (!p0) return internal_error("campaign " + c.id + ": program 0 is missing");
       parent = std::move(p0->record);
+      sel.parent_cell = archive->cell_of(*parent);
+      sel.target_cell = sel.parent_cell;
+      sel.mode = "program0";
     }
 
     proto::Program child;
@@ -351,6 +496,9 @@ struct CampaignEngine::Impl {
     child.language = c.backend == "cuda" ? "cuda" : "cpp";
     child.metadata["proposer"] = c.proposer;
     child.metadata["campaign_id"] = c.id;
+    child.metadata["island"] = std::to_string(island);
+    child.metadata["selection"] = sel.mode;
+    if (!sel.target_cell.empty()) child.metadata["target_cell"] = sel.target_cell;
     KILN_RETURN_IF_ERROR(insert_program(c, child, index, c.proposer));
 
     proto::ProposalRequest req;
@@ -361,7 +509,24 @@ struct CampaignEngine::Impl {
     req.parent_eval_log = parent->eval.eval_log;
     req.seed = static_cast<int64_t>(seed >> 1);  // non-negative
     req.files = c.files;
-    fx.next.push_back(follow_up(proto::svc::kPropose, pid + ":propose", proto::encode(req)));
+    req.island = island;
+    req.budget = c.budget;
+    req.tuner_blocks = options.tuner_blocks;
+    req.parent_cell = sel.parent_cell;
+    req.target_cell = sel.target_cell;
+    for (const proto::Program& insp : sel.inspirations) {
+      proto::Inspiration i;
+      i.cand = candidate_of(c, insp, insp.iteration_found);
+      i.eval_log = insp.eval.eval_log;
+      i.combined_score = insp.eval.combined_score;
+      i.cell = archive->cell_of(insp);
+      req.inspirations.push_back(std::move(i));
+    }
+    if (c.proposer == kLlmProposer) {
+      KILN_ASSIGN_OR_RETURN(req.strategy, fittest_prompt(c.id));
+      req.evolve_prompt = options.prompt_evolution_interval > 0 && index % options.prompt_evolution_interval == 0;
+    }
+    fx.next.push_back(follow_up(proposal_service_for(c.proposer), pid + ":propose", proto::encode(req)));
 
     ++c.proposed;
     KILN_ASSIGN_OR_RETURN(auto st, db.prepare("UPDATE campaigns SET proposed = ? WHERE id = ?"));
@@ -373,7 +538,7 @@ struct CampaignEngine::Impl {
   Status top_up(CampaignRow& c, Effects& fx) {
     if (c.state != kRunning) return Status::ok();
     KILN_ASSIGN_OR_RETURN(int64_t in_flight, pending_programs(c.id));
-    while (c.proposed < c.budget && in_flight < c.max_in_flight) {
+    while (c.proposing() && in_flight < c.max_in_flight) {
       KILN_RETURN_IF_ERROR(issue_proposal(c, fx));
       ++in_flight;
     }
@@ -414,6 +579,8 @@ struct CampaignEngine::Impl {
     c.state = std::string(kRunning);
     c.submitted_at = start.submitted_at;
     c.started_at = wall_time_s();
+    c.target_speedup = start.target_speedup == 0 ? options.target_speedup : std::max(start.target_speedup, 0.0);
+    c.patience = start.patience == 0 ? options.patience : std::max<int64_t>(start.patience, 0);
     KILN_ASSIGN_OR_RETURN(auto ins, db.prepare(
         "INSERT INTO campaigns(id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight,"
         " state, submitted_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
@@ -421,6 +588,7 @@ struct CampaignEngine::Impl {
     ins.bind_blob(7, proto::encode(FilesBlob{c.files})).bind(8, c.budget).bind(9, c.proposer);
     ins.bind(10, c.max_in_flight).bind(11, c.state).bind(12, c.submitted_at).bind(13, c.started_at);
     KILN_RETURN_IF_ERROR(ins.run());
+    KILN_RETURN_IF_ERROR(save_control(c));
 
     // Program 0: the task's kernel as is, with the first value of every template parameter.
     proto::Program p0;
@@ -442,7 +610,7 @@ struct CampaignEngine::Impl {
     fx.next.push_back(follow_up(proto::svc::kCompile, p0.id + ":compile", proto::encode(compile)));
 
     // Proposals start at once, beside program 0, so the first wave does not wait for its score.
-    while (c.proposed < c.budget && c.proposed < c.max_in_flight) KILN_RETURN_IF_ERROR(issue_proposal(c, fx));
+    while (c.proposing() && c.proposed < c.max_in_flight) KILN_RETURN_IF_ERROR(issue_proposal(c, fx));
 
     KILN_ASSIGN_OR_RETURN(proto::CampaignInfo info, campaign_info(c));
     fx.payload = proto::encode(info);
@@ -478,6 +646,12 @@ struct CampaignEngine::Impl {
     if (!cand.proposer.empty()) p.metadata["proposer"] = cand.proposer;
     if (!cand.notes.empty()) p.metadata["notes"] = cand.notes;
     p.metadata["stage"] = r.stage;
+    // What the proposer reports (model, prompt lineage, tokens); the strategy text goes to the prompts table.
+    std::string prompt_text;
+    for (const auto& [key, value] : cand.metadata) {
+      if (key == "prompt_text") prompt_text = value;
+      else if (key != "island" && key != "campaign_id" && key != "proposer") p.metadata[key] = value;
+    }
     if (!r.test.worker.device_name.empty()) p.metadata["device"] = r.test.worker.device_name;
     if (!r.build.kernel_sha256.empty()) p.metadata["kernel_sha256"] = r.build.kernel_sha256;
     p.eval = evaluate(r);
@@ -486,9 +660,18 @@ struct CampaignEngine::Impl {
     p.metrics["perf_score"] = static_cast<double>(p.eval.perf_score);
     p.metrics["combined_score"] = p.eval.combined_score;
     if (p.eval.runtime_improvement > 0) p.metrics["speedup"] = p.eval.runtime_improvement;
-    KILN_RETURN_IF_ERROR(store_scored_program(c, p));
-
     KILN_ASSIGN_OR_RETURN(Archive * archive, archive_for(cid));
+    if (std::string cell = archive->cell_of(p); !cell.empty()) p.metadata["cell"] = cell;
+    KILN_RETURN_IF_ERROR(store_scored_program(c, p));
+    const int64_t prompt_tokens = to_count(p.metadata, "prompt_tokens");
+    const int64_t completion_tokens = to_count(p.metadata, "completion_tokens");
+    if (prompt_tokens > 0 || completion_tokens > 0) {
+      c.prompt_tokens += prompt_tokens;
+      c.completion_tokens += completion_tokens;
+      KILN_RETURN_IF_ERROR(save_control(c));
+    }
+    KILN_RETURN_IF_ERROR(credit_prompt(cid, p, prompt_text));
+
     archive->add(p);
     std::optional<proto::Program> best = archive->best();
     if (best && best->id != c.best_program_id) {
@@ -499,6 +682,7 @@ struct CampaignEngine::Impl {
     }
     if (best && best->id == pid && speedup_shortfall(r, options.min_speedup).empty())
       KILN_RETURN_IF_ERROR(request_confirmation(c, p, row->proposal_index, fx));
+    KILN_RETURN_IF_ERROR(check_early_stop(c, best));
 
     KILN_RETURN_IF_ERROR(top_up(c, fx));
     return maybe_finish(c);
@@ -604,7 +788,7 @@ struct CampaignEngine::Impl {
     const std::string_view body = dead.payload.data;
 
     proto::ScoreResult r;
-    if (dead.service == proto::svc::kPropose) {
+    if (dead.service == proto::svc::kPropose || dead.service == proto::svc::kProposeExternal) {
       auto req = proto::decode<proto::ProposalRequest>(body);
       if (!req.is_ok()) return invalid_argument("dead propose job: " + req.status().message());
       r.cand.campaign_id = req->parent.campaign_id;
@@ -671,6 +855,13 @@ struct CampaignEngine::Impl {
     info.proposed = c.proposed;
     info.started_at = c.started_at;
     info.finished_at = c.finished_at;
+    info.proposer = c.proposer;
+    info.stop_reason = c.stop_reason;
+    info.prompt_tokens = c.prompt_tokens;
+    info.completion_tokens = c.completion_tokens;
+    KILN_ASSIGN_OR_RETURN(info.prompts, count("SELECT COUNT(*) FROM prompts WHERE campaign_id = ?", c.id));
+    KILN_ASSIGN_OR_RETURN(Archive * archive, archive_for(c.id));
+    info.cells_filled = static_cast<int64_t>(archive->cells_filled());
     KILN_ASSIGN_OR_RETURN(info.scored,
                           count("SELECT COUNT(*) FROM programs WHERE campaign_id = ? AND state = 'scored'", c.id));
     KILN_ASSIGN_OR_RETURN(info.correct, count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
@@ -730,6 +921,16 @@ struct CampaignEngine::Impl {
         parent_of[st.column_text(0)] = st.column_text(1);
       }
     }
+    std::map<std::string, std::string> prompt_parent;
+    {
+      KILN_ASSIGN_OR_RETURN(auto ps, db.prepare("SELECT id, parent_id FROM prompts WHERE campaign_id = ?"));
+      ps.bind(1, c.id);
+      while (true) {
+        KILN_ASSIGN_OR_RETURN(bool row, ps.step());
+        if (!row) break;
+        prompt_parent[ps.column_text(0)] = ps.column_text(1);
+      }
+    }
     KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
         "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored'"
         " ORDER BY combined_score DESC, scored_seq LIMIT ?"));
@@ -750,6 +951,17 @@ struct CampaignEngine::Impl {
         at = it == parent_of.end() ? std::string() : it->second;
       }
       p.metadata["lineage"] = lineage;
+      // The strategy section's ancestry the same way: "s-b <- s-a".
+      if (auto pid = p.metadata.find("prompt_id"); pid != p.metadata.end() && !pid->second.empty()) {
+        std::string prompts = pid->second;
+        std::string up = prompt_parent[pid->second];
+        for (size_t steps = 0; !up.empty() && steps <= prompt_parent.size(); ++steps) {
+          prompts += "," + up;
+          auto it = prompt_parent.find(up);
+          up = it == prompt_parent.end() ? std::string() : it->second;
+        }
+        p.metadata["prompt_lineage"] = prompts;
+      }
       out.programs.push_back(std::move(p));
     }
     return out;

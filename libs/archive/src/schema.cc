@@ -76,6 +76,27 @@ CREATE TABLE IF NOT EXISTS promotions (
   updated_at   REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS promotions_by_campaign ON promotions(campaign_id, state);
+-- Version 2: campaign control (early stop, token usage) and the strategy sections (meta-prompts).
+-- New tables rather than new columns, so a version-1 archive gains them without a rewrite.
+CREATE TABLE IF NOT EXISTS campaign_control (
+  campaign_id       TEXT PRIMARY KEY,
+  target_speedup    REAL NOT NULL DEFAULT 0,     -- stop once the best correct speedup reaches it; 0 = off
+  patience          INTEGER NOT NULL DEFAULT 0,  -- stop after this many scored proposals without a new best
+  stop_reason       TEXT NOT NULL DEFAULT '',
+  prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS prompts (
+  campaign_id TEXT NOT NULL,
+  id          TEXT NOT NULL,
+  parent_id   TEXT NOT NULL,
+  text        TEXT NOT NULL,
+  fitness     REAL NOT NULL DEFAULT 0,           -- best combined score of the programs it produced
+  uses        INTEGER NOT NULL DEFAULT 0,
+  history     BLOB NOT NULL,                     -- msgpack {"scores": [...]}: its programs' scores, last 32
+  seq         INTEGER NOT NULL,                  -- order of first appearance
+  PRIMARY KEY (campaign_id, id)
+);
 CREATE TABLE IF NOT EXISTS processed_jobs (
   job_id       TEXT PRIMARY KEY,
   kind         TEXT NOT NULL,
@@ -96,7 +117,11 @@ Status ensure_schema(store::Database& db) {
     if (version > kSchemaVersion)
       return failed_precondition("archive schema version " + std::to_string(version) +
                                  " is newer than this scorer's (" + std::to_string(kSchemaVersion) + ")");
-    return Status::ok();
+    if (version == kSchemaVersion) return Status::ok();
+    // Older: the CREATE IF NOT EXISTS above added what it lacked.
+    KILN_ASSIGN_OR_RETURN(auto bump, db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'"));
+    bump.bind(1, std::to_string(kSchemaVersion));
+    return bump.run();
   }
   KILN_ASSIGN_OR_RETURN(auto put, db.prepare("INSERT INTO meta(key, value) VALUES ('schema_version', ?)"));
   put.bind(1, std::to_string(kSchemaVersion));

@@ -6,7 +6,7 @@
 
 namespace kiln::archive::detail {
 
-inline constexpr int64_t kSchemaVersion = 1;
+inline constexpr int64_t kSchemaVersion = 2;
 
 // Creates the tables if missing; refuses a database written by a newer schema.
 Status ensure_schema(store::Database& db);

@@ -24,7 +24,8 @@ namespace {
 
 using DoubleMap = std::map<std::string, double>;
 using IntList = std::vector<int64_t>;
-using Field = std::variant<std::string*, int64_t*, int*, double*, DoubleMap*, IntList*>;
+using StringList = std::vector<std::string>;
+using Field = std::variant<std::string*, int64_t*, int*, double*, DoubleMap*, IntList*, StringList*>;
 
 struct Key {
   std::string path;  // "tester.timing.min_time_s"
@@ -33,7 +34,8 @@ struct Key {
 
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> kSections{"broker", "ingest",  "llm_bridge", "compiler",
-                                                  "tester", "scorer", "promoter",   "up"};
+                                                  "tester", "scorer", "promoter",   "up",
+                                                  "llm"};
   return kSections;
 }
 
@@ -48,6 +50,10 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"broker.max_message_bytes", &c.broker.max_message_bytes},
       {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
       {"broker.metrics_port", &c.broker.metrics_port},
+      {"broker.external_bind", &c.broker.external_bind},
+      {"broker.external_secret_key_file", &c.broker.external_secret_key_file},
+      {"broker.external_public_key_file", &c.broker.external_public_key_file},
+      {"broker.external_allowlist", &c.broker.external_allowlist},
       {"ingest.metrics_port", &c.ingest.metrics_port},
       {"llm_bridge.kind", &c.llm_bridge.kind},
       {"llm_bridge.slots", &c.llm_bridge.slots},
@@ -78,6 +84,18 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"scorer.max_in_flight", &c.scorer.max_in_flight},
       {"scorer.min_speedup", &c.scorer.min_speedup},
       {"scorer.metrics_port", &c.scorer.metrics_port},
+      {"scorer.archive.kind", &c.scorer.archive.kind},
+      {"scorer.archive.dimensions", &c.scorer.archive.dimensions},
+      {"scorer.archive.islands", &c.scorer.archive.islands},
+      {"scorer.archive.migration_interval", &c.scorer.archive.migration_interval},
+      {"scorer.archive.exploration_ratio", &c.scorer.archive.exploration_ratio},
+      {"scorer.archive.exploitation_ratio", &c.scorer.archive.exploitation_ratio},
+      {"scorer.archive.inspirations", &c.scorer.archive.inspirations},
+      {"scorer.archive.elite_capacity", &c.scorer.archive.elite_capacity},
+      {"scorer.campaign.target_speedup", &c.scorer.campaign.target_speedup},
+      {"scorer.campaign.patience", &c.scorer.campaign.patience},
+      {"scorer.campaign.prompt_evolution_interval", &c.scorer.campaign.prompt_evolution_interval},
+      {"scorer.campaign.tuner_block_sampling", &c.scorer.campaign.tuner_block_sampling},
       {"promoter.registry_dir", &c.promoter.registry_dir},
       {"promoter.min_speedup", &c.promoter.min_speedup},
       {"promoter.metrics_port", &c.promoter.metrics_port},
@@ -85,6 +103,18 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"up.compilers", &c.up.compilers},
       {"up.testers", &c.up.testers},
       {"up.log_level", &c.up.log_level},
+      {"llm.base_url", &c.llm.base_url},
+      {"llm.model", &c.llm.model},
+      {"llm.ensemble", &c.llm.ensemble},
+      {"llm.api_key_env", &c.llm.api_key_env},
+      {"llm.temperature", &c.llm.temperature},
+      {"llm.max_tokens", &c.llm.max_tokens},
+      {"llm.timeout_s", &c.llm.timeout_s},
+      {"llm.total_timeout_s", &c.llm.total_timeout_s},
+      {"llm.max_retries", &c.llm.max_retries},
+      {"llm.backoff_initial_s", &c.llm.backoff_initial_s},
+      {"llm.backoff_max_s", &c.llm.backoff_max_s},
+      {"llm.gpu_name", &c.llm.gpu_name},
   };
 }
 
@@ -169,6 +199,20 @@ void set_from_node(const Field& field, const YAML::Node& n, const std::string& w
     }
     return;
   }
+  if (auto* sl = std::get_if<StringList*>(&field)) {
+    if (n.IsNull()) {
+      (*sl)->clear();
+      return;
+    }
+    if (!n.IsSequence()) fail(where, path, "expected a list of strings, got " + describe(n));
+    StringList out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      if (!n[i].IsScalar()) fail(where, path + "[" + std::to_string(i) + "]", "expected a string, got " + describe(n[i]));
+      out.push_back(n[i].Scalar());
+    }
+    **sl = std::move(out);
+    return;
+  }
   if (auto* l = std::get_if<IntList*>(&field)) {
     if (n.IsNull()) {
       (*l)->clear();
@@ -221,7 +265,8 @@ void apply_env(const std::map<std::string, std::string>& env, const std::vector<
     auto it = env.find(name);
     if (it == env.end()) continue;
     const std::string where = "environment " + name;
-    if (std::holds_alternative<DoubleMap*>(k.field) || std::holds_alternative<IntList*>(k.field)) {
+    if (std::holds_alternative<DoubleMap*>(k.field) || std::holds_alternative<IntList*>(k.field) ||
+        std::holds_alternative<StringList*>(k.field)) {
       // Collections take YAML flow syntax; the brackets may be left out: "compile: 200" or "0,1,2".
       bool is_map = std::holds_alternative<DoubleMap*>(k.field);
       std::string text = it->second;
@@ -309,6 +354,13 @@ void validate(const KilnConfig& c, const std::string& where) {
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);
+  if (!b.external_bind.empty()) {
+    v.endpoint("broker.external_bind", b.external_bind);
+    if (b.external_bind == b.bind) v.error("broker.external_bind", "must differ from broker.bind");
+  }
+  v.non_empty("broker.external_secret_key_file", b.external_secret_key_file);
+  v.non_empty("broker.external_public_key_file", b.external_public_key_file);
+  v.non_empty("broker.external_allowlist", b.external_allowlist);
 
   v.port("ingest.metrics_port", c.ingest.metrics_port);
 
@@ -350,10 +402,41 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("scorer.max_in_flight", s.max_in_flight, 1);
   v.positive("scorer.min_speedup", s.min_speedup);
   v.port("scorer.metrics_port", s.metrics_port);
+  v.one_of("scorer.archive.kind", s.archive.kind, {"map_elites", "elites"});
+  if (s.archive.dimensions.empty()) v.error("scorer.archive.dimensions", "expected at least one dimension");
+  for (size_t i = 0; i < s.archive.dimensions.size(); ++i)
+    v.one_of("scorer.archive.dimensions[" + std::to_string(i) + "]", s.archive.dimensions[i],
+             {"memory", "compute", "parallelism", "registers", "shared_memory"});
+  v.at_least("scorer.archive.islands", s.archive.islands, 1);
+  v.at_least("scorer.archive.migration_interval", s.archive.migration_interval, 0);
+  v.non_negative("scorer.archive.exploration_ratio", s.archive.exploration_ratio);
+  v.non_negative("scorer.archive.exploitation_ratio", s.archive.exploitation_ratio);
+  if (s.archive.exploration_ratio + s.archive.exploitation_ratio > 1)
+    v.error("scorer.archive.exploitation_ratio", "exploration_ratio + exploitation_ratio must be <= 1");
+  v.at_least("scorer.archive.inspirations", s.archive.inspirations, 0);
+  v.at_least("scorer.archive.elite_capacity", s.archive.elite_capacity, 1);
+  v.non_negative("scorer.campaign.target_speedup", s.campaign.target_speedup);
+  v.at_least("scorer.campaign.patience", s.campaign.patience, 0);
+  v.at_least("scorer.campaign.prompt_evolution_interval", s.campaign.prompt_evolution_interval, 0);
+  if (s.campaign.tuner_block_sampling != 0 && s.campaign.tuner_block_sampling != 1)
+    v.error("scorer.campaign.tuner_block_sampling", "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
 
   v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
   v.positive("promoter.min_speedup", c.promoter.min_speedup);
   v.port("promoter.metrics_port", c.promoter.metrics_port);
+
+  const auto& l = c.llm;
+  if (!l.base_url.starts_with("http://") && !l.base_url.starts_with("https://"))
+    v.error("llm.base_url", "expected an http:// or https:// URL, got " + quote(l.base_url));
+  v.non_empty("llm.model", l.model);
+  for (const auto& [model, weight] : l.ensemble) v.positive("llm.ensemble." + model, weight);
+  if (l.temperature < 0 || l.temperature > 2) v.error("llm.temperature", "expected a number in 0..2");
+  v.at_least("llm.max_tokens", l.max_tokens, 1);
+  v.positive("llm.timeout_s", l.timeout_s);
+  v.positive("llm.total_timeout_s", l.total_timeout_s);
+  v.at_least("llm.max_retries", l.max_retries, 0);
+  v.non_negative("llm.backoff_initial_s", l.backoff_initial_s);
+  v.non_negative("llm.backoff_max_s", l.backoff_max_s);
 
   v.non_empty("up.state_dir", c.up.state_dir);
   v.at_least("up.compilers", c.up.compilers, 1);

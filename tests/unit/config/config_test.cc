@@ -27,7 +27,7 @@ std::string parse_error(const std::string& yaml, const Env& env = {}) {
 }
 
 void flatten(const YAML::Node& n, const std::string& prefix, std::vector<std::string>& out) {
-  if (!n.IsMap() || prefix == "broker.lease_timeout_s") {
+  if (!n.IsMap() || prefix == "broker.lease_timeout_s" || prefix == "llm.ensemble") {
     out.push_back(prefix);
     return;
   }
@@ -65,11 +65,15 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.scorer.min_speedup == defaults.scorer.min_speedup);
   CHECK(file.promoter.metrics_port == defaults.promoter.metrics_port);
   CHECK(file.up.log_level == defaults.up.log_level);
+  CHECK(file.broker.external_bind == defaults.broker.external_bind);
+  CHECK(file.broker.external_secret_key_file == defaults.broker.external_secret_key_file);
+  CHECK(file.broker.external_public_key_file == defaults.broker.external_public_key_file);
+  CHECK(file.broker.external_allowlist == defaults.broker.external_allowlist);
 
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 46);
+  CHECK(leaves.size() == 74);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -188,4 +192,50 @@ TEST_CASE("load_config reads a file and the process environment", "[config]") {
   CHECK(d->source == "defaults");
   CHECK(d->scorer.max_in_flight == 6);
   CHECK(kiln::config::load_config(dir.path() + "/missing.yaml").status().code() == kiln::StatusCode::kNotFound);
+}
+
+TEST_CASE("the external bridge endpoint is off by default and validated when set", "[config]") {
+  KilnConfig d = parse_ok("");
+  CHECK(d.broker.external_bind.empty());
+  CHECK(d.broker.external_allowlist == "bridges.allow");
+  KilnConfig c = parse_ok("broker:\n  external_bind: tcp://0.0.0.0:5557\n  external_allowlist: /etc/kiln/bridges\n",
+                          {{"KILN_BROKER_EXTERNAL_SECRET_KEY_FILE", "keys/b.key"}});
+  CHECK(c.broker.external_bind == "tcp://0.0.0.0:5557");
+  CHECK(c.broker.external_allowlist == "/etc/kiln/bridges");
+  CHECK(c.broker.external_secret_key_file == "keys/b.key");
+  CHECK(parse_error("broker: {external_bind: 5557}\n") ==
+        "test.yaml: broker.external_bind: expected a ZeroMQ endpoint like tcp://127.0.0.1:5555, got \"5557\"");
+  CHECK(parse_error("broker: {external_bind: \"tcp://127.0.0.1:5555\"}\n") ==
+        "test.yaml: broker.external_bind: must differ from broker.bind");
+  CHECK(parse_error("broker: {external_allowlist: \"\"}\n") ==
+        "test.yaml: broker.external_allowlist: expected a non-empty string");
+}
+
+TEST_CASE("the archive, campaign and llm sections parse and validate", "[config]") {
+  KilnConfig d = parse_ok("");
+  CHECK(d.scorer.archive.kind == "map_elites");
+  CHECK(d.scorer.archive.islands == 4);
+  CHECK(d.scorer.archive.dimensions.size() == 5);
+  CHECK(d.scorer.archive.exploration_ratio == Approx(0.2));
+  CHECK(d.scorer.campaign.prompt_evolution_interval == 5);
+  CHECK(d.llm.api_key_env == "OPENAI_API_KEY");
+  CHECK(d.llm.ensemble.empty());
+  KilnConfig c = parse_ok(
+      "scorer:\n  archive: {islands: 2, dimensions: [memory, compute]}\n  campaign: {patience: 6}\n"
+      "llm:\n  base_url: http://127.0.0.1:8080/v1\n  ensemble: {a: 1, b: 3}\n",
+      {{"KILN_LLM_TIMEOUT_S", "5"}, {"KILN_SCORER_ARCHIVE_DIMENSIONS", "parallelism"}});
+  CHECK(c.scorer.archive.islands == 2);
+  CHECK(c.scorer.archive.dimensions == std::vector<std::string>{"parallelism"});
+  CHECK(c.scorer.campaign.patience == 6);
+  CHECK(c.llm.base_url == "http://127.0.0.1:8080/v1");
+  CHECK(c.llm.ensemble.at("b") == 3);
+  CHECK(c.llm.timeout_s == 5);
+  CHECK(parse_error("scorer: {archive: {dimensions: [speed]}}\n") ==
+        "test.yaml: scorer.archive.dimensions[0]: expected memory | compute | parallelism | registers | "
+        "shared_memory, got \"speed\"");
+  CHECK(parse_error("scorer: {archive: {exploration_ratio: 0.5, exploitation_ratio: 0.6}}\n") ==
+        "test.yaml: scorer.archive.exploitation_ratio: exploration_ratio + exploitation_ratio must be <= 1");
+  CHECK(parse_error("llm: {base_url: localhost:8080}\n") ==
+        "test.yaml: llm.base_url: expected an http:// or https:// URL, got \"localhost:8080\"");
+  CHECK(parse_error("llm: {ensemble: {a: 0}}\n") == "test.yaml: llm.ensemble.a: expected a number > 0, got 0");
 }

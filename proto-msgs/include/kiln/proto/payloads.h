@@ -30,6 +30,8 @@ namespace svc {
 inline constexpr std::string_view kBroker = "broker";
 inline constexpr std::string_view kIngest = "ingest";
 inline constexpr std::string_view kPropose = "propose";
+// Proposals of campaigns whose proposer is "external": served by authenticated external bridges.
+inline constexpr std::string_view kProposeExternal = "propose.external";
 inline constexpr std::string_view kCompile = "compile";
 inline constexpr std::string_view kTestCpu = "test.cpu";
 inline constexpr std::string_view kTestCuda = "test.cuda";
@@ -62,10 +64,13 @@ struct CampaignStart {
   int64_t max_in_flight = 4;
   FileMap files;  // normalized package
   double submitted_at = 0;
+  // Optional (v2) early stop; 0 = the scorer's configured default, negative = never.
+  double target_speedup = 0;        // stop once the best correct speedup reaches this
+  int64_t patience = 0;             // stop after this many scored proposals without a better program
   template <class V> void fields(V& v) {
     v("kind", kind); v("campaign_id", campaign_id); v("task_id", task_id); v("task_name", task_name);
     v("budget", budget); v("proposer", proposer); v("max_in_flight", max_in_flight); v("files", files);
-    v("submitted_at", submitted_at);
+    v("submitted_at", submitted_at); v("target_speedup", target_speedup); v("patience", patience);
   }
 };
 
@@ -80,10 +85,38 @@ struct Candidate {
   std::string code;  // the whole kernel file, editable region applied
   std::map<std::string, std::string> params;  // template parameters, passed as -D defines
   std::string notes;  // what the proposer says it tried
+  // Optional (v2): what the proposer reports about how it got here: "model", "prompt_id",
+  // "parent_prompt_id", "prompt_text" (a new strategy only), "prompt_tokens", "completion_tokens".
+  std::map<std::string, std::string> metadata;
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("program_id", program_id); v("parent_id", parent_id);
     v("generation", generation); v("proposal_index", proposal_index); v("proposer", proposer);
-    v("code", code); v("params", params); v("notes", notes);
+    v("code", code); v("params", params); v("notes", notes); v("metadata", metadata);
+  }
+};
+
+// Another program of the archive shown to a proposer for ideas (v2).
+struct Inspiration {
+  Candidate cand;
+  std::string eval_log;
+  double combined_score = 0;
+  std::string cell;  // "memory=2,compute=1,..."
+  template <class V> void fields(V& v) {
+    v("cand", cand); v("eval_log", eval_log); v("combined_score", combined_score); v("cell", cell);
+  }
+};
+
+// A strategy section of the prompt (meta-prompt) and how well it has done (v2).
+struct PromptStrategy {
+  std::string prompt_id;  // "" = the proposer's built-in strategy
+  std::string parent_prompt_id;
+  std::string text;
+  double fitness = 0;  // best combined score of the programs it produced
+  int64_t uses = 0;
+  std::vector<double> history;  // combined scores of its programs, oldest first (bounded)
+  template <class V> void fields(V& v) {
+    v("prompt_id", prompt_id); v("parent_prompt_id", parent_prompt_id); v("text", text); v("fitness", fitness);
+    v("uses", uses); v("history", history);
   }
 };
 
@@ -95,9 +128,22 @@ struct ProposalRequest {
   std::string parent_eval_log;
   int64_t seed = 0;
   FileMap files;  // the task package
+  // Optional (v2), from the MAP-Elites archive: where the parent sits, ideas from other cells, the cell
+  // the proposer is asked to aim for, and the strategy section to use (evolve_prompt: rewrite it first).
+  int64_t island = 0;
+  std::string parent_cell;
+  std::vector<Inspiration> inspirations;
+  std::string target_cell;
+  PromptStrategy strategy;
+  bool evolve_prompt = false;
+  int64_t budget = 0;  // the campaign's proposals (0 = unknown)
+  bool tuner_blocks = false;  // the tuner samples blocks sized by `budget` (llm_bridge/proposer.h)
   template <class V> void fields(V& v) {
     v("parent", parent); v("program_id", program_id); v("proposal_index", proposal_index);
     v("proposer", proposer); v("parent_eval_log", parent_eval_log); v("seed", seed); v("files", files);
+    v("island", island); v("parent_cell", parent_cell); v("inspirations", inspirations);
+    v("target_cell", target_cell); v("strategy", strategy); v("evolve_prompt", evolve_prompt); v("budget", budget);
+    v("tuner_blocks", tuner_blocks);
   }
 };
 
@@ -399,6 +445,13 @@ struct CampaignInfo {
   std::vector<std::string> promotion_notes;
   double started_at = 0;
   double finished_at = 0;
+  // Optional (v2).
+  std::string proposer;
+  std::string stop_reason;     // why proposing stopped early ("" = budget or still running)
+  int64_t cells_filled = 0;    // MAP-Elites cells holding a program (over all islands, distinct)
+  int64_t prompt_tokens = 0;   // LLM token usage of the campaign
+  int64_t completion_tokens = 0;
+  int64_t prompts = 0;         // strategy sections (meta-prompts) seen
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("task_name", task_name); v("task_id", task_id); v("backend", backend);
     v("state", state); v("budget", budget); v("proposed", proposed); v("scored", scored);
@@ -406,6 +459,8 @@ struct CampaignInfo {
     v("best_score", best_score); v("best_speedup", best_speedup); v("best_speedup_lo", best_speedup_lo);
     v("best_speedup_hi", best_speedup_hi); v("best_params", best_params); v("promoted", promoted);
     v("promotion_notes", promotion_notes); v("started_at", started_at); v("finished_at", finished_at);
+    v("proposer", proposer); v("stop_reason", stop_reason); v("cells_filled", cells_filled);
+    v("prompt_tokens", prompt_tokens); v("completion_tokens", completion_tokens); v("prompts", prompts);
   }
 };
 

@@ -7,6 +7,13 @@
 // back unchanged, so a job redelivered after a crash produces the same follow-ups and counts nothing
 // twice. A second result for a program that is already scored is ignored (and counted).
 //
+// Search: each campaign's scored programs live in a MAP-Elites archive (archive.h), rebuilt from the
+// programs table in scoring order, so a restarted scorer makes the same choices it would have made.
+// Proposal i goes to island (i-1) % islands with a parent, inspirations and a target cell from that
+// island; "llm" campaigns also get the fittest strategy section (prompts table) and, every
+// prompt_evolution_interval proposals, a request to rewrite it. Proposals stop at the budget, at the
+// target speedup or after `patience` scored proposals without a new best (campaign_control table).
+//
 // Ids: programs are "<campaign_id>/p<index>" (p0 = program 0, the task's kernel as is); jobs are
 // "<program_id>:<stage>". A confirmation reuses the compile -> test chain with the candidate id
 // "<program_id>#confirm", so the compiler and tester stay unaware of it.
@@ -36,8 +43,23 @@ struct EngineOptions {
   double min_speedup = 1.10;        // promotion bar for speedup and its lower bound (DESIGN §7)
   std::string cuda_arch = "sm_90";  // compile target for CUDA tasks; CPU tasks build for "native"
   int64_t default_max_in_flight = 4;
+  std::string archive = "map_elites";  // map_elites | elites (the plain top-k list)
   EliteOptions elites;
+  MapElitesOptions map_elites;
+  // Early stop, for campaigns that name none: 0 = off.
+  double target_speedup = 0;  // stop proposing once the best correct speedup reaches this
+  int64_t patience = 0;       // stop after this many scored proposals without a new best
+  // Meta-prompt evolution for "llm" campaigns: every this many proposals the strategy is rewritten
+  // (0 = never).
+  int64_t prompt_evolution_interval = 5;
+  // Tuner campaigns: block sampling nearer the best (ProposalRequest.tuner_blocks); off by default, as
+  // kiln-bench-tuner found it helps some spaces and hurts others.
+  bool tuner_blocks = false;
 };
+
+// The service a campaign's proposals go to: "tuner" and "llm" -> "propose", "external" ->
+// "propose.external" (where authenticated external bridges connect).
+std::string_view proposal_service_for(std::string_view proposer);
 
 struct Handled {
   proto::ResultMsg result;  // outcome, error and follow-ups (job_id set; attempt left to the caller)

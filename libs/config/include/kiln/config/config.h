@@ -23,6 +23,12 @@ struct BrokerConfig {
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
       {"default", 60}, {"compile", 180}, {"test.cpu", 300}, {"test.cuda", 300}, {"propose", 300}};
   int metrics_port = 9470;
+  // External bridges (DESIGN §2): a second ROUTER endpoint secured with CURVE; only client keys on the
+  // allowlist get through. Empty external_bind: no such endpoint.
+  std::string external_bind;
+  std::string external_secret_key_file = "broker.key";  // the broker's CURVE pair; relative paths
+  std::string external_public_key_file = "broker.pub";  // resolve against the state dir; made if absent
+  std::string external_allowlist = "bridges.allow";     // "<name> <z85 public key>" per line
 };
 
 struct CompilerConfig {
@@ -56,12 +62,34 @@ struct TesterConfig {
   int metrics_port = 9473;
 };
 
+// The MAP-Elites archive (DESIGN §6; defaults after KernelFoundry).
+struct ArchiveConfig {
+  std::string kind = "map_elites";  // map_elites | elites (a plain top-k list)
+  std::vector<std::string> dimensions = {"memory", "compute", "parallelism", "registers", "shared_memory"};
+  int64_t islands = 4;
+  int64_t migration_interval = 10;  // additions between ring migrations (0 = never)
+  double exploration_ratio = 0.2;   // parent: a random cell of the island
+  double exploitation_ratio = 0.7;  // parent: the island's best; the rest: a random cell anywhere
+  int64_t inspirations = 2;
+  int64_t elite_capacity = 16;      // kind "elites" only
+};
+
+// Campaign control beyond budget and max_in_flight.
+struct CampaignConfig {
+  double target_speedup = 0;              // stop proposing once reached (0 = off)
+  int64_t patience = 0;                   // stop after this many proposals without a new best (0 = off)
+  int64_t prompt_evolution_interval = 5;  // llm campaigns: rewrite the strategy every K proposals (0 = off)
+  int64_t tuner_block_sampling = 0;       // tuner campaigns: 1 = block sampling near the best (proposer.h)
+};
+
 struct ScorerConfig {
   std::string db_path = "archive.db";
   int64_t default_budget = 16;
   int64_t max_in_flight = 4;
   double min_speedup = 1.10;  // promotion threshold (DESIGN §7)
   int metrics_port = 9474;
+  ArchiveConfig archive;
+  CampaignConfig campaign;
 };
 
 struct PromoterConfig {
@@ -74,6 +102,25 @@ struct ProposerConfig {
   std::string kind = "tuner";  // tuner | llm
   int64_t slots = 2;
   int metrics_port = 9476;
+};
+
+// The OpenAI-compatible Chat Completions client of the llm-bridge. The API key is read from the
+// environment variable named by api_key_env, never from this file.
+struct LlmConfig {
+  std::string base_url = "https://api.openai.com/v1";  // POST {base_url}/chat/completions
+  std::string model = "gpt-4o-mini";
+  std::map<std::string, double> ensemble;  // model -> weight; empty = `model` alone
+  std::string api_key_env = "OPENAI_API_KEY";  // empty or unset variable: no Authorization header
+  double temperature = 0.7;
+  int64_t max_tokens = 4096;
+  double timeout_s = 120;        // per HTTP request
+  // All attempts of one request together; keep two of these (a strategy rewrite and the kernel) under
+  // broker.lease_timeout_s.propose, or the broker leases the proposal again.
+  double total_timeout_s = 140;
+  int64_t max_retries = 3;       // after the first try, on 429 / 5xx / timeouts / connection errors
+  double backoff_initial_s = 1;  // doubles per retry
+  double backoff_max_s = 30;
+  std::string gpu_name = "NVIDIA H200";  // CUDA tasks: the GPU the prompt's hardware section describes
 };
 
 struct IngestConfig {
@@ -95,6 +142,7 @@ struct KilnConfig {
   TesterConfig tester;
   ScorerConfig scorer;
   PromoterConfig promoter;
+  LlmConfig llm;
   UpConfig up;
   std::string source;  // where it came from ("defaults", a path)
 };

@@ -36,17 +36,20 @@ class ProposeHandler {
   messaging::JobOutcome handle(const proto::Job& job);
 
  private:
-  messaging::JobOutcome propose_failed(const proto::ProposalRequest& req, const std::string& model,
+  messaging::JobOutcome propose_failed(const proto::ProposalRequest& req, const ProposalInfo& info,
                                        const std::string& error);
+  // Token counters and Candidate.metadata from what the proposer reported.
+  void account(const ProposalInfo& info, std::map<std::string, std::string>& metadata);
 
   ProposeOptions options_;
   std::shared_ptr<prometheus::Registry> metrics_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Counter>* tokens_ = nullptr;
   std::map<std::string, std::unique_ptr<Proposer>> proposers_;
 };
 
-// Handler factory for services/llm_bridge/main.cc: the tuner, slots from llm_bridge.slots, the CUDA
-// arch from compiler.cuda_arch.
+// Handler factory for services/llm_bridge/main.cc: the tuner and the LLM proposer (the config's llm
+// section), slots from llm_bridge.slots, the CUDA arch from compiler.cuda_arch.
 Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceContext& ctx);
 
 }  // namespace kiln::llm_bridge

@@ -14,6 +14,17 @@
 
 namespace kiln::llm_bridge {
 
+// What a proposal cost and where it came from, reported whether or not it produced code.
+struct ProposalInfo {
+  std::string model;  // the model asked ("" = Proposer::model())
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  // Recorded with the program (Candidate.metadata): prompt_id, parent_prompt_id, prompt_text, ...
+  std::map<std::string, std::string> metadata;
+  // The proposer counted its own kiln_llm_requests_total (one per HTTP attempt).
+  bool requests_counted = false;
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -21,6 +32,11 @@ class Proposer {
   virtual std::string model() const = 0;
   // A candidate for req.program_id, or why none could be produced (it is then scored as "no code").
   virtual Result<proto::Candidate> propose(const proto::ProposalRequest& req) = 0;
+  // The same, reporting model, tokens and metadata into `info` even when it fails.
+  virtual Result<proto::Candidate> propose_with_info(const proto::ProposalRequest& req, ProposalInfo& info) {
+    info.model = model();
+    return propose(req);
+  }
 };
 
 // The cartesian product of a task's template parameters (in file order), indexed in mixed radix with
@@ -33,6 +49,8 @@ class ParamSpace {
   static Result<ParamSpace> make(std::vector<std::pair<std::string, std::vector<std::string>>> params);
   uint64_t size() const { return size_; }
   std::map<std::string, std::string> combination(uint64_t index) const;
+  // Sum over parameters of |value position in a - value position in b|; unknown values count 1.
+  uint64_t distance(uint64_t index, const std::map<std::string, std::string>& other) const;
 
  private:
   std::vector<std::pair<std::string, std::vector<std::string>>> params_;
@@ -43,6 +61,16 @@ class ParamSpace {
 // element of a permutation of [1, space_size) drawn from `seed`. Index 0 (program 0) never comes up and
 // no index repeats; past the end of the space the answer is "parameter space exhausted".
 Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t proposal);
+
+// Block sampling (ProposalRequest.tuner_blocks): when the space is larger than the budget, proposal k
+// owns the block of `block`
+// consecutive permutation elements starting at (k-1)*block. Even proposals take the one nearest (in
+// ordinal distance over the parameters' value lists) to their parent, the archive's pick of a good
+// program so far; odd ones the block's first (a uniform sample). Blocks of different proposals are
+// disjoint, so no combination comes up twice whatever the parents were; with block 1 this is
+// tuner_combination. block = max(1, (space_size-1) / budget), at most 4.
+uint64_t tuner_block_size(uint64_t space_size, int64_t budget);
+Result<std::vector<uint64_t>> tuner_block(uint64_t space_size, uint64_t seed, int64_t proposal, uint64_t block);
 
 // The tuner: same code as the parent, the next untried parameter combination. The permutation is seeded
 // by hash(campaign id) so every proposal of a campaign draws from the same order, whichever bridge

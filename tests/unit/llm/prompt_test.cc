@@ -1,0 +1,69 @@
+#include "kiln/llm/prompt.h"
+
+#include <catch2/catch.hpp>
+
+#include "../archive/campaign_fixtures.h"
+#include "kiln/llm/hardware.h"
+
+using namespace kiln;
+
+TEST_CASE("a proposal prompt carries task, hardware, parent, feedback, inspirations and target", "[llm]") {
+  proto::ProposalRequest req;
+  req.files = kiln::testing::task_files();
+  req.files["instructions.md"].data = "Mind the tail of each row.\n";
+  req.parent.program_id = "c1/p3";
+  req.parent.code = req.files["kernel.cpp"].data;
+  req.parent_eval_log = "wrong values: y[1] got 2 expected 1";
+  req.parent_cell = "memory=0,compute=1";
+  req.target_cell = "memory=1,compute=1";
+  proto::Inspiration insp;
+  insp.cand.program_id = "c1/p2";
+  insp.cand.code = "// [EVOLVE_START]\nint inspired;\n// [EVOLVE_END]\n";
+  insp.combined_score = 6.5;
+  req.inspirations.push_back(insp);
+
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cpu", ""});
+  REQUIRE(msgs.is_ok());
+  REQUIRE(msgs->size() == 2);
+  const std::string& system = (*msgs)[0].content;
+  const std::string& user = (*msgs)[1].content;
+  CHECK(system.find("## Strategy") != std::string::npos);
+  CHECK(system.find("[EVOLVE_START]") != std::string::npos);
+  for (const char* part : {"input x: fp32 [B, H]", "B=16,H=4096", "## Reference (reference.cpp)",
+                           "Mind the tail of each row.", "CPU: ", "c1/p3", "wrong values: y[1]", "c1/p2",
+                           "int inspired;", "score 6.500", "memory=1,compute=1", "BLOCK in {64,128,256}"}) {
+    INFO(part);
+    CHECK(user.find(part) != std::string::npos);
+  }
+}
+
+TEST_CASE("GPU figures come from a table keyed by name", "[llm]") {
+  auto h200 = llm::gpu_spec("NVIDIA H200");
+  REQUIRE(h200);
+  CHECK(h200->sm_count == 132);
+  CHECK(h200->shared_bytes_per_sm == 228 * 1024);
+  CHECK(llm::gpu_spec("nvidia-h100-pcie")->sm_count == 114);
+  CHECK_FALSE(llm::gpu_spec("Imaginary 9000"));
+  CHECK(llm::hardware_summary("cuda", "NVIDIA H200").find("132 SMs") != std::string::npos);
+  CHECK(llm::hardware_summary("cuda", "Imaginary 9000").find("no figures") != std::string::npos);
+}
+
+TEST_CASE("strategy rewrites ask with the fitness history and take the fenced section", "[llm]") {
+  proto::PromptStrategy s;
+  s.prompt_id = "s-abc";
+  s.uses = 3;
+  s.fitness = 7.25;
+  s.history = {1, 7.25, 0};
+  auto msgs = llm::strategy_rewrite_messages(s, llm::default_strategy());
+  CHECK(msgs[1].content.find("1.000, 7.250, 0.000") != std::string::npos);
+  CHECK(msgs[0].content.find("strategy section") != std::string::npos);
+  llm::ChatReply reply;
+  reply.content = "Sure:\n```markdown\n## Strategy\n- Tile.\n```\n";
+  auto text = llm::strategy_from_reply(reply);
+  REQUIRE(text.is_ok());
+  CHECK(*text == "## Strategy\n- Tile.\n");
+  reply.finish_reason = "length";
+  CHECK_FALSE(llm::strategy_from_reply(reply).is_ok());
+  CHECK(llm::strategy_id("a") == llm::strategy_id("a"));
+  CHECK(llm::strategy_id("a") != llm::strategy_id("b"));
+}
