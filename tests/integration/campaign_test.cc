@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -204,4 +205,35 @@ TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores
   auto up_log = read_file(k.dir.path() + "/up.log");
   REQUIRE(up_log.is_ok());
   CHECK(up_log->find("restarted") != std::string::npos);
+}
+
+TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integration]") {
+  if (::access("/usr/local/cuda/bin/nvcc", X_OK) != 0) {
+    WARN("nvcc not installed: the CUDA compile path cannot run here");
+    return;
+  }
+  LocalKiln k(1);  // CPU tester only
+  auto sub = k.kiln({"--json", "submit", source_dir() + "/configs/tasks/cuda_transpose", "--budget", "0"});
+  REQUIRE(sub.exit_code == 0);
+  zmq::context_t ctx(1);
+  messaging::Client client(ctx, k.endpoint());
+  bool queued = eventually([&] {
+    for (const auto& q : broker_status(client).queues)
+      if (q.service == "test.cuda" && q.queued >= 1 && q.workers == 0) return true;
+    return false;
+  }, 180, 0.2);
+  INFO("compiler log:\n" << k.log("compiler-1"));
+  REQUIRE(queued);
+  // Still there a moment later: it waits, it does not fail.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  auto st = k.kiln({"status"});
+  REQUIRE(st.exit_code == 0);
+  CHECK(st.out.find("test.cuda") != std::string::npos);
+  CHECK(st.out.find("waiting: no worker for this service") != std::string::npos);
+  auto js = k.kiln({"--json", "status"});
+  auto j = json::parse(js.out);
+  bool found = false;
+  for (const auto& q : j["queues"])
+    if (q["service"] == "test.cuda") found = q["queued"].get<int>() >= 1 && q["failed"].get<int>() == 0;
+  CHECK(found);
 }

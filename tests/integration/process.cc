@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,6 +93,8 @@ Background::Background(const std::vector<std::string>& argv_in, const std::strin
   int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_ = ::fork();
   if (pid_ == 0) {
+    // If the test process dies (a fatal signal skips destructors), the background process follows.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     auto a = c_argv(argv);

@@ -95,9 +95,10 @@ TEST_CASE("A/A: the reference against itself is never promotable and near 1.0", 
   CHECK(c.speedup_lo <= c.speedup);
   CHECK(c.speedup <= c.speedup_hi);
   // Promotion needs the lower bound at 1.10 (DESIGN §7): identical code must never get there. The
-  // point estimate has been seen 6 % off 1.0 on a loaded 2-core machine (see the next test).
+  // point estimate has been seen 6-9 % off 1.0 on a loaded 2-core machine (see the next test), so the
+  // closeness bound leaves room for that and still fails on a broken timer or a one-sided bias.
   CHECK(c.speedup_lo < 1.10);
-  CHECK(std::fabs(c.speedup - 1.0) < 0.10);
+  CHECK(std::fabs(c.speedup - 1.0) < 0.15);
 }
 
 TEST_CASE("HOLE: the A/A interval does not always contain 1.0", "[trust][aa][!mayfail]") {

@@ -1,0 +1,121 @@
+#include "kiln/eval/tool.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kiln/core/files.h"
+#include "kiln/core/time.h"
+#include "kiln/proto/codec.h"
+
+namespace kiln::eval {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitNoReport = 3;
+
+struct Args {
+  std::string task_dir, kernel, reference, out;
+  EvalOptions eval;
+};
+
+void print_usage(const char* name) {
+  std::fprintf(stderr,
+               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack\n"
+               "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
+               "       [--max-noise X] [--warmup N] [--no-timing]\n",
+               name);
+}
+
+Result<Args> parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--no-timing") {
+      a.eval.measure = false;
+      continue;
+    }
+    if (flag == "--help" || flag == "-h") return invalid_argument("");
+    if (i + 1 >= argc) return invalid_argument(flag + ": missing value");
+    const std::string value = argv[++i];
+    char* end = nullptr;
+    const double x = std::strtod(value.c_str(), &end);
+    const bool numeric = !value.empty() && end && *end == '\0' && x >= 0;
+    auto number = [&](double& target) -> Status {
+      if (!numeric) return invalid_argument(flag + ": expected a number, got " + value);
+      target = x;
+      return Status::ok();
+    };
+    auto integer = [&](int64_t& target) -> Status {
+      if (!numeric) return invalid_argument(flag + ": expected a number, got " + value);
+      target = static_cast<int64_t>(x);
+      return Status::ok();
+    };
+    auto& t = a.eval.timing;
+    if (flag == "--task") a.task_dir = value;
+    else if (flag == "--kernel") a.kernel = value;
+    else if (flag == "--reference") a.reference = value;
+    else if (flag == "--out") a.out = value;
+    else if (flag == "--mode") t.mode = value;
+    else if (flag == "--min-samples") KILN_RETURN_IF_ERROR(integer(t.min_samples));
+    else if (flag == "--min-time") KILN_RETURN_IF_ERROR(number(t.min_time_s));
+    else if (flag == "--max-time") KILN_RETURN_IF_ERROR(number(t.max_time_s));
+    else if (flag == "--max-noise") KILN_RETURN_IF_ERROR(number(t.max_noise));
+    else if (flag == "--warmup") KILN_RETURN_IF_ERROR(integer(t.warmup_iters));
+    else return invalid_argument("unknown flag " + flag);
+  }
+  if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
+    return invalid_argument("--task, --kernel, --reference and --out are required");
+  if (a.eval.timing.mode != "cold" && a.eval.timing.mode != "warm")
+    return invalid_argument("--mode: expected cold or warm, got " + a.eval.timing.mode);
+  return a;
+}
+
+// Loads everything and evaluates; a report with status load_failed when the setup itself fails.
+proto::TestReport run(const Args& args, const EvalTool& tool) {
+  proto::TestReport report;
+  auto fail = [&](const std::string& message) {
+    report.status = proto::test_status::kLoadFailed;
+    report.message = message;
+    return report;
+  };
+  auto files = task::load_package(args.task_dir);
+  if (!files.is_ok()) return fail("task: " + files.status().message());
+  auto spec = task::parse_task(*files);
+  if (!spec.is_ok()) return fail("task: " + spec.status().message());
+  auto reference = KernelLibrary::open(args.reference);
+  if (!reference.is_ok()) return fail("cannot load the reference: " + reference.status().message());
+  auto kernel = KernelLibrary::open(args.kernel);
+  if (!kernel.is_ok()) return fail("cannot load the kernel: " + kernel.status().message());
+  std::fprintf(stderr, "%s: task '%s', %zu correctness cases x %lld seeds, %zu benchmark cases\n", tool.name,
+               spec->name.c_str(), spec->correctness_cases.size(), static_cast<long long>(spec->seeds),
+               spec->benchmark_cases.size());
+  auto evaluated = tool.evaluate(*spec, kernel->entry(), reference->entry(), args.eval);
+  if (!evaluated.is_ok()) return fail("evaluation: " + evaluated.status().message());
+  return std::move(evaluated).value();
+}
+
+}  // namespace
+
+int run_eval_tool(int argc, char** argv, const EvalTool& tool) {
+  auto args = parse_args(argc, argv);
+  if (!args.is_ok()) {
+    if (!args.status().message().empty()) std::fprintf(stderr, "%s: %s\n", tool.name, args.status().message().c_str());
+    print_usage(tool.name);
+    return kExitUsage;
+  }
+  const double start = monotonic_s();
+  proto::TestReport report = run(*args, tool);
+  report.worker = tool.worker_info();
+  report.duration_s = monotonic_s() - start;
+  std::fprintf(stderr, "%s: %s: %s\n", tool.name, report.status.c_str(), report.message.c_str());
+  Status written = write_file_atomic(args->out, proto::encode(report));
+  if (!written.is_ok()) {
+    std::fprintf(stderr, "%s: writing %s: %s\n", tool.name, args->out.c_str(), written.message().c_str());
+    return kExitNoReport;
+  }
+  return 0;
+}
+
+}  // namespace kiln::eval
