@@ -111,7 +111,7 @@ class DeviceSet {
       KILN_CUDA_RETURN_IF_ERROR(
           cudaMemcpy(buffers_in_[i].data(), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
     }
-    return Status::ok();
+    return settle();
   }
   // `poisoned` holds the outputs already poisoned on the host: NaN in the dtype's own encoding.
   Status upload_outputs(const std::vector<HostTensor>& poisoned) {
@@ -119,6 +119,13 @@ class DeviceSet {
       KILN_CUDA_RETURN_IF_ERROR(
           cudaMemcpy(buffers_out_[i].data(), poisoned[i].data(), poisoned[i].bytes(), cudaMemcpyHostToDevice));
     }
+    return settle();
+  }
+  // cudaMemcpy from pageable memory may return before its DMA lands, and the kernels run on a non-blocking
+  // stream that does not wait for the legacy stream: without this, a kernel can write its outputs before
+  // the poison does (seen on the H200 as NaNs in a correct kernel's second call).
+  static Status settle() {
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return Status::ok();
   }
   Status download(HostSet& host) const {
