@@ -492,12 +492,22 @@ Status Registry::verify() const {
   return failed_precondition(msg);
 }
 
+std::string effective_source(const proto::PromoteRequest& r) {
+  if (r.params.empty()) return r.source;
+  // A templated kernel is its source plus the -D defines it was built with; the copy in the registry
+  // must build the verified kernel by itself, and two parameter sets are two different kernels.
+  std::string out = "// Built and verified by Kiln with these template parameters (-D defines):\n";
+  for (const auto& [k, v] : r.params) out += "#define " + k + " " + v + "\n";
+  return out + r.source;
+}
+
 Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min_speedup) const {
   KILN_RETURN_IF_ERROR(check_request(r));
   KILN_RETURN_IF_ERROR(check_rules(r, min_speedup));
   const std::string language = r.backend == "cuda" ? "cuda" : "cpp";
   const std::string ext = r.backend == "cuda" ? "cu" : "cpp";
-  const std::string sha = sha256_hex(r.source);
+  const std::string source = effective_source(r);
+  const std::string sha = sha256_hex(source);
   const std::map<std::string, int64_t>& shape = r.shape.empty() ? r.confirmation.dims : r.shape;
 
   KILN_RETURN_IF_ERROR(make_dirs(dir_));
@@ -515,7 +525,7 @@ Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min
 
   // The source lands first, so the JSON never names a file that is not there.
   KILN_RETURN_IF_ERROR(make_dirs(fs::path(source_path).parent_path().string()));
-  KILN_RETURN_IF_ERROR(write_file_atomic(source_path, r.source));
+  KILN_RETURN_IF_ERROR(write_file_atomic(source_path, source));
   loaded.raw.push_back(to_json(entry_for(r, id, language, rel, sha)));
   json doc{{"kernels", loaded.raw}};
   Status written = write_file_atomic(dir_ + "/" + std::string(kRegistryFile), doc.dump(2) + "\n");

@@ -109,7 +109,7 @@ TEST_CASE("a promotion writes the source and a complete entry", "[registry]") {
   std::string source_path = reg.dir() + "/kernels/cuda/rmsnorm/" + *id + ".cu";
   auto source = kiln::read_file(source_path);
   REQUIRE(source.is_ok());
-  CHECK(*source == r.source);
+  CHECK(*source == kiln::registry::effective_source(r));  // the file with its parameters baked in
 
   auto text = kiln::read_file(reg.dir() + "/verified_kernels.json");
   REQUIRE(text.is_ok());
@@ -130,7 +130,7 @@ TEST_CASE("a promotion writes the source and a complete entry", "[registry]") {
   CHECK(e["benchmark"]["warmup_iters"] == 3);
   CHECK(e["benchmark"]["gpu_name"] == "NVIDIA H200");
   CHECK(e["evidence_level"] == "op_level");
-  CHECK(e["source_sha256"] == kiln::sha256_hex(r.source));
+  CHECK(e["source_sha256"] == kiln::sha256_hex(kiln::registry::effective_source(r)));
   CHECK(e["campaign_id"] == "c1");
   CHECK(e["program_id"] == "c1/p3");
   CHECK(e["toolchain"] == "nvcc 13.0");
@@ -171,6 +171,16 @@ TEST_CASE("v<n> is bumped and duplicates are refused", "[registry]") {
   CHECK(dup.status().message() == "duplicate of " + *first);
   CHECK(kiln::registry::is_refusal(dup.status()));
 
+  // The same file with other template parameters is another kernel, and its copy builds as verified.
+  auto other_params = good_request("a");
+  other_params.params = {{"BLOCK", "512"}};
+  auto r_params = reg.promote(other_params, 1.10);
+  REQUIRE(r_params.is_ok());
+  auto copied = kiln::read_file(dir.path() + "/kernels/cuda/rmsnorm/" + *r_params + ".cu");
+  REQUIRE(copied.is_ok());
+  CHECK(copied->find("#define BLOCK 512\n") != std::string::npos);
+  CHECK(copied->find(other_params.source) != std::string::npos);
+
   // The same source on another shape or GPU is a new kernel.
   auto other_shape = good_request("a");
   other_shape.shape = {{"B", 32}, {"H", 4096}};
@@ -187,7 +197,7 @@ TEST_CASE("v<n> is bumped and duplicates are refused", "[registry]") {
   CHECK(fs::exists(reg.dir() + "/kernels/cpp/rmsnorm/" + *r4 + ".cpp"));
   auto all = reg.list();
   REQUIRE(all.is_ok());
-  CHECK(all->size() == 4);
+  CHECK(all->size() == 5);
   CHECK(reg.verify().is_ok());
 }
 

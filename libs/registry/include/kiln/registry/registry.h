@@ -94,6 +94,10 @@ std::string shape_slug(const std::map<std::string, int64_t>& shape);
 std::string kernel_id(std::string_view language, std::string_view op, std::string_view gpu, std::string_view dtype,
                       const std::map<std::string, int64_t>& shape, const std::set<std::string>& existing);
 
+// The source the registry keeps for a request: the kernel file with its template parameters baked in
+// as #define lines (the file as is when there are none). source_sha256 is the hash of this text.
+std::string effective_source(const proto::PromoteRequest& r);
+
 class Registry {
  public:
   // Opens (does not create) a registry directory; a missing directory is an empty registry until the
