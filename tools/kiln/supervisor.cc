@@ -49,6 +49,7 @@ Status Supervisor::spawn(Child& c) {
     if (::getppid() != parent) _exit(0);
     ::dup2(log_fd, 1);
     ::dup2(log_fd, 2);
+    for (const auto& [k, v] : c.spec.env) ::setenv(k.c_str(), v.c_str(), 1);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
     ::execv(argv[0], argv.data());

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/status.h"
@@ -15,6 +16,7 @@ struct ChildSpec {
   std::string name;              // "compiler-1"
   std::vector<std::string> argv; // argv[0] is the executable path
   std::string log_path;          // stdout+stderr go here
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child on top of ours
   bool is_broker = false;
 };
 

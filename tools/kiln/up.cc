@@ -69,8 +69,12 @@ int cmd_up(const Common& c, const UpOptions& o) {
   add("llm-bridge", "kiln-llm-bridge", cfg.llm_bridge.metrics_port, false);
   for (int i = 0; i < cfg.up.compilers; ++i)
     add("compiler-" + std::to_string(i + 1), "kiln-compiler", port_for(cfg.compiler.metrics_port, i), false);
-  for (int i = 0; i < cfg.up.testers; ++i)
+  for (int i = 0; i < cfg.up.testers; ++i) {
     add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false);
+    // One tester per GPU: tester i takes GPU i unless the config pins one index for all.
+    if (cfg.tester.backend == "cuda" && cfg.tester.gpu_index < 0)
+      specs.back().env.emplace_back("KILN_TESTER_GPU_INDEX", std::to_string(i));
+  }
   add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
   add("promoter", "kiln-promoter", cfg.promoter.metrics_port, false);
   for (const auto& s : specs) {
