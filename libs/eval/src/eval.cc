@@ -207,6 +207,12 @@ struct Contestant {
 
 using Clock = std::chrono::steady_clock;
 
+// Per timing round, at least this many elements of each input (or 1/kPerturbFraction of it) change, and
+// about one round in kCheckEveryRounds has its outputs compared.
+constexpr size_t kPerturbMinElements = 16;
+constexpr size_t kPerturbFraction = 100;
+constexpr uint64_t kCheckEveryRounds = 4;
+
 double elapsed_s(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
@@ -218,7 +224,8 @@ struct TimingOutcome {
 
 Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
                                 const Scalars& scalars, const task::Dims& dims, const TimingOptions& opt,
-                                const EvalOptions& eval_options, CacheFlusher* flusher, TensorSet& cand_tensors) {
+                                const EvalOptions& eval_options, CacheFlusher* flusher, TensorSet& cand_tensors,
+                                Findings& f) {
   const std::string shape = task::dims_string(dims);
   std::vector<Contestant> all;
   // Index 0 is the candidate, 1 the reference, the rest baselines; each gets its own copy of the inputs.
@@ -253,10 +260,32 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
     }
   }
 
+  // The inputs change a little before every round (a block copied in from a second input set), the same
+  // for every contestant, and the timed outputs of the candidate are compared with the reference's of the
+  // same round at rounds it cannot predict and after the last one. A kernel that serves results from a
+  // cache keyed on the input address and a few sampled values can then not be both fast and right.
+  TensorSet donor = all[0].tensors;
+  fill_inputs(spec, donor, kTimingSeed + 1);
+  auto perturb = [&](uint64_t round) {
+    for (size_t i = 0; i < donor.inputs.size(); ++i) {
+      const size_t n = donor.inputs[i].elements();
+      if (n == 0) continue;
+      const size_t elem = donor.inputs[i].bytes() / n;
+      const size_t len = std::min(n, std::max<size_t>(kPerturbMinElements, n / kPerturbFraction));
+      const size_t first = detail::mix_seed(detail::mix_seed(kTimingSeed, round), i) % (n - len + 1);
+      const auto* from = static_cast<const char*>(donor.inputs[i].data()) + first * elem;
+      for (auto& c : all) std::memcpy(static_cast<char*>(c.tensors.inputs[i].data()) + first * elem, from, len * elem);
+    }
+  };
+  auto compare_round = [&](int64_t round) {
+    compare_outputs(spec, all[0].tensors, all[1].tensors, shape + ", timed round " + std::to_string(round), f);
+  };
+
   detail::StoppingRule rule(opt);
   const auto start = Clock::now();
   std::string stop_reason;
   for (int64_t n = 0; stop_reason.empty(); ++n) {
+    perturb(static_cast<uint64_t>(n));
     // Alternate the order inside each pair so neither side always runs right after the other.
     for (size_t k = 0; k < all.size(); ++k) {
       Contestant& c = all[n % 2 == 0 ? all.size() - 1 - k : k];
@@ -276,6 +305,8 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
       c.running.add(us);
     }
     stop_reason = rule.after_round(n + 1, elapsed_s(start), std::max(all[0].running.cv(), all[1].running.cv()));
+    if (!stop_reason.empty() || detail::mix_seed(kTimingSeed + 2, static_cast<uint64_t>(n)) % kCheckEveryRounds == 0)
+      compare_round(n);
   }
 
   std::vector<detail::NamedSamples> baselines;
@@ -351,7 +382,7 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelE
     KILN_ASSIGN_OR_RETURN(TensorSet cand, allocate(spec, dims));
     fill_inputs(spec, cand, kTimingSeed);
     KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, candidate, reference, scalars, dims, options.timing,
-                                                         options, flusher ? &*flusher : nullptr, cand));
+                                                         options, flusher ? &*flusher : nullptr, cand, f));
     if (!timed.failed_call.empty()) {
       f.failed_call = timed.failed_call;
       break;
