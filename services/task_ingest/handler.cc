@@ -59,6 +59,10 @@ Result<proto::CampaignStart> IngestHandler::campaign_for(const proto::IngestRequ
   start.proposer = req.proposer;
   start.max_in_flight = req.max_in_flight > 0 ? req.max_in_flight : options_.default_max_in_flight;
   start.files = req.files;
+  if (req.target_speedup < 0 || req.patience < 0)
+    return invalid_argument("target_speedup and patience must not be negative");
+  start.target_speedup = req.target_speedup;
+  start.patience = req.patience;
   start.submitted_at = wall_time_s();
   return start;
 }

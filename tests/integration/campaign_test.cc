@@ -237,3 +237,18 @@ TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integrat
     if (q["service"] == "test.cuda") found = q["queued"].get<int>() >= 1 && q["failed"].get<int>() == 0;
   CHECK(found);
 }
+
+TEST_CASE("a campaign submitted with a target speedup stops early", "[integration]") {
+  LocalKiln k(1);
+  // Program 0 of this task is already far faster than its reference, so the target is met at once.
+  auto r = k.kiln({"--json", "submit", fast_task(), "--budget", "12", "--target-speedup", "1.5", "--wait",
+                   "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["stop_reason"].get<std::string>().find("target speedup") != std::string::npos);
+  CHECK(out[0]["scored"].get<int>() < 13);
+  CHECK(out[0]["proposed"].get<int>() < 12);
+}

@@ -38,7 +38,9 @@ json to_json(const proto::CampaignInfo& c) {
               {"best_program_id", c.best_program_id}, {"best_score", c.best_score},
               {"best_speedup", c.best_speedup}, {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
               {"best_params", c.best_params}, {"promoted", c.promoted}, {"promotion_notes", c.promotion_notes},
-              {"started_at", c.started_at}, {"finished_at", c.finished_at}};
+              {"started_at", c.started_at}, {"finished_at", c.finished_at}, {"proposer", c.proposer},
+              {"stop_reason", c.stop_reason}, {"cells_filled", c.cells_filled},
+              {"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
 }
 
 std::string params_string(const std::map<std::string, std::string>& p) {
@@ -93,6 +95,8 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
   req.proposer = o.proposer;
   req.max_in_flight = o.max_in_flight > 0 ? o.max_in_flight : c.config.scorer.max_in_flight;
   req.files = std::move(files).value();
+  req.target_speedup = o.target_speedup;
+  req.patience = o.patience;
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
   proto::Submit sub{std::string(proto::svc::kIngest), "ingest:" + cid, proto::Bytes{proto::encode(req)}, 0};

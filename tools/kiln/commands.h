@@ -25,6 +25,8 @@ struct SubmitOptions {
   int64_t max_in_flight = -1;
   bool wait = false;
   double timeout_s = 0;  // 0: no limit while waiting
+  double target_speedup = 0;  // stop early once reached (0: the scorer's default)
+  int64_t patience = 0;       // stop after this many proposals without improvement (0: default)
 };
 
 int cmd_submit(const Common& c, const SubmitOptions& o);

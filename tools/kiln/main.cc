@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   sub_cmd->add_option("--max-in-flight", sub.max_in_flight, "proposals evaluated at once");
   sub_cmd->add_flag("--wait", sub.wait, "show progress until the campaign ends, then the result");
   sub_cmd->add_option("--timeout", sub.timeout_s, "with --wait: give up after this many seconds");
+  sub_cmd->add_option("--target-speedup", sub.target_speedup, "stop proposing once the best speedup reaches this");
+  sub_cmd->add_option("--patience", sub.patience, "stop after this many proposals without a better program");
 
   std::string campaign;
   auto* status_cmd = app.add_subcommand("status", "queues, workers and campaigns");

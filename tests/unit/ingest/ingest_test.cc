@@ -61,9 +61,26 @@ TEST_CASE("a valid package starts a campaign on the scorer", "[ingest]") {
   CHECK(start->files == req.files);
   CHECK(start->submitted_at >= before);
   CHECK(start->submitted_at <= kiln::wall_time_s());
+  CHECK(start->target_speedup == 0);
+  CHECK(start->patience == 0);
 
   auto text = prometheus::TextSerializer().Serialize(metrics->Collect());
   CHECK(text.find("kiln_tasks_ingested_total{outcome=\"accepted\"} 1") != std::string::npos);
+}
+
+TEST_CASE("the submitter's early-stop settings reach the campaign", "[ingest]") {
+  IngestHandler handler({}, std::make_shared<prometheus::Registry>());
+  auto req = request("good_cpu");
+  req.target_speedup = 1.5;
+  req.patience = 6;
+  JobOutcome out = handler.handle(job_for(req));
+  REQUIRE(out.outcome == "ok");
+  auto start = kiln::proto::decode<kiln::proto::CampaignStart>(out.payload);
+  REQUIRE(start.is_ok());
+  CHECK(start->target_speedup == 1.5);
+  CHECK(start->patience == 6);
+  req.patience = -1;
+  CHECK(handler.handle(job_for(req)).outcome == "failed");
 }
 
 TEST_CASE("broken packages fail the job with the validation line and no follow-up", "[ingest]") {

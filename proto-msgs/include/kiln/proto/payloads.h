@@ -48,9 +48,12 @@ struct IngestRequest {
   std::string proposer = "tuner";
   int64_t max_in_flight = 4;
   FileMap files;  // the task package
+  double target_speedup = 0;  // 0: the scorer's configured early stop
+  int64_t patience = 0;       // 0: the scorer's configured early stop
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("budget", budget); v("proposer", proposer);
-    v("max_in_flight", max_in_flight); v("files", files);
+    v("max_in_flight", max_in_flight); v("files", files); v("target_speedup", target_speedup);
+    v("patience", patience);
   }
 };
 
