@@ -10,14 +10,13 @@
 #include "broker.h"
 #include "kiln/config/config.h"
 #include "kiln/core/files.h"
+#include "kiln/core/signals.h"
 #include "kiln/log/log.h"
 #include "kiln/messaging/curve.h"
 #include "kiln/metrics/metrics.h"
 
 namespace {
-std::atomic<bool> g_stop{false};
 std::atomic<bool> g_reload{false};
-void on_signal(int) { g_stop = true; }
 void on_hangup(int) { g_reload = true; }
 
 std::string under(const std::string& state_dir, const std::string& path) {
@@ -89,13 +88,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("metrics on http://{}:{}/metrics", metrics_host, (*server)->port());
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  const std::atomic<bool>& stop = kiln::stop_on_signals();
   struct sigaction hup {};
   hup.sa_handler = on_hangup;
   sigaction(SIGHUP, &hup, nullptr);  // re-read the external bridges' allowlist
-  (*broker)->run(g_stop, &g_reload);
+  (*broker)->run(stop, &g_reload);
   return 0;
 }

@@ -20,16 +20,17 @@ namespace kiln::cli {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+int fail(const std::string& line) {
+  std::fprintf(stderr, "kiln: %s\n", line.c_str());
+  return 1;
+}
+
 std::string Common::broker_endpoint() const {
   return broker.empty() ? messaging::connect_endpoint(config.broker.bind) : broker;
 }
 
 namespace {
 
-int fail(const std::string& line) {
-  std::fprintf(stderr, "kiln: %s\n", line.c_str());
-  return 1;
-}
 
 json to_json(const proto::CampaignInfo& c) {
   return json{{"campaign_id", c.campaign_id}, {"task", c.task_name}, {"task_id", c.task_id},

@@ -10,6 +10,9 @@
 
 namespace kiln::cli {
 
+// Prints "kiln: <line>" to stderr and returns the failure exit code.
+int fail(const std::string& line);
+
 struct Common {
   std::string config_path;
   std::string broker;  // endpoint; empty = from config

@@ -7,13 +7,6 @@
 
 namespace kiln::cli {
 
-namespace {
-int fail(const std::string& line) {
-  std::fprintf(stderr, "kiln: %s\n", line.c_str());
-  return 1;
-}
-}  // namespace
-
 int cmd_registry_list(const Common& c, const std::string& dir) {
   auto reg = registry::Registry::open(dir);
   if (!reg.is_ok()) return fail(reg.status().message());

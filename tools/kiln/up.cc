@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "kiln/core/files.h"
+#include "kiln/core/signals.h"
 #include "kiln/messaging/client.h"
 #include "kiln/task/task.h"
 #include "supervisor.h"
@@ -19,8 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 std::string self_dir() {
   std::error_code ec;
@@ -85,10 +84,7 @@ int cmd_up(const Common& c, const UpOptions& o) {
     }
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  const std::atomic<bool>& stop = stop_on_signals();
 
   Supervisor sup(specs);
   if (auto st = sup.start(); !st.is_ok()) {
@@ -100,7 +96,7 @@ int cmd_up(const Common& c, const UpOptions& o) {
     zmq::context_t ctx(1);
     messaging::Client client(ctx, c.broker_endpoint());
     bool up = false;
-    for (int i = 0; i < 20 && !g_stop && !up; ++i) {
+    for (int i = 0; i < 20 && !stop && !up; ++i) {
       sup.poll();
       up = client.request("broker", "status", "", 0.5).is_ok();
     }
@@ -118,7 +114,7 @@ int cmd_up(const Common& c, const UpOptions& o) {
 
   if (!o.demo) {
     std::fprintf(stderr, "kiln: submit a task with `kiln submit DIR --wait`; Ctrl-C stops every service\n");
-    while (!g_stop) {
+    while (!stop) {
       sup.poll();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -159,7 +155,7 @@ int cmd_up(const Common& c, const UpOptions& o) {
   }
   int rc = ids.empty() ? 1 : wait_for_campaigns(c, ids, o.demo_timeout_s, false, [&] {
     sup.poll();
-    return !g_stop.load();
+    return !stop.load();
   });
   if (!ids.empty()) {
     zmq::context_t ctx(1);

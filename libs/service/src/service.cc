@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "kiln/core/files.h"
+#include "kiln/core/signals.h"
 #include "kiln/log/log.h"
 #include "kiln/messaging/endpoint.h"
 #include "kiln/messaging/worker.h"
@@ -18,8 +19,6 @@ namespace kiln::service {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 // The configured /metrics port of the section that serves `service`.
 int configured_metrics_port(const config::KilnConfig& c, const std::string& service, int fallback) {
@@ -92,16 +91,13 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
   wo.heartbeat_liveness = static_cast<int>(cfg->broker.heartbeat_liveness);
   wo.socket.max_message_bytes = cfg->broker.max_message_bytes;
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  const std::atomic<bool>& stop = stop_on_signals();
 
   spdlog::info("worker {} for '{}' ({} slot(s)) -> {}; metrics on :{}", wo.worker_id, wo.service, wo.slots,
                wo.endpoint, (*server)->port());
   zmq::context_t zctx(1);
   messaging::Worker worker(zctx, wo, handlers->job, handlers->request);
-  worker.run(g_stop);
+  worker.run(stop);
   if (handlers->on_stop) handlers->on_stop();
   spdlog::info("stopped");
   return 0;
