@@ -12,6 +12,8 @@ src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build-cuda/CMakeCache.txt 2>
 src=${src:-/work/main}
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
 cd "$src" || exit 1
+# Kiln uses no NVLink multicast; keep it off for anything else the machine runs.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=$root/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv | tee "$out/nvidia-smi.csv"
 missing=$(ldd build-cuda/bin/kiln-eval-cuda build-cuda/bin/kiln build-cuda/bin/test_gpu | grep "not found" | sort -u)
@@ -27,6 +29,20 @@ for step in "$@"; do
     bench)
       timeout 330 build-cuda/bin/kiln-bench-roofline --out "$out/roofline${ROOFLINE_ONLY:+-$ROOFLINE_ONLY}.json" \
         ${ROOFLINE_ONLY:+--only $ROOFLINE_ONLY} 2>&1 | grep -v '"all"' | tee "$out/roofline${ROOFLINE_ONLY:+-$ROOFLINE_ONLY}.log"
+      ;;
+    multigpu)
+      # One tester per GPU: 1..N testers over the bundled CUDA tasks, then (MG_KILL=1) a run that SIGKILLs one.
+      ngpu=$(nvidia-smi -L | grep -c "^GPU")
+      counts=${MG_TESTERS:-$(seq -s, 1 "$ngpu")}
+      nvidia-smi topo -m > "$out/nvidia-topo.txt" 2>&1
+      timeout "${MG_TIMEOUT_S:-560}" build-cuda/bin/kiln-bench-multigpu --backend cuda --tasks configs/tasks \
+        --testers "$counts" --budget "${MG_BUDGET:-6}" --compilers "${MG_COMPILERS:-8}" ${MG_KILL:+--kill-one} \
+        --timeout "${MG_RUN_TIMEOUT_S:-240}" --out "$out/multigpu${MG_TAG:+-$MG_TAG}.json" \
+        2> "$out/multigpu${MG_TAG:+-$MG_TAG}.log" > /dev/null
+      echo "multigpu exit $?"; grep -E "^run:|killed" "$out/multigpu${MG_TAG:+-$MG_TAG}.log"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+for r in d["runs"]: print({k: r[k] for k in ("testers","wall_s","candidates_scored","candidates_per_hour","exactly_once","requeued_test_jobs","gpu_utilization_ratio","killed")})' \
+        "$out/multigpu${MG_TAG:+-$MG_TAG}.json" 2>&1 | head -20
       ;;
     demo)
       state=/tmp/kiln-demo-state
