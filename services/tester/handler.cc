@@ -1,5 +1,6 @@
 #include "kiln/tester/handler.h"
 
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,9 +11,11 @@
 #include <utility>
 
 #include "kiln/core/files.h"
+#include "kiln/core/hash.h"
 #include "kiln/core/time.h"
 #include "kiln/cuda/nvml.h"
 #include "kiln/eval/host.h"
+#include "kiln/eval/tool.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
 
@@ -24,6 +27,10 @@ constexpr const char* kTaskDir = "task";
 constexpr const char* kKernelFile = "kernel.so";
 constexpr const char* kReferenceFile = "reference.so";
 constexpr const char* kResultFile = "result.msgpack";
+// The key that authenticates the child's report; the child reads and removes it before any candidate
+// code runs.
+constexpr const char* kReportKeyFile = "report.key";
+constexpr size_t kReportKeyBytes = 32;
 // The child writes a report of a few kB; this only stops a candidate filling the disk.
 constexpr int64_t kMaxChildFileBytes = 256ll << 20;
 
@@ -135,7 +142,7 @@ std::vector<std::string> TestHandler::eval_argv() const {
           "--reference",        kReferenceFile, "--out",        kResultFile,   "--mode",
           t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
           "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
-          std::to_string(t.warmup_iters)};
+          std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
 }
 
 Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& request) {
@@ -165,6 +172,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   TempDir scratch("kiln-test");
   KILN_RETURN_IF_ERROR(write_request_files(scratch.path(), request).with_context("tester: scratch dir"));
 
+  // A fresh key per evaluation: only a report the child wrote with it is believed (a candidate that writes
+  // a report file of its own cannot sign it).
+  const std::string key = random_bytes(kReportKeyBytes);
+  if (key.size() != kReportKeyBytes) return internal_error("tester: no random bytes for the report key");
+  KILN_RETURN_IF_ERROR(write_file_atomic(scratch.path() + "/" + kReportKeyFile, key).with_context("tester: report key"));
+  ::chmod((scratch.path() + "/" + kReportKeyFile).c_str(), 0600);
+
   sandbox::SandboxOptions run;
   run.argv = eval_argv();
   run.working_dir = scratch.path();
@@ -186,13 +200,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   run.file_size_bytes = kMaxChildFileBytes;
   run.max_output_bytes = options_.max_log_bytes;
   run.isolate_network = true;
-  // A candidate may not start processes (fork bombs, helpers that outlive it) nor write outside its
-  // scratch directory. Checked on the CPU backend; the CUDA child keeps a writable root until the GPU
-  // suite has run with it (the driver may write its JIT cache and IPC files).
-  if (options_.backend == "cpu") {
-    run.deny_process_creation = true;
-    run.readonly_root = true;
-  }
+  // The CPU child may not write outside its scratch directory. It forks one runner per contestant and
+  // each runner confines itself before loading a kernel (no new processes, signals to itself only), so
+  // process creation is refused to the candidate there rather than here. The CUDA child keeps a writable
+  // root and may fork until the GPU suite has run with both (the driver may write its JIT cache and IPC
+  // files); its candidate runs in the child's own process.
+  if (options_.backend == "cpu") run.readonly_root = true;
   for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 
@@ -208,6 +221,11 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   }
   auto bytes = read_file(scratch.path() + "/" + kResultFile);
   if (!bytes.is_ok()) return failed(proto::test_status::kCrashed, "crashed: exited without writing a result", log);
+  auto mac = read_file(eval::report_mac_path(scratch.path() + "/" + kResultFile));
+  if (!mac.is_ok() || !eval::report_authentic(key, *bytes, *mac)) {
+    return failed(proto::test_status::kCrashed,
+                  "crashed: the result was not written by the evaluator (its authentication failed)", log);
+  }
   auto decoded = proto::decode<proto::TestReport>(*bytes);
   if (!decoded.is_ok()) {
     return failed(proto::test_status::kCrashed, "crashed: unreadable result: " + decoded.status().message(), log);

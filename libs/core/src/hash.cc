@@ -1,7 +1,9 @@
 #include "kiln/core/hash.h"
 
 #include <openssl/evp.h>
+#include <sys/random.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <stdexcept>
 
@@ -57,6 +59,60 @@ std::string hash_files(const std::map<std::string, std::string>& files) {
     h.update_field(content);
   }
   return h.hex_digest();
+}
+
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+// The raw bytes of a lowercase hex digest.
+std::string unhex(const std::string& hex) {
+  std::string raw;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return raw;
+}
+}  // namespace
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  constexpr size_t kBlock = 64;
+  std::string k(key);
+  if (k.size() > kBlock) {
+    k = unhex(sha256_hex(k));  // keys longer than a block are hashed first
+  }
+  k.resize(kBlock, '\0');
+  std::string ipad(kBlock, '\0'), opad(kBlock, '\0');
+  for (size_t i = 0; i < kBlock; ++i) {
+    ipad[i] = static_cast<char>(k[i] ^ 0x36);
+    opad[i] = static_cast<char>(k[i] ^ 0x5c);
+  }
+  Sha256 inner;
+  inner.update(ipad);
+  inner.update(data);
+  Sha256 outer;
+  outer.update(opad);
+  outer.update(unhex(inner.hex_digest()));
+  return outer.hex_digest();
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string random_bytes(size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return {};
+    }
+    got += static_cast<size_t>(r);
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -5,6 +5,13 @@
 #include "kiln/eval/tool.h"
 
 int main(int argc, char** argv) {
-  return kiln::eval::run_eval_tool(argc, argv,
-                                   {"kiln-eval-cuda", kiln::cuda::evaluate, kiln::cuda::cuda_worker_info});
+  kiln::eval::EvalTool tool;
+  tool.name = "kiln-eval-cuda";
+  tool.evaluate = [](const kiln::task::TaskSpec& spec, const kiln::eval::Candidate& candidate,
+                     kiln::eval::KernelEntry reference, const kiln::eval::EvalOptions& options) {
+    return kiln::cuda::evaluate(spec, candidate.entry, reference, options);
+  };
+  tool.worker_info = kiln::cuda::cuda_worker_info;
+  tool.load_candidate_here = true;  // CUDA kernels run in this process (no runner for the device yet)
+  return kiln::eval::run_eval_tool(argc, argv, tool);
 }

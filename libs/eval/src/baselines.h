@@ -13,7 +13,8 @@ struct Baseline {
   const char* name;
   // Whether the task's tensors fit what the library call expects, with the reason if not.
   Status (*check)(const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& outputs);
-  void (*run)(std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs);
+  // The call itself, on the tensors of a kiln_args (it runs in a runner, like every contestant).
+  void (*run)(const kiln_args* args);
 };
 
 // nullptr for a name this build does not know.

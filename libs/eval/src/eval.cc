@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "baselines.h"
+#include "runner.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/stats.h"
 #include "kiln/eval/detail/protocol.h"
@@ -28,6 +29,7 @@ using detail::HostTensor;
 using detail::kMaxListedMismatches;
 using detail::kRecheckSeed;
 using detail::kTimingSeed;
+using detail::Runner;
 using detail::Scalars;
 
 // The tensors of one case: what a kernel reads and writes.
@@ -93,10 +95,10 @@ class Invoker {
     std::copy(inputs_.begin(), inputs_.end(), live_inputs_.begin());
     std::copy(outputs_.begin(), outputs_.end(), live_outputs_.begin());
   }
-  int call(KernelEntry fn) { return fn(&args_); }
-  int prepare_and_call(KernelEntry fn) {
+  kiln_args& args() { return args_; }
+  Result<int> prepare_and_call(Runner& runner) {
     prepare();
-    return call(fn);
+    return runner.call(args_);
   }
   bool descriptors_intact() const {
     auto same = [](const std::vector<kiln_tensor>& a, const std::vector<kiln_tensor>& b) {
@@ -131,35 +133,51 @@ void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const Ten
   }
 }
 
+// A call of the candidate: false when it failed (a non-zero return, or its runner died: both recorded in
+// `f`); an error only for trouble on the evaluator's side.
+Result<bool> call_candidate(Runner& candidate, Invoker& invoker, const std::string& context, Findings& f) {
+  auto rc = invoker.prepare_and_call(candidate);
+  if (!rc.is_ok()) {
+    if (!candidate.death()) return rc.status();
+    f.crashed = candidate.death()->what + " (" + context + ")";
+    return false;
+  }
+  if (*rc != 0) {
+    f.failed_call = call_failure(*rc, context);
+    return false;
+  }
+  return true;
+}
+
+Status call_reference(Runner& reference, Invoker& invoker, const std::string& context) {
+  auto rc = invoker.prepare_and_call(reference);
+  if (!rc.is_ok()) return internal_error("the reference failed: " + rc.status().message() + " (" + context + ")");
+  if (*rc != 0) return internal_error("the reference's kiln_entry returned " + std::to_string(*rc) + " (" + context + ")");
+  return Status::ok();
+}
+
 // DESIGN §5 correctness for one case and seed. An error only for a failing reference.
-Status check_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
-                  const Scalars& scalars, const TensorSet& pristine, const std::string& context, Findings& f) {
+Status check_case(const task::TaskSpec& spec, Runner& candidate, Runner& reference, const Scalars& scalars,
+                  const TensorSet& pristine, const std::string& context, Findings& f) {
   TensorSet cand = pristine;
   TensorSet ref = pristine;
   poison_outputs(cand, 0);
   poison_outputs(ref, 0);
   Invoker cand_call(cand, scalars), ref_call(ref, scalars);
 
-  int rc = cand_call.prepare_and_call(candidate);
-  if (rc != 0) {
-    f.failed_call = call_failure(rc, context);
-    return Status::ok();
-  }
+  KILN_ASSIGN_OR_RETURN(bool ok, call_candidate(candidate, cand_call, context, f));
+  if (!ok) return Status::ok();
   check_side_effects(spec, cand_call, cand, pristine, context, f);
 
-  rc = ref_call.prepare_and_call(reference);
-  if (rc != 0) return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + context + ")");
+  KILN_RETURN_IF_ERROR(call_reference(reference, ref_call, context));
 
   // The second call gets fresh copies of the inputs and poisoned outputs: a kernel that leans on what the
   // first call left behind fails here.
   TensorSet first_outputs{{}, cand.outputs};
   for (size_t i = 0; i < cand.inputs.size(); ++i) cand.inputs[i].copy_from(pristine.inputs[i]);
   poison_outputs(cand, 1);
-  rc = cand_call.prepare_and_call(candidate);
-  if (rc != 0) {
-    f.failed_call = call_failure(rc, context + ", second call");
-    return Status::ok();
-  }
+  KILN_ASSIGN_OR_RETURN(ok, call_candidate(candidate, cand_call, context + ", second call", f));
+  if (!ok) return Status::ok();
   check_side_effects(spec, cand_call, cand, pristine, context + ", second call", f);
 
   compare_outputs(spec, first_outputs, ref, context, f);
@@ -185,24 +203,14 @@ class CacheFlusher {
   volatile uint64_t sink_ = 0;
 };
 
-// One contestant of the timing loop: its own tensors, call and samples.
+// One contestant of the timing loop: its runner, its own tensors and its samples.
 struct Contestant {
   std::string name;
-  KernelEntry entry = nullptr;            // a kernel ...
-  const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
+  Runner* runner = nullptr;
   TensorSet tensors;
   std::unique_ptr<Invoker> invoker;
   std::vector<double> samples_us;
   RunningStats running;
-
-  // One call; the return code of a kernel, 0 for a baseline.
-  int run() {
-    if (baseline) {
-      baseline->run(tensors.inputs, tensors.outputs);
-      return 0;
-    }
-    return invoker->call(entry);
-  }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -219,23 +227,24 @@ double elapsed_s(Clock::time_point since) {
 
 struct TimingOutcome {
   proto::CaseTiming timing;
-  std::string failed_call;  // the candidate returned non-zero while being timed
+  bool candidate_failed = false;  // it returned non-zero or died while being timed (recorded in Findings)
 };
 
-Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::unique_ptr<Runner>>& runners,
                                 const Scalars& scalars, const task::Dims& dims, const TimingOptions& opt,
                                 const EvalOptions& eval_options, CacheFlusher* flusher, TensorSet& cand_tensors,
                                 Findings& f) {
   const std::string shape = task::dims_string(dims);
   std::vector<Contestant> all;
-  // Index 0 is the candidate, 1 the reference, the rest baselines; each gets its own copy of the inputs.
-  all.push_back({"candidate", candidate, nullptr, cand_tensors, nullptr, {}, {}});
-  all.push_back({"reference", reference, nullptr, cand_tensors, nullptr, {}, {}});
-  for (const auto& name : spec.baselines) {
-    const detail::Baseline* b = detail::find_baseline(name);
-    if (!b) return invalid_argument("unknown baseline '" + name + "'");
-    Contestant c{name, nullptr, b, cand_tensors, nullptr, {}, {}};
-    KILN_RETURN_IF_ERROR(b->check(c.tensors.inputs, c.tensors.outputs).with_context("case " + shape));
+  // Index 0 is the candidate, 1 the reference, the rest baselines (runners in the same order); each gets
+  // its own copy of the inputs.
+  for (size_t i = 0; i < runners.size(); ++i) {
+    Contestant c{runners[i]->name(), runners[i].get(), cand_tensors, nullptr, {}, {}};
+    if (i >= 2) {
+      const detail::Baseline* b = detail::find_baseline(c.name);
+      if (!b) return invalid_argument("unknown baseline '" + c.name + "'");
+      KILN_RETURN_IF_ERROR(b->check(c.tensors.inputs, c.tensors.outputs).with_context("case " + shape));
+    }
     all.push_back(std::move(c));
   }
   for (auto& c : all) {
@@ -244,19 +253,43 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
   }
 
   TimingOutcome out;
-  auto run_one = [&](Contestant& c) -> int {
+  // One timed call: the tensors go to the runner's arena, the cache is flushed (cold mode), the runner is
+  // continued, and the clock covers the call (Runner says exactly what). False when the candidate failed
+  // (recorded).
+  auto run_one = [&](Contestant& c, double* us, const std::string& context) -> Result<bool> {
     c.invoker->prepare();
-    return c.run();
+    KILN_RETURN_IF_ERROR(c.runner->stage(c.invoker->args()));
+    if (flusher) flusher->flush();
+    Result<int> rc = c.runner->invoke(us);
+    if (rc.is_ok()) {
+      if (Status st = c.runner->freeze(); !st.is_ok()) rc = st;
+    }
+    if (!rc.is_ok()) {
+      if (&c != &all[0] || !c.runner->death()) {
+        return internal_error(c.name + " failed: " + rc.status().message() + " (" + context + ")");
+      }
+      f.crashed = c.runner->death()->what + " (" + context + ")";
+      return false;
+    }
+    c.runner->unstage(c.invoker->args());
+    // A thread the kernel left working after it returned ran on until the runner stopped: that CPU time
+    // is the call's too.
+    *us += c.runner->after_return_cpu_us();
+    if (*rc == 0) return true;
+    if (&c != &all[0]) {
+      return internal_error("the " + c.name + "'s kiln_entry returned " + std::to_string(*rc) + " (" + context + ")");
+    }
+    f.failed_call = call_failure(*rc, context);
+    return false;
   };
   for (int64_t w = 0; w < opt.warmup_iters; ++w) {
     for (auto& c : all) {
-      int rc = run_one(c);
-      if (rc == 0) continue;
-      if (&c == &all[0]) {
-        out.failed_call = call_failure(rc, shape + ", warm-up");
+      double us = 0;
+      KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", warm-up"));
+      if (!ok) {
+        out.candidate_failed = true;
         return out;
       }
-      return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + shape + ")");
     }
   }
 
@@ -289,17 +322,11 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
     // Alternate the order inside each pair so neither side always runs right after the other.
     for (size_t k = 0; k < all.size(); ++k) {
       Contestant& c = all[n % 2 == 0 ? all.size() - 1 - k : k];
-      c.invoker->prepare();
-      if (flusher) flusher->flush();
-      const auto t0 = Clock::now();
-      int rc = c.run();
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      if (rc != 0) {
-        if (&c == &all[0]) {
-          out.failed_call = call_failure(rc, shape + ", timing");
-          return out;
-        }
-        return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + shape + ")");
+      double us = 0;
+      KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", timing"));
+      if (!ok) {
+        out.candidate_failed = true;
+        return out;
       }
       c.samples_us.push_back(us);
       c.running.add(us);
@@ -318,7 +345,7 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidat
 }
 
 // After timing, the same buffers get new values: a kernel that caches results by pointer fails here.
-Status recheck_after_timing(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+Status recheck_after_timing(const task::TaskSpec& spec, Runner& candidate, Runner& reference,
                             const Scalars& scalars, const std::string& shape, TensorSet& cand, Findings& f) {
   fill_inputs(spec, cand, kRecheckSeed);
   TensorSet pristine = cand;
@@ -327,21 +354,18 @@ Status recheck_after_timing(const task::TaskSpec& spec, KernelEntry candidate, K
   poison_outputs(cand, 1);
   Invoker ref_call(ref, scalars), cand_call(cand, scalars);
   const std::string context = shape + ", after timing";
-  int rc = ref_call.prepare_and_call(reference);
-  if (rc != 0) return internal_error("the reference's kiln_entry returned " + std::to_string(rc) + " (" + context + ")");
-  rc = cand_call.prepare_and_call(candidate);
-  if (rc != 0) {
-    f.failed_call = call_failure(rc, context);
-    return Status::ok();
-  }
+  KILN_RETURN_IF_ERROR(call_reference(reference, ref_call, context));
+  KILN_ASSIGN_OR_RETURN(bool ok, call_candidate(candidate, cand_call, context, f));
+  if (!ok) return Status::ok();
   check_side_effects(spec, cand_call, cand, pristine, context, f);
   compare_outputs(spec, cand, ref, context, f);
   return Status::ok();
 }
 
-Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelEntry candidate,
+Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const Candidate& candidate,
                                              KernelEntry reference, const EvalOptions& options) {
-  if (!candidate || !reference) return invalid_argument("evaluate: missing kernel entry point");
+  if ((!candidate.entry && candidate.library.empty()) || !reference)
+    return invalid_argument("evaluate: missing kernel entry point");
   if (spec.backend != "cpu") return invalid_argument("this evaluator runs the cpu backend, the task is " + spec.backend);
   for (const auto& b : spec.baselines) {
     if (!detail::find_baseline(b)) {
@@ -358,18 +382,35 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelE
   report.performance.method = "host_clock";
   report.performance.mode = options.timing.mode;
 
+  // Every contestant in its own runner process, started before anything runs here.
+  std::vector<detail::RunnerKernel> kernels = {{"candidate", candidate.entry, candidate.library, nullptr},
+                                               {"reference", reference, "", nullptr}};
+  for (const auto& b : spec.baselines) kernels.push_back({b, nullptr, "", detail::find_baseline(b)});
+  KILN_ASSIGN_OR_RETURN(size_t arena, detail::arena_bytes_for(spec));
+  KILN_ASSIGN_OR_RETURN(auto runners, Runner::start(kernels, arena, options.wipe_in_runners));
+  if (const auto* d = runners[0]->death(); d && d->load_failed) {
+    report.status = proto::test_status::kLoadFailed;
+    report.message = "cannot load the kernel: " + d->what;
+    return report;
+  }
+  for (size_t i = 1; i < runners.size(); ++i) {
+    if (const auto* d = runners[i]->death()) return internal_error("the " + runners[i]->name() + " runner: " + d->what);
+  }
+  Runner& cand_runner = *runners[0];
+  Runner& ref_runner = *runners[1];
+
   Findings f;
+  auto failed = [&] { return !f.failed_call.empty() || !f.crashed.empty(); };
   for (const auto& dims : spec.correctness_cases) {
     const std::string shape = task::dims_string(dims);
     KILN_ASSIGN_OR_RETURN(TensorSet pristine, allocate(spec, dims));
     f.tested(shape);
-    for (int64_t seed = 0; seed < spec.seeds; ++seed) {
+    for (int64_t seed = 0; seed < spec.seeds && !failed(); ++seed) {
       fill_inputs(spec, pristine, static_cast<uint64_t>(seed));
-      KILN_RETURN_IF_ERROR(check_case(spec, candidate, reference, scalars, pristine,
+      KILN_RETURN_IF_ERROR(check_case(spec, cand_runner, ref_runner, scalars, pristine,
                                       shape + " seed " + std::to_string(seed), f));
-      if (!f.failed_call.empty()) break;
     }
-    if (!f.failed_call.empty()) break;
+    if (failed()) break;
   }
   conclude(f, report);
   if (!report.correctness.passed || !options.measure) return report;
@@ -381,13 +422,11 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelE
     const std::string shape = task::dims_string(dims);
     KILN_ASSIGN_OR_RETURN(TensorSet cand, allocate(spec, dims));
     fill_inputs(spec, cand, kTimingSeed);
-    KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, candidate, reference, scalars, dims, options.timing,
-                                                         options, flusher ? &*flusher : nullptr, cand, f));
-    if (!timed.failed_call.empty()) {
-      f.failed_call = timed.failed_call;
-      break;
-    }
-    KILN_RETURN_IF_ERROR(recheck_after_timing(spec, candidate, reference, scalars, shape, cand, f));
+    KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, runners, scalars, dims, options.timing, options,
+                                                         flusher ? &*flusher : nullptr, cand, f));
+    if (timed.candidate_failed) break;
+    KILN_RETURN_IF_ERROR(recheck_after_timing(spec, cand_runner, ref_runner, scalars, shape, cand, f));
+    if (failed()) break;
     f.tested(shape);
     speedups += "; speedup " + format_ratio(timed.timing.speedup) + " [" + format_ratio(timed.timing.speedup_lo) +
                 ", " + format_ratio(timed.timing.speedup_hi) + "] on " + shape;
@@ -438,6 +477,11 @@ KernelLibrary& KernelLibrary::operator=(KernelLibrary&& other) noexcept {
 bool is_known_baseline(const std::string& name) { return detail::find_baseline(name) != nullptr; }
 
 Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
+                                   const EvalOptions& options) {
+  return evaluate(spec, Candidate{"", candidate}, reference, options);
+}
+
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, const Candidate& candidate, KernelEntry reference,
                                    const EvalOptions& options) {
   try {
     return evaluate_unguarded(spec, candidate, reference, options);

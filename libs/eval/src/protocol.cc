@@ -44,7 +44,10 @@ void conclude(const Findings& f, proto::TestReport& report) {
   auto first = [&](const std::string& lead) {
     return f.cmp.first_mismatches.empty() ? lead : lead + "; first: " + f.cmp.first_mismatches.front();
   };
-  if (!f.failed_call.empty()) {
+  if (!f.crashed.empty()) {
+    report.status = proto::test_status::kCrashed;
+    report.message = "crashed: " + f.crashed;
+  } else if (!f.failed_call.empty()) {
     report.status = proto::test_status::kCrashed;
     report.message = "failed: " + f.failed_call;
   } else if (!f.changed_descriptor.empty()) {

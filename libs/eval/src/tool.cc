@@ -1,10 +1,16 @@
 #include "kiln/eval/tool.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
 
 #include "kiln/core/files.h"
+#include "kiln/core/hash.h"
 #include "kiln/core/time.h"
 #include "kiln/proto/codec.h"
 
@@ -16,13 +22,13 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNoReport = 3;
 
 struct Args {
-  std::string task_dir, kernel, reference, out;
+  std::string task_dir, kernel, reference, out, report_key;
   EvalOptions eval;
 };
 
 void print_usage(const char* name) {
   std::fprintf(stderr,
-               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack\n"
+               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
                "       [--max-noise X] [--warmup N] [--no-timing]\n",
                name);
@@ -57,6 +63,7 @@ Result<Args> parse_args(int argc, char** argv) {
     else if (flag == "--kernel") a.kernel = value;
     else if (flag == "--reference") a.reference = value;
     else if (flag == "--out") a.out = value;
+    else if (flag == "--report-key") a.report_key = value;
     else if (flag == "--mode") t.mode = value;
     else if (flag == "--min-samples") KILN_RETURN_IF_ERROR(integer(t.min_samples));
     else if (flag == "--min-time") KILN_RETURN_IF_ERROR(number(t.min_time_s));
@@ -73,7 +80,7 @@ Result<Args> parse_args(int argc, char** argv) {
 }
 
 // Loads everything and evaluates; a report with status load_failed when the setup itself fails.
-proto::TestReport run(const Args& args, const EvalTool& tool) {
+proto::TestReport run(Args& args, const EvalTool& tool) {
   proto::TestReport report;
   auto fail = [&](const std::string& message) {
     report.status = proto::test_status::kLoadFailed;
@@ -86,17 +93,27 @@ proto::TestReport run(const Args& args, const EvalTool& tool) {
   if (!spec.is_ok()) return fail("task: " + spec.status().message());
   auto reference = KernelLibrary::open(args.reference);
   if (!reference.is_ok()) return fail("cannot load the reference: " + reference.status().message());
-  auto kernel = KernelLibrary::open(args.kernel);
-  if (!kernel.is_ok()) return fail("cannot load the kernel: " + kernel.status().message());
+  Candidate candidate{args.kernel, nullptr};
+  std::optional<KernelLibrary> kernel;
+  if (tool.load_candidate_here) {
+    auto lib = KernelLibrary::open(args.kernel);
+    if (!lib.is_ok()) return fail("cannot load the kernel: " + lib.status().message());
+    kernel.emplace(std::move(lib).value());
+    candidate = Candidate{"", kernel->entry()};
+  }
   std::fprintf(stderr, "%s: task '%s', %zu correctness cases x %lld seeds, %zu benchmark cases\n", tool.name,
                spec->name.c_str(), spec->correctness_cases.size(), static_cast<long long>(spec->seeds),
                spec->benchmark_cases.size());
-  auto evaluated = tool.evaluate(*spec, kernel->entry(), reference->entry(), args.eval);
+  auto evaluated = tool.evaluate(*spec, candidate, reference->entry(), args.eval);
   if (!evaluated.is_ok()) return fail("evaluation: " + evaluated.status().message());
   return std::move(evaluated).value();
 }
 
 }  // namespace
+
+bool report_authentic(std::string_view key, std::string_view report, std::string_view mac_hex) {
+  return !key.empty() && constant_time_equal(hmac_sha256_hex(key, report), mac_hex);
+}
 
 int run_eval_tool(int argc, char** argv, const EvalTool& tool) {
   auto args = parse_args(argc, argv);
@@ -105,12 +122,29 @@ int run_eval_tool(int argc, char** argv, const EvalTool& tool) {
     print_usage(tool.name);
     return kExitUsage;
   }
+  // No other process of this user may read or write this one's memory (/proc/<pid>/mem, environ): the
+  // report key and the verdict live here.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  std::string key;
+  if (!args->report_key.empty()) {
+    auto k = read_file(args->report_key);
+    if (!k.is_ok() || k->empty()) {
+      std::fprintf(stderr, "%s: --report-key: cannot read %s\n", tool.name, args->report_key.c_str());
+      return kExitUsage;
+    }
+    key = std::move(k).value();
+    ::unlink(args->report_key.c_str());
+    args->eval.wipe_in_runners.emplace_back(key.data(), key.size());
+  }
   const double start = monotonic_s();
   proto::TestReport report = run(*args, tool);
   report.worker = tool.worker_info();
   report.duration_s = monotonic_s() - start;
   std::fprintf(stderr, "%s: %s: %s\n", tool.name, report.status.c_str(), report.message.c_str());
-  Status written = write_file_atomic(args->out, proto::encode(report));
+  const std::string bytes = proto::encode(report);
+  Status written = write_file_atomic(args->out, bytes);
+  if (written.is_ok() && !key.empty()) written = write_file_atomic(report_mac_path(args->out), hmac_sha256_hex(key, bytes));
+  explicit_bzero(key.data(), key.size());
   if (!written.is_ok()) {
     std::fprintf(stderr, "%s: writing %s: %s\n", tool.name, args->out.c_str(), written.message().c_str());
     return kExitNoReport;

@@ -4,5 +4,12 @@
 #include "kiln/eval/tool.h"
 
 int main(int argc, char** argv) {
-  return kiln::eval::run_eval_tool(argc, argv, {"kiln-eval", kiln::eval::evaluate, kiln::eval::cpu_worker_info});
+  kiln::eval::EvalTool tool;
+  tool.name = "kiln-eval";
+  tool.evaluate = [](const kiln::task::TaskSpec& spec, const kiln::eval::Candidate& candidate,
+                     kiln::eval::KernelEntry reference, const kiln::eval::EvalOptions& options) {
+    return kiln::eval::evaluate(spec, candidate, reference, options);
+  };
+  tool.worker_info = kiln::eval::cpu_worker_info;
+  return kiln::eval::run_eval_tool(argc, argv, tool);
 }

@@ -854,4 +854,49 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
   return result;
 }
 
+
+Status confine_current_process() {
+  const uint32_t self = static_cast<uint32_t>(::getpid());
+  std::vector<sock_filter> f;
+  add_bpf_prologue(f);
+  // Signals: only to this process (kill, tkill and rt_sigqueueinfo take a pid or tid first; tgkill and
+  // rt_tgsigqueueinfo a thread group id). Another of its threads has a tid other than `self`: tkill on it
+  // is refused, tgkill (what pthread_kill and raise use) is allowed.
+  for (uint32_t nr : {static_cast<uint32_t>(__NR_kill), static_cast<uint32_t>(__NR_tkill),
+                      static_cast<uint32_t>(__NR_tgkill), static_cast<uint32_t>(__NR_rt_sigqueueinfo),
+                      static_cast<uint32_t>(__NR_rt_tgsigqueueinfo)}) {
+    f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
+    f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, self, 0, 1));
+    f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    f.push_back(BPF_STMT(BPF_RET | BPF_K, kDenyEperm));
+  }
+  for (uint32_t nr : {static_cast<uint32_t>(__NR_pidfd_send_signal), static_cast<uint32_t>(__NR_pidfd_open),
+                      static_cast<uint32_t>(__NR_ptrace), static_cast<uint32_t>(__NR_process_vm_readv),
+                      static_cast<uint32_t>(__NR_process_vm_writev)}) {
+    add_deny(f, nr, kDenyEperm);
+  }
+#ifdef __NR_fork
+  add_deny(f, __NR_fork, kDenyEperm);
+#endif
+#ifdef __NR_vfork
+  add_deny(f, __NR_vfork, kDenyEperm);
+#endif
+  add_deny(f, __NR_clone3, kDenyEnosys);
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4));
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, kDenyEperm));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return internal_error(std::string("confine: PR_SET_NO_NEW_PRIVS: ") + std::strerror(errno));
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+    return internal_error(std::string("confine: seccomp filter: ") + std::strerror(errno));
+  return Status::ok();
+}
+
 }  // namespace kiln::sandbox

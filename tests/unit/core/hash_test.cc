@@ -24,3 +24,17 @@ TEST_CASE("write_file_atomic replaces a file whole", "[core]") {
   CHECK(*r == "two");
   CHECK_FALSE(kiln::read_file(dir.path() + "/missing").is_ok());
 }
+
+TEST_CASE("hmac_sha256 matches the RFC 4231 test vectors", "[core]") {
+  CHECK(kiln::hmac_sha256_hex("Jefe", "what do ya want for nothing?") ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // Test case 6: a key longer than the block size is hashed first.
+  CHECK(kiln::hmac_sha256_hex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First") ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  CHECK(kiln::constant_time_equal("abc", "abc"));
+  CHECK_FALSE(kiln::constant_time_equal("abc", "abd"));
+  CHECK_FALSE(kiln::constant_time_equal("abc", "abcd"));
+  auto a = kiln::random_bytes(32), b = kiln::random_bytes(32);
+  CHECK(a.size() == 32);
+  CHECK(a != b);
+}

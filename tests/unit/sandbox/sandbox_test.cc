@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <cerrno>
 #include <thread>
 
 #include "kiln/core/files.h"
@@ -383,4 +385,29 @@ TEST_CASE("a program that cannot be started is an error, not a result", "[sandbo
   auto r2 = run_sandboxed(missing);
   REQUIRE_FALSE(r2.is_ok());
   CHECK(r2.status().code() == kiln::StatusCode::kNotFound);
+}
+
+TEST_CASE("a confined process can signal only itself and cannot start processes", "[sandbox]") {
+  // In a forked child: confine, then try everything the evaluation runner must not be able to do.
+  const pid_t parent = ::getpid();
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int failures = 0;
+    if (!kiln::sandbox::confine_current_process().is_ok()) _exit(100);
+    if (::kill(parent, 0) == 0 || errno != EPERM) failures |= 1;    // the evaluator
+    if (::kill(0, 0) == 0 || errno != EPERM) failures |= 2;         // its own process group
+    if (::kill(-1, 0) == 0 || errno != EPERM) failures |= 4;        // everything
+    if (::kill(::getpid(), 0) != 0) failures |= 8;                  // itself: allowed
+    pid_t p = ::fork();
+    if (p == 0) _exit(0);
+    if (p >= 0 || errno != EPERM) failures |= 16;
+    std::thread t([] {});                                           // threads still start
+    t.join();
+    _exit(failures);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -6,6 +7,7 @@
 #include <string>
 
 #include "kiln/core/files.h"
+#include "kiln/proto/codec.h"
 #include "kiln/cuda/nvml.h"
 #include "kiln/tester/handler.h"
 #include "kiln/task/task.h"
@@ -138,7 +140,7 @@ TEST_CASE("a crashing kernel is a result and the tester keeps serving", "[tester
   auto handler = make();
   auto crashed = run_job(*handler, f.request(f.build("null_deref", "  *(volatile int*)nullptr = 1;\n")));
   CHECK(crashed.test.status == status::kCrashed);
-  CHECK(crashed.test.message == "crashed: SIGSEGV");
+  CHECK(crashed.test.message == "crashed: SIGSEGV (B=1,H=4096 seed 0)");
   CHECK(crashed.test.log.find("kiln-eval: task 'rmsnorm'") != std::string::npos);
   CHECK_FALSE(crashed.test.worker.device_name.empty());
 
@@ -160,7 +162,30 @@ TEST_CASE("a kernel that exits the process is a result", "[tester]") {
   auto handler = make();
   auto score = run_job(*handler, f.request(f.build("exits", "  std::exit(3);\n", "#include <cstdlib>\n")));
   CHECK(score.test.status == status::kCrashed);
-  CHECK(score.test.message == "crashed: exit code 3");
+  CHECK(score.test.message == "crashed: exited with code 3 (B=1,H=4096 seed 0)");
+}
+
+TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
+  // An "evaluation child" that writes a well-formed report saying ok, 50x, without the key: whatever puts
+  // a report file in the scratch directory, only one authenticated with this evaluation's key counts.
+  Fixture f;
+  kiln::proto::TestReport forged;
+  forged.status = std::string(status::kOk);
+  forged.message = "correct; speedup 50x";
+  forged.correctness.passed = true;
+  forged.performance.measured = true;
+  const std::string forged_path = f.dir.path() + "/forged.msgpack";
+  REQUIRE(kiln::write_file_atomic(forged_path, kiln::proto::encode(forged)).is_ok());
+  const std::string script = f.dir.path() + "/fake-eval";
+  REQUIRE(kiln::write_file_atomic(script, "#!/bin/sh\ncp " + forged_path + " result.msgpack\n"
+                                          "echo 0000 > result.msgpack.mac\n").is_ok());
+  REQUIRE(::chmod(script.c_str(), 0755) == 0);
+  TesterOptions o = quick_options();
+  o.eval_binary = script;
+  auto handler = make(o);
+  auto score = run_job(*handler, f.request(f.build("correct")));
+  CHECK(score.test.status == status::kCrashed);
+  CHECK(score.test.message == "crashed: the result was not written by the evaluator (its authentication failed)");
 }
 
 TEST_CASE("a kernel that will not load is a load failure", "[tester]") {

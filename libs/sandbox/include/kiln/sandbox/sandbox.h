@@ -64,6 +64,14 @@ struct SandboxResult {
   std::string describe(double timeout_s) const;
 };
 
+// For a process that runs untrusted code itself (the evaluation runner, docs/threat-model.md): from now on
+// it may not create processes (fork, vfork and clone without CLONE_THREAD fail with EPERM, clone3 with
+// ENOSYS: threads still work) and may signal only itself (kill, tkill, tgkill, rt_sigqueueinfo and
+// rt_tgsigqueueinfo aimed at any other pid, its process group or -1 fail with EPERM; pidfd_send_signal,
+// ptrace and process_vm_readv/writev always do). Sets PR_SET_NO_NEW_PRIVS. Irreversible, and inherited by
+// every thread created afterwards.
+Status confine_current_process();
+
 // Runs the child to completion. An error means the child could not be started (bad argv, exec failed,
 // no way to isolate the network); whatever the child itself does is a SandboxResult.
 Result<SandboxResult> run_sandboxed(const SandboxOptions& options);

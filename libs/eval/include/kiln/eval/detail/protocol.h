@@ -32,6 +32,7 @@ struct Scalars {
 struct Findings {
   Comparison cmp;
   std::string failed_call;  // a kiln_entry of the candidate returned non-zero, or (CUDA) raised an error
+  std::string crashed;      // the candidate's runner process died: "SIGSEGV (N=17 seed 0)"
   std::string changed_descriptor;
   std::string modified_input;
   std::vector<std::string> tested_shapes;

@@ -1,0 +1,350 @@
+#include "runner.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "kiln/sandbox/sandbox.h"
+
+namespace kiln::eval::detail {
+namespace {
+
+constexpr int kMaxTensors = 16;
+constexpr int kMaxScalars = 32;
+constexpr size_t kScalarNameBytes = 64;
+constexpr size_t kTensorAlignment = 4096;  // every tensor starts on a page, for every contestant alike
+constexpr size_t kErrorBytes = 512;
+
+enum RunnerState : uint32_t { kStarting = 0, kReady = 1, kLoadFailed = 2 };
+
+// The first page(s) of an arena. The evaluator writes args and the doorbell; the runner writes the rest.
+// Nothing the runner writes is trusted beyond "a number to compare": sizes and places of the tensors are
+// the evaluator's own.
+struct Control {
+  alignas(64) std::atomic<uint32_t> seq{0};       // doorbell: the evaluator's call number
+  alignas(64) std::atomic<uint32_t> done_seq{0};  // the runner's answer: the call number it finished
+  int32_t rc = 0;
+  alignas(64) std::atomic<uint32_t> state{kStarting};
+  char error[kErrorBytes] = {};
+  kiln_args args{};
+  kiln_tensor inputs[kMaxTensors]{};
+  kiln_tensor outputs[kMaxTensors]{};
+  const char* scalar_names[kMaxScalars]{};
+  double scalar_values[kMaxScalars]{};
+  char scalar_text[kMaxScalars][kScalarNameBytes]{};
+};
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+constexpr size_t kDataOffset = round_up(sizeof(Control), kTensorAlignment);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+size_t tensor_bytes(const kiln_tensor& t) {
+  size_t n = task::dtype_bytes(static_cast<task::DType>(t.dtype));
+  for (int32_t d = 0; d < t.ndim && d < KILN_MAX_DIMS; ++d) n *= static_cast<size_t>(std::max<int64_t>(t.shape[d], 0));
+  return n;
+}
+
+Control* control(void* arena) { return static_cast<Control*>(arena); }
+
+// The vendor baseline a baseline runner calls (each runner holds one kernel).
+const Baseline* g_baseline = nullptr;
+int baseline_entry(const kiln_args* args) {
+  g_baseline->run(args);
+  return 0;
+}
+
+[[noreturn]] void load_failed(Control* ctl, const std::string& what) {
+  std::strncpy(ctl->error, what.c_str(), kErrorBytes - 1);
+  ctl->state.store(kLoadFailed, std::memory_order_release);
+  _exit(0);
+}
+
+// The runner process: confined, loads its kernel, then answers doorbells until it is killed.
+[[noreturn]] void runner_main(Control* ctl, const RunnerKernel& k) {
+  if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message());
+  KernelEntry fn = k.entry;
+  if (k.baseline) {
+    g_baseline = k.baseline;
+    fn = baseline_entry;
+  } else if (!k.library.empty()) {
+    auto lib = KernelLibrary::open(k.library);
+    if (!lib.is_ok()) load_failed(ctl, lib.status().message());
+    fn = lib->entry();
+    // Loaded for the life of this process: the library object is leaked on purpose.
+    new KernelLibrary(std::move(lib).value());
+  }
+  if (!fn) load_failed(ctl, "no entry point");
+  ctl->state.store(kReady, std::memory_order_release);
+  uint32_t last = 0;
+  for (;;) {
+    uint32_t s;
+    while ((s = ctl->seq.load(std::memory_order_acquire)) == last) cpu_relax();
+    last = s;
+    ctl->rc = fn(&ctl->args);
+    ctl->done_seq.store(s, std::memory_order_release);
+    // Stop every thread of this process now, from here, rather than when the evaluator gets to it: a
+    // thread the kernel left working gets no scheduling delay's worth of time to finish behind the clock.
+    ::kill(::getpid(), SIGSTOP);
+  }
+}
+
+}  // namespace
+
+Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
+  if (spec.inputs.size() > static_cast<size_t>(kMaxTensors) || spec.outputs.size() > static_cast<size_t>(kMaxTensors))
+    return invalid_argument("a task may have at most " + std::to_string(kMaxTensors) + " inputs and outputs each");
+  if (spec.scalars.size() > static_cast<size_t>(kMaxScalars))
+    return invalid_argument("a task may have at most " + std::to_string(kMaxScalars) + " scalars");
+  for (const auto& [name, value] : spec.scalars) {
+    (void)value;
+    if (name.size() >= kScalarNameBytes)
+      return invalid_argument("scalar name '" + name + "' is longer than " + std::to_string(kScalarNameBytes - 1));
+  }
+  size_t most = 0;
+  auto add_cases = [&](const std::vector<task::Dims>& cases) -> Status {
+    for (const auto& dims : cases) {
+      size_t bytes = 0;
+      for (const auto* list : {&spec.inputs, &spec.outputs}) {
+        for (const auto& t : *list) {
+          KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
+          size_t n = task::dtype_bytes(t.dtype);
+          for (int64_t d : shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+          bytes += round_up(n, kTensorAlignment);
+        }
+      }
+      most = std::max(most, bytes);
+    }
+    return Status::ok();
+  };
+  KILN_RETURN_IF_ERROR(add_cases(spec.correctness_cases));
+  KILN_RETURN_IF_ERROR(add_cases(spec.benchmark_cases));
+  return kDataOffset + most;
+}
+
+Result<std::vector<std::unique_ptr<Runner>>> Runner::start(const std::vector<RunnerKernel>& kernels,
+                                                           size_t arena_bytes,
+                                                           const std::vector<std::pair<void*, size_t>>& wipe) {
+  std::vector<std::unique_ptr<Runner>> runners;
+  for (const auto& k : kernels) {
+    auto r = std::unique_ptr<Runner>(new Runner());
+    r->name_ = k.name;
+    r->arena_bytes_ = std::max(arena_bytes, kDataOffset);
+    // An anonymous shared mapping: shared with the runner forked below, with no file anyone can open.
+    void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) + " bytes: " + std::strerror(errno));
+    r->arena_ = p;
+    new (p) Control();
+    runners.push_back(std::move(r));
+  }
+  const pid_t parent = ::getpid();
+  for (size_t i = 0; i < runners.size(); ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return unavailable(std::string("fork (runner): ") + std::strerror(errno));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(1);
+      // Only its own arena: the other contestants' tensors are out of reach.
+      for (size_t j = 0; j < runners.size(); ++j)
+        if (j != i) ::munmap(runners[j]->arena_, runners[j]->arena_bytes_);
+      for (const auto& [ptr, n] : wipe) explicit_bzero(ptr, n);
+      ::syscall(SYS_close_range, 3u, ~0u, 0u);
+      runner_main(control(runners[i]->arena_), kernels[i]);
+    }
+    runners[i]->pid_ = pid;
+    runners[i]->has_cpu_clock_ = ::clock_getcpuclockid(pid, &runners[i]->cpu_clock_) == 0;
+  }
+  // Every runner loaded (or failed to load) its kernel; then each is stopped until its first call.
+  for (auto& r : runners) {
+    Control* ctl = control(r->arena_);
+    for (int spins = 0;; ++spins) {
+      uint32_t state = ctl->state.load(std::memory_order_acquire);
+      if (state == kReady) break;
+      if (state == kLoadFailed) {
+        std::string what(ctl->error, strnlen(ctl->error, kErrorBytes));
+        ::kill(r->pid_, SIGKILL);
+        ::waitpid(r->pid_, nullptr, 0);
+        r->pid_ = -1;
+        r->dead_ = true;
+        r->death_ = {what, true};
+        break;
+      }
+      if (auto st = r->check_alive(); !st.is_ok()) {
+        r->death_ = {r->death_.what + " while loading it", true};
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(spins < 100 ? 50 : 1000));
+    }
+    if (!r->dead_) {
+      auto st = r->freeze();
+      (void)st;  // a runner that died here reports it on its first call
+    }
+  }
+  return runners;
+}
+
+Runner::~Runner() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (arena_) ::munmap(arena_, arena_bytes_);
+}
+
+Status Runner::died(int wait_status) {
+  dead_ = true;
+  pid_ = -1;
+  if (WIFSIGNALED(wait_status)) {
+    death_.what = sandbox::signal_description(WTERMSIG(wait_status));
+  } else {
+    death_.what = "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+  }
+  return unavailable(name_ + " runner: " + death_.what);
+}
+
+Status Runner::check_alive() {
+  if (dead_) return unavailable(name_ + " runner: " + death_.what);
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_ && (WIFEXITED(status) || WIFSIGNALED(status))) return died(status);
+  return Status::ok();
+}
+
+Status Runner::stage(const kiln_args& args) {
+  if (dead_) return unavailable(name_ + " runner: " + death_.what);
+  if (args.n_inputs > kMaxTensors || args.n_outputs > kMaxTensors || args.n_scalars > kMaxScalars)
+    return invalid_argument("too many tensors or scalars for a runner");
+  Control* ctl = control(arena_);
+  auto* base = static_cast<char*>(arena_);
+  size_t offset = kDataOffset;
+  auto place = [&](const kiln_tensor& t, std::vector<Slot>& slots, kiln_tensor& staged) -> Status {
+    const size_t bytes = tensor_bytes(t);
+    if (offset + bytes > arena_bytes_) return resource_exhausted("tensors exceed the runner arena");
+    std::memcpy(base + offset, t.data, bytes);
+    slots.push_back({t.data, offset, bytes});
+    staged = t;
+    staged.data = base + offset;
+    offset = round_up(offset + bytes, kTensorAlignment);
+    return Status::ok();
+  };
+  in_slots_.clear();
+  out_slots_.clear();
+  for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
+  for (int32_t i = 0; i < args.n_outputs; ++i) KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
+  for (int32_t i = 0; i < args.n_scalars; ++i) {
+    std::strncpy(ctl->scalar_text[i], args.scalar_names[i], kScalarNameBytes - 1);
+    ctl->scalar_text[i][kScalarNameBytes - 1] = '\0';
+    ctl->scalar_names[i] = ctl->scalar_text[i];
+    ctl->scalar_values[i] = args.scalar_values[i];
+  }
+  ctl->args = kiln_args{ctl->inputs, args.n_inputs, ctl->outputs, args.n_outputs, ctl->scalar_names,
+                        ctl->scalar_values, args.n_scalars, nullptr};
+  return Status::ok();
+}
+
+Result<int> Runner::invoke(double* elapsed_us) {
+  if (dead_) return unavailable(name_ + " runner: " + death_.what);
+  Control* ctl = control(arena_);
+  const uint32_t want = ++seq_;
+  // The doorbell rings while the runner is stopped and the clock starts as it is continued: from here to
+  // the stop, everything the runner's threads do is on the clock (wall time to the answer, CPU time after).
+  ctl->seq.store(want, std::memory_order_release);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid_, SIGCONT);
+  stopped_ = false;
+  for (uint64_t spins = 1; ctl->done_seq.load(std::memory_order_acquire) != want; ++spins) {
+    cpu_relax();
+    // Give the core to the kernel's own threads now and then; notice a runner that died, or one whose
+    // stop after its previous call landed only now (it is continued again).
+    if (spins % 64 == 0) sched_yield();
+    if (spins % 8192 == 0) {
+      int status = 0;
+      pid_t r = ::waitpid(pid_, &status, WNOHANG | WUNTRACED);
+      if (r == pid_ && (WIFEXITED(status) || WIFSIGNALED(status))) return died(status);
+      if (r == pid_ && WIFSTOPPED(status)) ::kill(pid_, SIGCONT);
+    }
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  cpu_at_answer_us_ = cpu_now_us();
+  if (elapsed_us) *elapsed_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  return static_cast<int>(ctl->rc);
+}
+
+double Runner::cpu_now_us() const {
+  timespec ts{};
+  if (!has_cpu_clock_ || ::clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+Status Runner::freeze() {
+  if (dead_) return unavailable(name_ + " runner: " + death_.what);
+  if (stopped_) return Status::ok();
+  // The runner stops itself right after answering. One that does not (its loop patched by the kernel) is
+  // stopped from here after kSelfStopWait, and everything it ran until then is charged to the call.
+  constexpr auto kSelfStopWait = std::chrono::milliseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + kSelfStopWait;
+  bool sent = seq_ == 0;  // before the first call: nothing to wait for
+  if (sent) ::kill(pid_, SIGSTOP);
+  for (uint64_t polls = 0;; ++polls) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WUNTRACED | (sent ? 0 : WNOHANG));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return internal_error(name_ + " runner: waitpid: " + std::strerror(errno));
+    if (r == pid_ && WIFSTOPPED(status)) break;
+    if (r == pid_ && (WIFEXITED(status) || WIFSIGNALED(status))) return died(status);
+    if (!sent && std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid_, SIGSTOP);
+      sent = true;
+    } else if (!sent && polls > 64) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  stopped_ = true;
+  after_return_cpu_us_ = std::max(0.0, cpu_now_us() - cpu_at_answer_us_);
+  return Status::ok();
+}
+
+void Runner::unstage(kiln_args& args) {
+  Control* ctl = control(arena_);
+  auto* base = static_cast<char*>(arena_);
+  // Data back where the evaluator keeps it, and the descriptors as the kernel left them (pointing back at
+  // the evaluator's buffers where the kernel did not change them), so the usual checks see everything.
+  auto restore = [&](const std::vector<Slot>& slots, const kiln_tensor* staged, kiln_tensor* live) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      std::memcpy(slots[i].original, base + slots[i].offset, slots[i].bytes);
+      kiln_tensor d = staged[i];
+      d.data = d.data == base + slots[i].offset ? slots[i].original : nullptr;
+      live[i] = d;
+    }
+  };
+  restore(in_slots_, ctl->inputs, const_cast<kiln_tensor*>(args.inputs));
+  restore(out_slots_, ctl->outputs, args.outputs);
+}
+
+Result<int> Runner::call(kiln_args& args, double* elapsed_us) {
+  KILN_RETURN_IF_ERROR(stage(args));
+  auto rc = invoke(elapsed_us);
+  if (!rc.is_ok()) return rc;
+  KILN_RETURN_IF_ERROR(freeze());
+  unstage(args);
+  return rc;
+}
+
+}  // namespace kiln::eval::detail
