@@ -220,6 +220,10 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kPerturbMinElements = 16;
 constexpr size_t kPerturbFraction = 100;
 constexpr uint64_t kCheckEveryRounds = 4;
+// Every kBlockRounds rounds each contestant's tensors move to other pages and cache sets (a fresh draw
+// per contestant), and the speedup interval resamples whole blocks: an offset that placement gives one
+// contestant for a while shows up as spread between blocks instead of as a confident bias.
+constexpr int64_t kBlockRounds = 8;
 
 double elapsed_s(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -318,6 +322,12 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
   const auto start = Clock::now();
   std::string stop_reason;
   for (int64_t n = 0; stop_reason.empty(); ++n) {
+    if (n % kBlockRounds == 0) {
+      for (size_t i = 0; i < all.size(); ++i) {
+        const uint64_t draw = detail::mix_seed(detail::mix_seed(kTimingSeed + 3, static_cast<uint64_t>(n)), i);
+        all[i].runner->set_placement(draw % (detail::kPlacementSlack / 64) * 64);
+      }
+    }
     perturb(static_cast<uint64_t>(n));
     // Alternate the order inside each pair so neither side always runs right after the other.
     for (size_t k = 0; k < all.size(); ++k) {
@@ -339,7 +349,8 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
   std::vector<detail::NamedSamples> baselines;
   for (size_t i = 2; i < all.size(); ++i) baselines.push_back({all[i].name, all[i].samples_us});
   out.timing = detail::summarize_case(dims, all[0].samples_us, all[1].samples_us, baselines,
-                                      eval_options.bootstrap_seed, opt.warmup_iters, stop_reason);
+                                      eval_options.bootstrap_seed, opt.warmup_iters, stop_reason, kBlockRounds);
+  for (auto& c : all) c.runner->set_placement(0);
   cand_tensors = std::move(all[0].tensors);
   return out;
 }

@@ -136,7 +136,7 @@ Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
   };
   KILN_RETURN_IF_ERROR(add_cases(spec.correctness_cases));
   KILN_RETURN_IF_ERROR(add_cases(spec.benchmark_cases));
-  return kDataOffset + most;
+  return kDataOffset + kPlacementSlack + most;
 }
 
 Result<std::vector<std::unique_ptr<Runner>>> Runner::start(const std::vector<RunnerKernel>& kernels,
@@ -233,7 +233,7 @@ Status Runner::stage(const kiln_args& args) {
     return invalid_argument("too many tensors or scalars for a runner");
   Control* ctl = control(arena_);
   auto* base = static_cast<char*>(arena_);
-  size_t offset = kDataOffset;
+  size_t offset = kDataOffset + std::min(placement_, kPlacementSlack) / 64 * 64;
   auto place = [&](const kiln_tensor& t, std::vector<Slot>& slots, kiln_tensor& staged) -> Status {
     const size_t bytes = tensor_bytes(t);
     if (offset + bytes > arena_bytes_) return resource_exhausted("tensors exceed the runner arena");
@@ -241,7 +241,7 @@ Status Runner::stage(const kiln_args& args) {
     slots.push_back({t.data, offset, bytes});
     staged = t;
     staged.data = base + offset;
-    offset = round_up(offset + bytes, kTensorAlignment);
+    offset = offset + round_up(bytes, kTensorAlignment);
     return Status::ok();
   };
   in_slots_.clear();

@@ -62,6 +62,9 @@ class Runner {
 
   // The steps of call(), for the timing loop (which flushes the cache between stage and invoke).
   Status stage(const kiln_args& args);
+  // Moves where stage() puts the tensors by `bytes` (a multiple of 64, at most kPlacementSlack): other
+  // pages, other cache sets. The timing loop moves every contestant between blocks of rounds.
+  void set_placement(size_t bytes) { placement_ = bytes; }
   // Rings, continues the runner and waits; `elapsed_us` is continue to answer on the evaluator's clock.
   Result<int> invoke(double* elapsed_us);
   // Stops the runner (it also stops itself once the call returns) and waits until it is stopped.
@@ -92,13 +95,17 @@ class Runner {
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   uint32_t seq_ = 0;
+  size_t placement_ = 0;
   bool stopped_ = false;
   bool dead_ = false;
   RunnerDeath death_;
   std::vector<Slot> in_slots_, out_slots_;
 };
 
-// Arena bytes that hold the tensors of every case of the task (plus the control block).
+// How far set_placement() may move the tensors.
+inline constexpr size_t kPlacementSlack = 64 * 4096;
+
+// Arena bytes that hold the tensors of every case of the task (plus the control block and the slack).
 Result<size_t> arena_bytes_for(const task::TaskSpec& spec);
 
 }  // namespace kiln::eval::detail

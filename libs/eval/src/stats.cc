@@ -52,7 +52,8 @@ proto::Stats compute_stats(const std::vector<double>& samples_us) {
 }
 
 SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
-                                  const std::vector<double>& candidate_us, uint64_t seed, int resamples) {
+                                  const std::vector<double>& candidate_us, uint64_t seed, int resamples,
+                                  size_t block) {
   const size_t total = std::min(reference_us.size(), candidate_us.size());
   if (total == 0 || resamples <= 0) return {};
   std::vector<double> ref, cand;
@@ -62,15 +63,19 @@ SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
     ref.push_back(reference_us[j]);
     cand.push_back(candidate_us[j]);
   }
+  // Blocks keep their length in the thinned series.
+  const size_t len = std::clamp<size_t>(block * n / total, 1, n);
   detail::SplitMix64 rng(seed);
   std::vector<double> ratios;
   ratios.reserve(static_cast<size_t>(resamples));
   std::vector<double> r(n), c(n);
   for (int b = 0; b < resamples; ++b) {
-    for (size_t i = 0; i < n; ++i) {
-      size_t k = static_cast<size_t>(rng.next() % n);
-      r[i] = ref[k];
-      c[i] = cand[k];
+    for (size_t i = 0; i < n;) {
+      const size_t start = static_cast<size_t>(rng.next() % (n - len + 1));
+      for (size_t k = start; k < start + len && i < n; ++k, ++i) {
+        r[i] = ref[k];
+        c[i] = cand[k];
+      }
     }
     double cand_median = median_of(c);
     if (cand_median > 0) ratios.push_back(median_of(r) / cand_median);

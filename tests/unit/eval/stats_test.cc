@@ -59,3 +59,25 @@ TEST_CASE("the host is described", "[eval]") {
   CHECK_FALSE(w.host.empty());
   CHECK(kiln::eval::last_level_cache_bytes() >= (256u << 10));
 }
+
+TEST_CASE("the block bootstrap widens the interval when whole blocks are offset", "[eval][stats]") {
+  // 20 blocks of 8 pairs; the candidate runs 3 % fast or slow for a whole block (placement), with little
+  // noise inside a block. Resampling pairs treats the 160 pairs as independent; resampling blocks sees 20.
+  std::vector<double> ref, cand;
+  for (int b = 0; b < 20; ++b) {
+    const double offset = (b * 7 % 5 - 2) * 0.015;
+    for (int i = 0; i < 8; ++i) {
+      ref.push_back(100.0 + 0.01 * i);
+      cand.push_back(100.0 * (1.0 + offset) + 0.01 * i);
+    }
+  }
+  auto pairs = kiln::eval::bootstrap_speedup(ref, cand, 7);
+  auto blocks = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, 8);
+  CHECK(blocks.lo <= pairs.lo);
+  CHECK(blocks.hi >= pairs.hi);
+  CHECK(blocks.hi - blocks.lo > pairs.hi - pairs.lo);
+  // Still deterministic.
+  auto again = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, 8);
+  CHECK(again.lo == blocks.lo);
+  CHECK(again.hi == blocks.hi);
+}
