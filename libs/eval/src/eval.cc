@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -220,10 +221,13 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kPerturbMinElements = 16;
 constexpr size_t kPerturbFraction = 100;
 constexpr uint64_t kCheckEveryRounds = 4;
-// Every kBlockRounds rounds each contestant's tensors move to other pages and cache sets (a fresh draw
-// per contestant), and the speedup interval resamples whole blocks: an offset that placement gives one
-// contestant for a while shows up as spread between blocks instead of as a confident bias.
-constexpr int64_t kBlockRounds = 8;
+// Timing runs in generations: the first uses the runners that ran correctness, each later one fresh
+// runner processes (warmed up again), and in each the contestants' tensors sit at other pages and cache
+// sets. The speedup interval resamples whole generations, so an offset fixed for a process or a placement
+// shows up as spread instead of as a confident bias. A generation lasts at least kMinGenerationRounds
+// rounds and min_time_s / kGenerations seconds.
+constexpr int64_t kMinGenerationRounds = 8;
+constexpr double kGenerations = 4;
 
 double elapsed_s(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -234,10 +238,12 @@ struct TimingOutcome {
   bool candidate_failed = false;  // it returned non-zero or died while being timed (recorded in Findings)
 };
 
+using RunnerFactory = std::function<Result<std::vector<std::unique_ptr<Runner>>>()>;
+
 Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::unique_ptr<Runner>>& runners,
-                                const Scalars& scalars, const task::Dims& dims, const TimingOptions& opt,
-                                const EvalOptions& eval_options, CacheFlusher* flusher, TensorSet& cand_tensors,
-                                Findings& f) {
+                                const RunnerFactory& fresh_runners, const Scalars& scalars, const task::Dims& dims,
+                                const TimingOptions& opt, const EvalOptions& eval_options, CacheFlusher* flusher,
+                                TensorSet& cand_tensors, Findings& f) {
   const std::string shape = task::dims_string(dims);
   std::vector<Contestant> all;
   // Index 0 is the candidate, 1 the reference, the rest baselines (runners in the same order); each gets
@@ -286,16 +292,45 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
     f.failed_call = call_failure(*rc, context);
     return false;
   };
-  for (int64_t w = 0; w < opt.warmup_iters; ++w) {
-    for (auto& c : all) {
-      double us = 0;
-      KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", warm-up"));
-      if (!ok) {
-        out.candidate_failed = true;
-        return out;
+  auto warm_up = [&]() -> Result<bool> {
+    for (int64_t w = 0; w < opt.warmup_iters; ++w) {
+      for (auto& c : all) {
+        double us = 0;
+        KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", warm-up"));
+        if (!ok) return false;
       }
     }
+    return true;
+  };
+  KILN_ASSIGN_OR_RETURN(bool warmed, warm_up());
+  if (!warmed) {
+    out.candidate_failed = true;
+    return out;
   }
+
+  std::vector<std::unique_ptr<Runner>> generation;  // the runners of the current generation after the first
+  std::vector<size_t> block_starts;
+  auto begin_generation = [&](int64_t round) -> Result<bool> {
+    const uint64_t g = block_starts.size();
+    block_starts.push_back(static_cast<size_t>(round));
+    if (g > 0) {
+      KILN_ASSIGN_OR_RETURN(generation, fresh_runners());
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (const auto* d = generation[i]->death()) {
+          if (i != 0) return internal_error("the " + generation[i]->name() + " runner: " + d->what);
+          f.crashed = d->what + " (" + shape + ", timing generation " + std::to_string(g) + ")";
+          return false;
+        }
+        all[i].runner = generation[i].get();
+      }
+    }
+    for (size_t i = 0; i < all.size(); ++i) {
+      const uint64_t draw = detail::mix_seed(detail::mix_seed(kTimingSeed + 3, g), i);
+      all[i].runner->set_placement(draw % (detail::kPlacementSlack / 64) * 64);
+    }
+    if (g > 0) return warm_up();
+    return true;
+  };
 
   // The inputs change a little before every round (a block copied in from a second input set), the same
   // for every contestant, and the timed outputs of the candidate are compared with the reference's of the
@@ -321,12 +356,18 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
   detail::StoppingRule rule(opt);
   const auto start = Clock::now();
   std::string stop_reason;
-  for (int64_t n = 0; stop_reason.empty(); ++n) {
-    if (n % kBlockRounds == 0) {
-      for (size_t i = 0; i < all.size(); ++i) {
-        const uint64_t draw = detail::mix_seed(detail::mix_seed(kTimingSeed + 3, static_cast<uint64_t>(n)), i);
-        all[i].runner->set_placement(draw % (detail::kPlacementSlack / 64) * 64);
+  const double generation_s = opt.min_time_s / kGenerations;
+  double next_generation_s = 0;
+  int64_t generation_rounds = 0;
+  for (int64_t n = 0; stop_reason.empty(); ++n, ++generation_rounds) {
+    if (n == 0 || (generation_rounds >= kMinGenerationRounds && elapsed_s(start) >= next_generation_s)) {
+      KILN_ASSIGN_OR_RETURN(bool ok, begin_generation(n));
+      if (!ok) {
+        out.candidate_failed = true;
+        return out;
       }
+      next_generation_s = elapsed_s(start) + generation_s;
+      generation_rounds = 0;
     }
     perturb(static_cast<uint64_t>(n));
     // Alternate the order inside each pair so neither side always runs right after the other.
@@ -349,8 +390,8 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
   std::vector<detail::NamedSamples> baselines;
   for (size_t i = 2; i < all.size(); ++i) baselines.push_back({all[i].name, all[i].samples_us});
   out.timing = detail::summarize_case(dims, all[0].samples_us, all[1].samples_us, baselines,
-                                      eval_options.bootstrap_seed, opt.warmup_iters, stop_reason, kBlockRounds);
-  for (auto& c : all) c.runner->set_placement(0);
+                                      eval_options.bootstrap_seed, opt.warmup_iters, stop_reason, block_starts);
+  for (auto& r : runners) r->set_placement(0);
   cand_tensors = std::move(all[0].tensors);
   return out;
 }
@@ -398,7 +439,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
                                                {"reference", reference, "", nullptr}};
   for (const auto& b : spec.baselines) kernels.push_back({b, nullptr, "", detail::find_baseline(b)});
   KILN_ASSIGN_OR_RETURN(size_t arena, detail::arena_bytes_for(spec));
-  KILN_ASSIGN_OR_RETURN(auto runners, Runner::start(kernels, arena, options.wipe_in_runners));
+  const RunnerFactory start_runners = [&] { return Runner::start(kernels, arena, options.wipe_in_runners); };
+  KILN_ASSIGN_OR_RETURN(auto runners, start_runners());
   if (const auto* d = runners[0]->death(); d && d->load_failed) {
     report.status = proto::test_status::kLoadFailed;
     report.message = "cannot load the kernel: " + d->what;
@@ -433,8 +475,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
     const std::string shape = task::dims_string(dims);
     KILN_ASSIGN_OR_RETURN(TensorSet cand, allocate(spec, dims));
     fill_inputs(spec, cand, kTimingSeed);
-    KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, runners, scalars, dims, options.timing, options,
-                                                         flusher ? &*flusher : nullptr, cand, f));
+    KILN_ASSIGN_OR_RETURN(TimingOutcome timed, time_case(spec, runners, start_runners, scalars, dims, options.timing,
+                                                         options, flusher ? &*flusher : nullptr, cand, f));
     if (timed.candidate_failed) break;
     KILN_RETURN_IF_ERROR(recheck_after_timing(spec, cand_runner, ref_runner, scalars, shape, cand, f));
     if (failed()) break;

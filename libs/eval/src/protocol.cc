@@ -100,14 +100,13 @@ std::string StoppingRule::after_round(int64_t rounds, double elapsed_s, double n
 proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<double>& candidate_us,
                                  const std::vector<double>& reference_us, const std::vector<NamedSamples>& baselines,
                                  uint64_t bootstrap_seed, int64_t warmup_iters, const std::string& stop_reason,
-                                 int64_t block) {
+                                 const std::vector<size_t>& block_starts) {
   proto::CaseTiming t;
   t.dims = std::map<std::string, int64_t>(dims.begin(), dims.end());
   t.candidate = compute_stats(candidate_us);
   t.reference = compute_stats(reference_us);
   t.speedup = t.candidate.median_us > 0 ? t.reference.median_us / t.candidate.median_us : 0;
-  SpeedupInterval interval =
-      bootstrap_speedup(reference_us, candidate_us, bootstrap_seed, 2000, static_cast<size_t>(std::max<int64_t>(block, 1)));
+  SpeedupInterval interval = bootstrap_speedup(reference_us, candidate_us, bootstrap_seed, 2000, block_starts);
   t.speedup_lo = interval.lo;
   t.speedup_hi = interval.hi;
   for (const auto& b : baselines) {

@@ -53,7 +53,7 @@ proto::Stats compute_stats(const std::vector<double>& samples_us) {
 
 SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
                                   const std::vector<double>& candidate_us, uint64_t seed, int resamples,
-                                  size_t block) {
+                                  const std::vector<size_t>& block_starts) {
   const size_t total = std::min(reference_us.size(), candidate_us.size());
   if (total == 0 || resamples <= 0) return {};
   std::vector<double> ref, cand;
@@ -63,18 +63,36 @@ SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
     ref.push_back(reference_us[j]);
     cand.push_back(candidate_us[j]);
   }
-  // Blocks keep their length in the thinned series.
-  const size_t len = std::clamp<size_t>(block * n / total, 1, n);
+  // Blocks as [begin, end) in the thinned series; every pair is a block of its own without them.
+  std::vector<std::pair<size_t, size_t>> blocks;
+  if (block_starts.empty()) {
+    for (size_t i = 0; i < n; ++i) blocks.emplace_back(i, i + 1);
+  } else {
+    std::vector<size_t> starts;
+    for (size_t b : block_starts) {
+      const size_t at = std::min(n, (b * n + total - 1) / total);
+      if (starts.empty() || at > starts.back()) starts.push_back(at);
+    }
+    if (starts.front() != 0) starts.insert(starts.begin(), 0);
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const size_t end = k + 1 < starts.size() ? starts[k + 1] : n;
+      if (end > starts[k]) blocks.emplace_back(starts[k], end);
+    }
+  }
   detail::SplitMix64 rng(seed);
   std::vector<double> ratios;
   ratios.reserve(static_cast<size_t>(resamples));
-  std::vector<double> r(n), c(n);
+  std::vector<double> r, c;
+  r.reserve(n);
+  c.reserve(n);
   for (int b = 0; b < resamples; ++b) {
-    for (size_t i = 0; i < n;) {
-      const size_t start = static_cast<size_t>(rng.next() % (n - len + 1));
-      for (size_t k = start; k < start + len && i < n; ++k, ++i) {
-        r[i] = ref[k];
-        c[i] = cand[k];
+    r.clear();
+    c.clear();
+    while (r.size() < n) {
+      const auto [begin, end] = blocks[static_cast<size_t>(rng.next() % blocks.size())];
+      for (size_t k = begin; k < end && r.size() < n; ++k) {
+        r.push_back(ref[k]);
+        c.push_back(cand[k]);
       }
     }
     double cand_median = median_of(c);

@@ -72,12 +72,14 @@ TEST_CASE("the block bootstrap widens the interval when whole blocks are offset"
     }
   }
   auto pairs = kiln::eval::bootstrap_speedup(ref, cand, 7);
-  auto blocks = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, 8);
+  std::vector<size_t> starts;
+  for (size_t b = 0; b < 20; ++b) starts.push_back(8 * b);
+  auto blocks = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, starts);
   CHECK(blocks.lo <= pairs.lo);
   CHECK(blocks.hi >= pairs.hi);
   CHECK(blocks.hi - blocks.lo > pairs.hi - pairs.lo);
   // Still deterministic.
-  auto again = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, 8);
+  auto again = kiln::eval::bootstrap_speedup(ref, cand, 7, 2000, starts);
   CHECK(again.lo == blocks.lo);
   CHECK(again.hi == blocks.hi);
 }

@@ -101,11 +101,11 @@ TEST_CASE("A/A: the reference against itself is never promotable and near 1.0", 
   CHECK(std::fabs(c.speedup - 1.0) < 0.15);
 }
 
-TEST_CASE("HOLE: the A/A interval does not always contain 1.0", "[trust][aa][!mayfail]") {
-  // The contestants' tensors move to other pages and cache sets every 8 rounds and the interval resamples
-  // whole blocks of rounds, yet an offset fixed for the run remains: on this 2-core machine, kiln-eval with
-  // its defaults on this task contained 1.0 in 35 of 40 runs (the misses 2-4 % off, in either direction;
-  // the point estimates' spread across runs 2.7 %). See docs/threat-model.md, hole 4.
+TEST_CASE("A/A: the 95 % speedup interval contains 1.0", "[trust][aa][!mayfail]") {
+  // A 95 % interval misses the truth in about 1 run in 20 by design, so this is reported, not required.
+  // Timing runs in generations of fresh runner processes at fresh placements and the interval resamples
+  // whole generations: on this 2-core machine, kiln-eval with its defaults contained 1.0 in 39 of 40 runs
+  // (before generations, resampling single pairs of one process: 35 of 40). docs/threat-model.md, hole 4.
   Harness h;
   const auto c = run_aa(h);
   INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n);

@@ -1,6 +1,7 @@
 // Sample statistics for timing results.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -21,12 +22,13 @@ struct SpeedupInterval {
 
 // 95 % interval of median(reference) / median(candidate) by a bootstrap over the paired samples
 // (sample i of both was taken back to back): resample with a PRNG seeded by `seed`, take the ratio of
-// medians, report the 2.5th and 97.5th percentiles. With block > 1 whole runs of `block` consecutive pairs
-// are resampled (a moving-block bootstrap), so what stays the same within a block (placement, drift) is
-// part of the spread. Deterministic for the same inputs.
+// medians, report the 2.5th and 97.5th percentiles. With `block_starts` (the first pair of each block,
+// ascending, starting at 0) whole blocks are resampled, so what stays the same within a block (the
+// processes, placement, drift) is part of the spread; empty: single pairs. Deterministic for the same
+// inputs.
 SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
                                   const std::vector<double>& candidate_us, uint64_t seed,
-                                  int resamples = 2000, size_t block = 1);
+                                  int resamples = 2000, const std::vector<size_t>& block_starts = {});
 
 // Running mean and variance (Welford), for checking the noise while sampling.
 class RunningStats {

@@ -72,11 +72,11 @@ struct NamedSamples {
   std::vector<double> samples_us;
 };
 
-// Statistics, speedup and its bootstrap interval of one benchmark case; `baselines` may be empty. `block`:
-// consecutive rounds the interval resamples together (see bootstrap_speedup).
+// Statistics, speedup and its bootstrap interval of one benchmark case; `baselines` may be empty.
+// `block_starts`: the rounds that begin a block the interval resamples whole (see bootstrap_speedup).
 proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<double>& candidate_us,
                                  const std::vector<double>& reference_us, const std::vector<NamedSamples>& baselines,
                                  uint64_t bootstrap_seed, int64_t warmup_iters, const std::string& stop_reason,
-                                 int64_t block = 1);
+                                 const std::vector<size_t>& block_starts = {});
 
 }  // namespace kiln::eval::detail
