@@ -226,7 +226,7 @@ constexpr uint64_t kCheckEveryRounds = 4;
 // sets. The speedup interval resamples whole generations, so an offset fixed for a process or a placement
 // shows up as spread instead of as a confident bias. A generation lasts at least kMinGenerationRounds
 // rounds and min_time_s / kGenerations seconds.
-constexpr int64_t kMinGenerationRounds = 8;
+constexpr int64_t kMinGenerationRounds = 2;
 constexpr double kGenerations = 4;
 
 double elapsed_s(Clock::time_point since) {

@@ -64,8 +64,10 @@ SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
     cand.push_back(candidate_us[j]);
   }
   // Blocks as [begin, end) in the thinned series; every pair is a block of its own without them.
+  // Fewer than kMinBlocks blocks say nothing about the spread between them: single pairs then.
+  constexpr size_t kMinBlocks = 4;
   std::vector<std::pair<size_t, size_t>> blocks;
-  if (block_starts.empty()) {
+  if (block_starts.size() < kMinBlocks) {
     for (size_t i = 0; i < n; ++i) blocks.emplace_back(i, i + 1);
   } else {
     std::vector<size_t> starts;

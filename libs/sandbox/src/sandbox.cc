@@ -335,6 +335,10 @@ bool isolate_filesystem(const ChildPlan& plan, int st) {
       child_fail(st, kStepMount);
     }
   }
+  // A private, small, writable /dev/shm: runtimes (the CUDA driver, OpenMP, glibc's sem_open) need one,
+  // and the host's is out of reach (nothing written there is seen outside, nothing outside is seen).
+  // Best effort: where /dev/shm does not exist the child simply has none.
+  mount("kiln-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777");
   return true;
 }
 

@@ -266,6 +266,12 @@ TEST_CASE("writes outside the scratch directory fail with a read-only root", "[s
   devices.working_dir = scratch.path();
   CHECK(run_ok(devices).stdout_text == "ok\n");
 
+  // A private writable /dev/shm: runtimes need one, and nothing written there reaches the host's.
+  const std::string shm_name = "/dev/shm/kiln-sandbox-test-" + std::to_string(getpid());
+  o.argv = {KILN_SANDBOX_PROBE, "write", shm_name};
+  CHECK(run_ok(o).exit_code == 0);
+  CHECK_FALSE(kiln::read_file(shm_name).is_ok());
+
   o.argv = {KILN_SANDBOX_PROBE, "remount"};  // root without capabilities cannot undo it
   auto remount = run_ok(o);
   CHECK(remount.exit_code == 1);

@@ -121,6 +121,9 @@ class Harness {
     sandbox::SandboxOptions run;
     run.working_dir = scratch;
     run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch, "TMPDIR=" + scratch, "LC_ALL=C"};
+    // As the tester: where Kiln's own shared libraries were found (a deployment that ships them beside it).
+    if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path)
+      run.env.push_back(std::string("LD_LIBRARY_PATH=") + lib_path);
     run.timeout_s = timeout_s;
     run.file_size_bytes = 256ll << 20;
     run.max_output_bytes = 64 << 10;

@@ -24,8 +24,8 @@ struct SpeedupInterval {
 // (sample i of both was taken back to back): resample with a PRNG seeded by `seed`, take the ratio of
 // medians, report the 2.5th and 97.5th percentiles. With `block_starts` (the first pair of each block,
 // ascending, starting at 0) whole blocks are resampled, so what stays the same within a block (the
-// processes, placement, drift) is part of the spread; empty: single pairs. Deterministic for the same
-// inputs.
+// processes, placement, drift) is part of the spread; with fewer than 4 blocks, single pairs are
+// resampled. Deterministic for the same inputs.
 SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
                                   const std::vector<double>& candidate_us, uint64_t seed,
                                   int resamples = 2000, const std::vector<size_t>& block_starts = {});
