@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -38,7 +37,6 @@
 #include "process.h"
 
 using nlohmann::json;
-namespace fs = std::filesystem;
 using namespace kiln;
 using namespace kiln::testing;
 
@@ -78,16 +76,7 @@ int tester_metrics_base() {
 }
 
 std::vector<std::string> task_dirs(const Options& o) {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(o.tasks_dir, ec)) {
-    if (!e.is_directory() || !fs::exists(e.path() / "task.yaml")) continue;
-    auto files = task::load_package(e.path().string());
-    if (!files.is_ok()) continue;
-    auto spec = task::parse_task(*files);
-    if (spec.is_ok() && spec->backend == o.backend) dirs.push_back(e.path().string());
-  }
-  std::sort(dirs.begin(), dirs.end());
+  auto dirs = task::package_dirs(o.tasks_dir, o.backend);
   if (dirs.empty()) fail("no " + o.backend + " tasks under " + o.tasks_dir);
   return dirs;
 }

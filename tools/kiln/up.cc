@@ -124,17 +124,8 @@ int cmd_up(const Common& c, const UpOptions& o) {
   }
 
   // --demo: submit the bundled tasks, show progress, print the results table.
-  std::vector<std::string> dirs;
-  std::error_code ec;
   // Only the tasks this machine's testers can run: CUDA tasks wait forever without a GPU tester.
-  for (const auto& e : fs::directory_iterator(o.tasks_dir, ec)) {
-    if (!e.is_directory() || !fs::exists(e.path() / "task.yaml")) continue;
-    auto files = task::load_package(e.path().string());
-    if (!files.is_ok()) continue;
-    auto spec = task::parse_task(*files);
-    if (spec.is_ok() && spec->backend == cfg.tester.backend) dirs.push_back(e.path().string());
-  }
-  std::sort(dirs.begin(), dirs.end());
+  std::vector<std::string> dirs = task::package_dirs(o.tasks_dir, cfg.tester.backend);
   if (dirs.empty()) {
     std::fprintf(stderr, "kiln: no %s tasks under %s\n", cfg.tester.backend.c_str(), o.tasks_dir.c_str());
     sup.stop();

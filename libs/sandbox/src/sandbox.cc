@@ -158,6 +158,25 @@ void add_deny(std::vector<sock_filter>& f, uint32_t nr, uint32_t ret) {
   f.push_back(BPF_STMT(BPF_RET | BPF_K, ret));
 }
 
+// fork/vfork/clone without CLONE_THREAD fail with EPERM and clone3 with ENOSYS (glibc then falls back to
+// clone, so threads still start).
+void add_process_creation_denial(std::vector<sock_filter>& f) {
+#ifdef __NR_fork
+  add_deny(f, __NR_fork, kDenyEperm);
+#endif
+#ifdef __NR_vfork
+  add_deny(f, __NR_vfork, kDenyEperm);
+#endif
+  add_deny(f, __NR_clone3, kDenyEnosys);
+  // clone: allowed only for a thread (flags are its first argument on every supported ABI).
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4));
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, kDenyEperm));
+}
+
 // The guard every child gets: it may not signal the caller, the caller's group, its supervisor or every
 // process at once (kill(-1)), and may not trace or read the memory of other processes. With
 // `deny_process_creation`, fork/vfork/clone without CLONE_THREAD fail with EPERM and clone3 with ENOSYS
@@ -190,22 +209,7 @@ GuardFilter guard_filter(pid_t caller_pid, pid_t caller_pgid, bool deny_process_
                       static_cast<uint32_t>(__NR_process_vm_writev), static_cast<uint32_t>(__NR_pidfd_open)}) {
     add_deny(g.code, nr, kDenyEperm);
   }
-  if (deny_process_creation) {
-#ifdef __NR_fork
-    add_deny(g.code, __NR_fork, kDenyEperm);
-#endif
-#ifdef __NR_vfork
-    add_deny(g.code, __NR_vfork, kDenyEperm);
-#endif
-    add_deny(g.code, __NR_clone3, kDenyEnosys);
-    // clone: allowed only for a thread (flags are its first argument on every supported ABI).
-    g.code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
-    g.code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4));
-    g.code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
-    g.code.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1));
-    g.code.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    g.code.push_back(BPF_STMT(BPF_RET | BPF_K, kDenyEperm));
-  }
+  if (deny_process_creation) add_process_creation_denial(g.code);
   g.code.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   return g;
 }
@@ -881,19 +885,7 @@ Status confine_current_process() {
                       static_cast<uint32_t>(__NR_process_vm_writev)}) {
     add_deny(f, nr, kDenyEperm);
   }
-#ifdef __NR_fork
-  add_deny(f, __NR_fork, kDenyEperm);
-#endif
-#ifdef __NR_vfork
-  add_deny(f, __NR_vfork, kDenyEperm);
-#endif
-  add_deny(f, __NR_clone3, kDenyEnosys);
-  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
-  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4));
-  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
-  f.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1));
-  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-  f.push_back(BPF_STMT(BPF_RET | BPF_K, kDenyEperm));
+  add_process_creation_denial(f);
   f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)

@@ -6,6 +6,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -204,6 +205,20 @@ Result<proto::FileMap> load_package(const std::string& path) {
   if (!files.is_ok()) return files;
   if (files->empty()) return invalid_argument(path + ": the package is empty");
   return files;
+}
+
+std::vector<std::string> package_dirs(const std::string& root, const std::string& backend) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (!e.is_directory() || !std::filesystem::exists(e.path() / "task.yaml")) continue;
+    auto files = load_package(e.path().string());
+    if (!files.is_ok()) continue;
+    auto spec = parse_task(*files);
+    if (spec.is_ok() && spec->backend == backend) dirs.push_back(e.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
 }
 
 }  // namespace kiln::task

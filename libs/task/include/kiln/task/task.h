@@ -53,6 +53,9 @@ struct TaskSpec {
 // Reads a package from a directory or a .tar.gz of one into memory (regular files only, bounded).
 Result<proto::FileMap> load_package(const std::string& path);
 
+// The package folders directly under `root` whose task is valid and runs on `backend`, sorted by path.
+std::vector<std::string> package_dirs(const std::string& root, const std::string& backend);
+
 // Validates a package and returns its normalized spec. Errors name the file, the key path and what
 // was expected: "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\"".
 Result<TaskSpec> parse_task(const proto::FileMap& files);
