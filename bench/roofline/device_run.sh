@@ -23,6 +23,9 @@ for step in "$@"; do
     tests)
       KILN_GPU_TESTS=1 timeout 240 build-cuda/bin/test_gpu -d yes 2>&1 | tee "$out/gpu_tests.log" | grep -E "speedup|passed|failed|FAILED|with expansion|SKIPPED|seconds:" | head -60
       ;;
+    cuda-sandbox)
+      KILN_GPU_TESTS=1 timeout 200 build-cuda/bin/test_gpu "the CUDA child runs without*" 2>&1 | tee "$out/gpu_sandbox.log" | grep -E "sandbox|passed|failed" | head
+      ;;
     trust)
       # The CPU cheating battery and A/A on a host with free cores (the racing-thread cheat needs one).
       for t in test_trust test_trust_timing; do

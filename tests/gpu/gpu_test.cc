@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kiln/compiler/handler.h"
@@ -44,7 +46,8 @@ struct Rig {
   std::unique_ptr<kiln::compiler::CompileHandler> compiler;
   std::unique_ptr<kiln::tester::TestHandler> tester;
 
-  explicit Rig(double timeout_s = 120, double min_time_s = 0.2) {
+  explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
+               std::optional<bool> deny_process_creation = {}) {
     kiln::compiler::CompilerOptions c;
     c.cache_dir = cache.path() + "/cache";
     auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
@@ -57,6 +60,8 @@ struct Rig {
     t.timing.min_time_s = min_time_s;
     t.timing.max_time_s = 5;
     t.worker_id = "gpu-test";
+    t.readonly_root = readonly_root;
+    t.deny_process_creation = deny_process_creation;
     auto th = kiln::tester::TestHandler::create(t);
     INFO(th.status().message());
     REQUIRE(th.is_ok());
@@ -265,4 +270,22 @@ TEST_CASE("NVML gauges of the tester's GPU appear on its registry", "[gpu]") {
   }
   CHECK(seen["kiln_gpu_memory_used_bytes"] > 0);
   CHECK(seen["kiln_gpu_sm_clock_hertz"] > 1e8);
+}
+
+TEST_CASE("the CUDA child runs without process creation; a read-only root breaks the CUDA runtime", "[gpu]") {
+  // The tester's defaults for CUDA follow from this: deny_process_creation on, readonly_root off. If the
+  // second check ever fails, the runtime has learnt to live under a read-only root: turn it on.
+  KILN_REQUIRE_GPU_TESTS();
+  for (auto [ro, nofork] : {std::pair{true, false}, std::pair{false, true}}) {
+    Rig rig(120, 0.05, ro, nofork);
+    auto r = rig.evaluate("cuda_transpose");
+    std::printf("  sandbox readonly_root=%d deny_process_creation=%d: %s: %s\n", ro, nofork, r.status.c_str(),
+                r.message.substr(0, 160).c_str());
+    if (nofork) {
+      CHECK(r.status == kiln::proto::test_status::kOk);
+    } else {
+      CHECK(r.status == kiln::proto::test_status::kLoadFailed);
+      CHECK(r.message.find("cudaErrorOperatingSystem") != std::string::npos);
+    }
+  }
 }

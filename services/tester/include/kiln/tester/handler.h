@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct TesterOptions {
   config::TimingConfig timing;
   size_t max_log_bytes = 16384;  // of the child's output kept in the report
   std::string worker_id;
+  // The sandbox's opt-in defences for the evaluation child; unset: the backend's default (cpu: read-only
+  // root, process creation refused inside kiln-eval's runners; cuda: process creation refused, writable
+  // root; see docs/threat-model.md).
+  std::optional<bool> readonly_root;
+  std::optional<bool> deny_process_creation;
 };
 
 // tester.* from the config.
