@@ -227,7 +227,7 @@ constexpr uint64_t kCheckEveryRounds = 4;
 // shows up as spread instead of as a confident bias. A generation lasts at least kMinGenerationRounds
 // rounds and min_time_s / kGenerations seconds.
 constexpr int64_t kMinGenerationRounds = 2;
-constexpr double kGenerations = 4;
+constexpr double kGenerations = 10;
 
 double elapsed_s(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
