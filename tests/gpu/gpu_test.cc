@@ -272,7 +272,7 @@ TEST_CASE("NVML gauges of the tester's GPU appear on its registry", "[gpu]") {
   CHECK(seen["kiln_gpu_sm_clock_hertz"] > 1e8);
 }
 
-TEST_CASE("the CUDA child runs without process creation; a read-only root breaks the CUDA runtime", "[gpu]") {
+TEST_CASE("the CUDA child runs without process creation, and a read-only root breaks the CUDA runtime", "[gpu]") {
   // The tester's defaults for CUDA follow from this: deny_process_creation on, readonly_root off. If the
   // second check ever fails, the runtime has learnt to live under a read-only root: turn it on.
   KILN_REQUIRE_GPU_TESTS();
