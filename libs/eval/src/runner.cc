@@ -1,6 +1,7 @@
 #include "runner.h"
 
 #include <dlfcn.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -64,6 +66,15 @@ size_t tensor_bytes(const kiln_tensor& t) {
 
 Control* control(void* arena) { return static_cast<Control*>(arena); }
 
+// Futexes on the shared arena (not FUTEX_PRIVATE: two processes).
+void futex_wake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+void futex_wait(std::atomic<uint32_t>* word, uint32_t value, long timeout_ns) {
+  timespec ts{0, timeout_ns};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, value, &ts, nullptr, 0);
+}
+
 // The vendor baseline a baseline runner calls (each runner holds one kernel).
 const Baseline* g_baseline = nullptr;
 int baseline_entry(const kiln_args* args) {
@@ -100,6 +111,7 @@ int baseline_entry(const kiln_args* args) {
     last = s;
     ctl->rc = fn(&ctl->args);
     ctl->done_seq.store(s, std::memory_order_release);
+    futex_wake(&ctl->done_seq);  // the evaluator may be asleep on it (a long call)
     // Stop every thread of this process now, from here, rather than when the evaluator gets to it: a
     // thread the kernel left working gets no scheduling delay's worth of time to finish behind the clock.
     ::kill(::getpid(), SIGSTOP);
@@ -269,20 +281,39 @@ Result<int> Runner::invoke(double* elapsed_us) {
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(pid_, SIGCONT);
   stopped_ = false;
-  for (uint64_t spins = 1; ctl->done_seq.load(std::memory_order_acquire) != want; ++spins) {
-    cpu_relax();
-    // Give the core to the kernel's own threads now and then; notice a runner that died, or one whose
-    // stop after its previous call landed only now (it is continued again).
-    if (spins % 64 == 0) sched_yield();
-    if (spins % 8192 == 0) {
+  // Spin for short calls (the answer is seen at once); then sleep on the answer, so that a kernel's own
+  // threads have every core: a spinning evaluator would take one from a multi-threaded kernel and not
+  // from a single-threaded reference. The wake-up costs a few microseconds, against a call that has
+  // already taken kSpinUs.
+  constexpr double kSpinUs = 50;
+  for (uint64_t spins = 1;; ++spins) {
+    uint32_t done = ctl->done_seq.load(std::memory_order_acquire);
+    if (done == want) break;
+    if (spins % 64 != 0) {
+      cpu_relax();
+      continue;
+    }
+    const double waited_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (waited_us > kSpinUs) futex_wait(&ctl->done_seq, done, 1'000'000);  // at most 1 ms between checks
+    // Notice a runner that died, or that stopped: after answering (its own stop; the answer is visible
+    // by then, and freeze() must not wait for a second report), or late after its previous call
+    // (continued again).
+    if (waited_us > kSpinUs || spins % 8192 == 0) {
       int status = 0;
       pid_t r = ::waitpid(pid_, &status, WNOHANG | WUNTRACED);
       if (r == pid_ && (WIFEXITED(status) || WIFSIGNALED(status))) return died(status);
-      if (r == pid_ && WIFSTOPPED(status)) ::kill(pid_, SIGCONT);
+      if (r == pid_ && WIFSTOPPED(status)) {
+        if (ctl->done_seq.load(std::memory_order_acquire) == want) {
+          stopped_ = true;
+          break;
+        }
+        ::kill(pid_, SIGCONT);
+      }
     }
   }
   const auto t1 = std::chrono::steady_clock::now();
   cpu_at_answer_us_ = cpu_now_us();
+  after_return_cpu_us_ = 0;
   if (elapsed_us) *elapsed_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
   return static_cast<int>(ctl->rc);
 }
@@ -295,7 +326,7 @@ double Runner::cpu_now_us() const {
 
 Status Runner::freeze() {
   if (dead_) return unavailable(name_ + " runner: " + death_.what);
-  if (stopped_) return Status::ok();
+  if (stopped_) return Status::ok();  // seen stopped already (invoke() consumed the report)
   // The runner stops itself right after answering. One that does not (its loop patched by the kernel) is
   // stopped from here after kSelfStopWait, and everything it ran until then is charged to the call.
   constexpr auto kSelfStopWait = std::chrono::milliseconds(100);

@@ -5,8 +5,8 @@
 //
 // One call: the evaluator copies the tensors and descriptors into the runner's arena while the runner is
 // stopped (it is stopped between its calls, so none of its threads run while another contestant is timed
-// or while its outputs are read), rings a doorbell in the arena, continues the runner and spins until it
-// answers. The runner stops itself right after answering; the evaluator waits until it is stopped and
+// or while its outputs are read), rings a doorbell in the arena, continues the runner and waits for the
+// answer (spinning, then asleep on a futex in the arena). The runner stops itself right after answering; the evaluator waits until it is stopped and
 // copies inputs, outputs and descriptors back, so the checks of the in-process protocol apply unchanged.
 // A sample is the wall time from continue to answer plus the CPU time the runner's threads used from the
 // answer to the stop: nothing a kernel leaves running after it returns is off the clock.
