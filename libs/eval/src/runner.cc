@@ -369,9 +369,9 @@ void Runner::unstage(kiln_args& args) {
   restore(out_slots_, ctl->outputs, args.outputs);
 }
 
-Result<int> Runner::call(kiln_args& args, double* elapsed_us) {
+Result<int> Runner::call(kiln_args& args) {
   KILN_RETURN_IF_ERROR(stage(args));
-  auto rc = invoke(elapsed_us);
+  auto rc = invoke(nullptr);
   if (!rc.is_ok()) return rc;
   KILN_RETURN_IF_ERROR(freeze());
   unstage(args);

@@ -58,7 +58,7 @@ class Runner {
 
   // A whole call: stage, invoke, freeze, unstage. Returns kiln_entry's code; an error when the runner
   // died (death() says how) or the tensors do not fit the arena.
-  Result<int> call(kiln_args& args, double* elapsed_us = nullptr);
+  Result<int> call(kiln_args& args);
 
   // The steps of call(), for the timing loop (which flushes the cache between stage and invoke).
   Status stage(const kiln_args& args);

@@ -16,23 +16,10 @@
 using kiln::trust::Harness;
 using kiln::trust::kernel_source;
 using kiln::trust::promotable;
+using kiln::trust::run;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
 namespace status = kiln::proto::test_status;
-
-namespace {
-
-Verdict run(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
-            const Timing& timing = {}, const std::string& flags = "") {
-  const std::string so = h.compile(name, kernel_source(body, globals), flags);
-  REQUIRE_FALSE(so.empty());
-  Verdict v = h.evaluate(so, timing);
-  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
-  REQUIRE(v.status != "harness_error");
-  return v;
-}
-
-}  // namespace
 
 TEST_CASE("stale output: skipping the work when the output buffer is the one of the last call", "[trust]") {
   // A naive benchmark reuses its output buffer; Kiln poisons the outputs with NaN before every call.

@@ -4,6 +4,7 @@
 // service would. Test-only.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/eval/tool.h"
 #include "kiln/proto/codec.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/sandbox/sandbox.h"
@@ -181,8 +183,8 @@ class Harness {
     } else if (auto bytes = read_file(s + "/result.msgpack"); !bytes.is_ok()) {
       v.status = proto::test_status::kCrashed;
       v.message = "crashed: exited without writing a result";
-    } else if (auto mac = read_file(s + "/result.msgpack.mac");
-               !mac.is_ok() || !constant_time_equal(hmac_sha256_hex(key, *bytes), *mac)) {
+    } else if (auto mac = read_file(eval::report_mac_path(s + "/result.msgpack"));
+               !mac.is_ok() || !eval::report_authentic(key, *bytes, *mac)) {
       v.status = proto::test_status::kCrashed;
       v.message = "crashed: the result was not written by the evaluator (its authentication failed)";
     } else if (auto report = proto::decode<proto::TestReport>(*bytes); !report.is_ok()) {
@@ -202,5 +204,16 @@ class Harness {
   TempDir dir_;
   std::string reference_;
 };
+
+// Compiles a kernel whose editable region is `body` and evaluates it; a harness failure fails the test.
+inline Verdict run(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
+                   const Timing& timing = {}, const std::string& flags = "", double timeout_s = 30) {
+  const std::string so = h.compile(name, kernel_source(body, globals), flags);
+  REQUIRE_FALSE(so.empty());
+  Verdict v = h.evaluate(so, timing, timeout_s);
+  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
+  REQUIRE(v.status != "harness_error");
+  return v;
+}
 
 }  // namespace kiln::trust

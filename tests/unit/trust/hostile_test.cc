@@ -25,16 +25,12 @@ namespace {
 
 const std::string kGarbage = "for (int64_t i = 0; i < n; ++i) y[i] = 12345.f;\nreturn 0;\n";
 
-Verdict run(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
-            double timeout_s = 30) {
-  const std::string so = h.compile(name, kernel_source(body, globals));
-  REQUIRE_FALSE(so.empty());
+// Correctness only: these kernels attack the machine, not the clock.
+Verdict check(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
+              double timeout_s = 30) {
   Timing no_timing;
   no_timing.measure = false;
-  Verdict v = h.evaluate(so, no_timing, timeout_s);
-  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text.substr(0, 2000));
-  REQUIRE(v.status != "harness_error");
-  return v;
+  return kiln::trust::run(h, name, body, globals, no_timing, "", timeout_s);
 }
 
 // A TCP listener on 127.0.0.1 with a kernel-chosen port.
@@ -60,30 +56,30 @@ struct Listener {
 TEST_CASE("a kernel that segfaults, aborts or exits is a result", "[trust][hostile]") {
   Harness h;
   // The candidate runs in a runner process of its own: the evaluator outlives it and says where it died.
-  Verdict segfault = run(h, "segfault", "*static_cast<volatile int*>(nullptr) = 1;");
+  Verdict segfault = check(h, "segfault", "*static_cast<volatile int*>(nullptr) = 1;");
   CHECK(segfault.status == status::kCrashed);
   CHECK(segfault.message == "crashed: SIGSEGV (N=1 seed 0)");
-  Verdict aborts = run(h, "aborts", "std::abort();", "#include <cstdlib>");
+  Verdict aborts = check(h, "aborts", "std::abort();", "#include <cstdlib>");
   CHECK(aborts.status == status::kCrashed);
   CHECK(aborts.message == "crashed: SIGABRT (N=1 seed 0)");
-  Verdict exits = run(h, "exits", "std::exit(0);", "#include <cstdlib>");
+  Verdict exits = check(h, "exits", "std::exit(0);", "#include <cstdlib>");
   CHECK(exits.status == status::kCrashed);
   CHECK(exits.message == "crashed: exited with code 0 (N=1 seed 0)");
 }
 
 TEST_CASE("a kernel that loops or sleeps forever is timed out", "[trust][hostile]") {
   Harness h;
-  Verdict loops = run(h, "loops", "for (volatile int i = 0;; i = i + 1) {}", "", 1.5);
+  Verdict loops = check(h, "loops", "for (volatile int i = 0;; i = i + 1) {}", "", 1.5);
   CHECK(loops.status == status::kTimedOut);
   CHECK(loops.child.wall_s < 5);
-  Verdict sleeps = run(h, "sleeps", "for (;;) pause();", "#include <unistd.h>", 1.5);
+  Verdict sleeps = check(h, "sleeps", "for (;;) pause();", "#include <unistd.h>", 1.5);
   CHECK(sleeps.status == status::kTimedOut);
   CHECK(sleeps.child.wall_s < 5);
 }
 
 TEST_CASE("a flood of output is capped and the evaluation goes on", "[trust][hostile]") {
   Harness h;
-  Verdict v = run(h, "floods",
+  Verdict v = check(h, "floods",
                   "static bool flooded = false;\n"
                   "if (!flooded) { flooded = true; std::string line(1 << 20, 'z');\n"
                   "  for (int k = 0; k < 64; ++k) { std::fwrite(line.data(), 1, line.size(), stdout); std::fflush(stdout); } }\n" +
@@ -96,7 +92,7 @@ TEST_CASE("a flood of output is capped and the evaluation goes on", "[trust][hos
 
 TEST_CASE("a kernel cannot start processes (no fork bomb)", "[trust][hostile]") {
   Harness h;
-  Verdict v = run(h, "forks",
+  Verdict v = check(h, "forks",
                   "static bool tried = false;\n"
                   "if (!tried) { tried = true; pid_t pid = fork();\n"
                   "  if (pid == 0) _exit(0);\n"  // a real bomb would be contained too, but not on a shared box
@@ -109,7 +105,7 @@ TEST_CASE("a kernel cannot reach a TCP listener on 127.0.0.1", "[trust][hostile]
   Listener listener;
   REQUIRE(listener.port > 0);
   Harness h;
-  Verdict v = run(h, "connects",
+  Verdict v = check(h, "connects",
                   "int fd = socket(AF_INET, SOCK_STREAM, 0);\n"
                   "if (fd >= 0) { sockaddr_in addr{}; addr.sin_family = AF_INET; addr.sin_port = htons(" +
                       std::to_string(listener.port) + ");\n"
@@ -124,7 +120,7 @@ TEST_CASE("a kernel cannot write outside its scratch directory", "[trust][hostil
   kiln::TempDir outside("kiln-trust-outside");
   const std::string target = outside.path() + "/planted";
   Harness h;
-  Verdict v = run(h, "plants",
+  Verdict v = check(h, "plants",
                   "int fd = open(\"" + target + "\", O_CREAT | O_WRONLY, 0644);\n"
                   "if (fd >= 0) { close(fd); " + kGarbage + " }\n" + kiln::trust::kHonestBody,
                   "#include <fcntl.h>\n#include <unistd.h>");
@@ -162,7 +158,7 @@ TEST_CASE("a kernel cannot read the tester's secrets", "[trust][hostile]") {
             "  }\n";
   }
   body += "}\nif (leaked) { " + kGarbage + " }\n" + kiln::trust::kHonestBody;
-  Verdict v = run(h, "reads_secrets", body,
+  Verdict v = check(h, "reads_secrets", body,
                   "#include <dirent.h>\n#include <unistd.h>\n#include <cstdlib>\n#include <fstream>\n"
                   "#include <iterator>\n#include <string>");
   ::unsetenv("OPENAI_API_KEY");

@@ -11,6 +11,7 @@ using kiln::trust::Harness;
 using kiln::trust::kernel_source;
 using kiln::trust::kPromotionSpeedup;
 using kiln::trust::promotable;
+using kiln::trust::run;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
 namespace status = kiln::proto::test_status;
@@ -37,16 +38,6 @@ kiln::proto::CaseTiming run_aa(Harness& h) {
   REQUIRE(v.status == status::kOk);
   REQUIRE(v.report.performance.cases.size() == 1);
   return v.report.performance.cases[0];
-}
-
-Verdict run(Harness& h, const std::string& name, const std::string& body, const std::string& globals = "",
-            const Timing& timing = {}, const std::string& flags = "") {
-  const std::string so = h.compile(name, kernel_source(body, globals), flags);
-  REQUIRE_FALSE(so.empty());
-  Verdict v = h.evaluate(so, timing);
-  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
-  REQUIRE(v.status != "harness_error");
-  return v;
 }
 
 }  // namespace
