@@ -200,14 +200,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   run.file_size_bytes = kMaxChildFileBytes;
   run.max_output_bytes = options_.max_log_bytes;
   run.isolate_network = true;
-  // The CPU child may not write outside its scratch directory. It forks one runner per contestant and
-  // each runner confines itself before loading a kernel (no new processes, signals to itself only), so
-  // process creation is refused to the candidate there rather than here. The CUDA child runs its
-  // candidate in its own process, so it may not create processes at all; it keeps a writable root,
-  // because under a read-only one the CUDA runtime fails to initialize (cudaErrorOperatingSystem on an
-  // H200 host; the GPU suite checks both).
+  // Both children fork one runner per contestant and each runner confines itself before loading a kernel
+  // (no new processes, signals to itself only), so process creation is refused to the candidate there
+  // rather than here. The CPU child may not write outside its scratch directory; the CUDA child keeps a
+  // writable root, because under a read-only one the CUDA runtime fails to initialize
+  // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
   run.readonly_root = options_.readonly_root.value_or(options_.backend == "cpu");
-  run.deny_process_creation = options_.deny_process_creation.value_or(options_.backend == "cuda");
+  run.deny_process_creation = options_.deny_process_creation.value_or(false);
   for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 

@@ -12,103 +12,16 @@
 #include <optional>
 #include <string>
 
-#include "kiln/compiler/handler.h"
-#include "kiln/core/files.h"
 #include "kiln/cuda/nvml.h"
-#include "kiln/task/task.h"
 #include "kiln/tester/gpu_monitor.h"
-#include "kiln/tester/handler.h"
+#include "rig.h"
 
-namespace {
+using kiln::gpu_test::reduce_candidate;
+using kiln::gpu_test::Rig;
+using kiln::gpu_test::summary;
+using kiln::gpu_test::task_files;
 
-bool gpu_tests_enabled() {
-  const char* v = std::getenv("KILN_GPU_TESTS");
-  return v && std::string(v) == "1";
-}
-
-#define KILN_REQUIRE_GPU_TESTS()                                           \
-  do {                                                                     \
-    if (!gpu_tests_enabled()) {                                            \
-      WARN("KILN_GPU_TESTS is not 1: GPU test skipped");                   \
-      return;                                                              \
-    }                                                                      \
-  } while (0)
-
-kiln::proto::FileMap task_files(const std::string& name) {
-  auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
-  REQUIRE(files.is_ok());
-  return *files;
-}
-
-// A compiler and a CUDA tester, as the services run them.
-struct Rig {
-  kiln::TempDir cache{"kiln-gpu-test"};
-  std::unique_ptr<kiln::compiler::CompileHandler> compiler;
-  std::unique_ptr<kiln::tester::TestHandler> tester;
-
-  explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
-               std::optional<bool> deny_process_creation = {}) {
-    kiln::compiler::CompilerOptions c;
-    c.cache_dir = cache.path() + "/cache";
-    auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
-    REQUIRE(ch.is_ok());
-    compiler = std::move(ch).value();
-    kiln::tester::TesterOptions t;
-    t.backend = "cuda";
-    t.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval-cuda";
-    t.timeout_s = timeout_s;
-    t.timing.min_time_s = min_time_s;
-    t.timing.max_time_s = 5;
-    t.worker_id = "gpu-test";
-    t.readonly_root = readonly_root;
-    t.deny_process_creation = deny_process_creation;
-    auto th = kiln::tester::TestHandler::create(t);
-    INFO(th.status().message());
-    REQUIRE(th.is_ok());
-    tester = std::move(th).value();
-  }
-
-  // Builds `code` (program 0 when empty) against the task's reference and evaluates it.
-  kiln::proto::TestReport evaluate(const std::string& task, const std::string& code = {},
-                                   const std::map<std::string, std::string>& params = {}) {
-    kiln::proto::FileMap files = task_files(task);
-    kiln::proto::CompileRequest req;
-    req.cand.campaign_id = "gpu-test";
-    req.cand.program_id = task + "/p" + std::to_string(++programs_);
-    req.cand.code = code.empty() ? files.at("kernel.cu").data : code;
-    req.cand.params = params;
-    req.backend = "cuda";
-    req.arch = "sm_90";
-    req.files = files;
-    auto out = compiler->compile(req);
-    REQUIRE(out.next.size() == 1);
-    if (out.next[0].service != "test.cuda") {
-      auto failed = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
-      FAIL("build failed: " << (failed.is_ok() ? failed->error : std::string("?")));
-    }
-    auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
-    REQUIRE(test.is_ok());
-    auto report = tester->evaluate(*test);
-    INFO(report.status().message());
-    REQUIRE(report.is_ok());
-    return std::move(report).value();
-  }
-
-  int programs_ = 0;
-};
-
-std::string summary(const kiln::proto::TestReport& r) {
-  return r.status + ": " + r.message + "\n--- log ---\n" + r.log;
-}
-
-// A reduce_sum candidate whose body is `body` (a kernel and a kiln_entry using it).
-std::string reduce_candidate(const std::string& body) {
-  return "#include \"kiln/kernel_abi.h\"\n" + body;
-}
-
-}  // namespace
-
-TEST_CASE("every bundled CUDA task's program 0 is correct and timed with CUDA events", "[gpu]") {
+TEST_CASE("every bundled CUDA task's program 0 is correct and timed in its own runner", "[gpu]") {
   KILN_REQUIRE_GPU_TESTS();
   Rig rig;
   for (const char* task : {"cuda_rmsnorm", "cuda_softmax", "cuda_sgemm", "cuda_reduce_sum", "cuda_transpose"}) {
@@ -116,7 +29,7 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed with CUDA ev
     INFO(task << ": " << summary(r));
     CHECK(r.status == "ok");
     CHECK(r.performance.measured);
-    CHECK(r.performance.method == "cuda_events");
+    CHECK(r.performance.method == "cuda_events_checked");
     CHECK(r.performance.mode == "cold");
     CHECK(r.worker.backend == "cuda");
     CHECK(r.worker.device_name.find("NVIDIA") != std::string::npos);
@@ -125,8 +38,10 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed with CUDA ev
     CHECK(!r.worker.runtime_version.empty());
     if (!r.performance.cases.empty()) {
       const auto& c = r.performance.cases[0];
+      const size_t at = r.log.find("call overhead");
       WARN(task << ": candidate " << c.candidate.median_us << " us, reference " << c.reference.median_us
-                << " us, speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
+                << " us, speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]; "
+                << (at == std::string::npos ? std::string() : r.log.substr(at, r.log.find('\n', at) - at)));
       CHECK(c.candidate.n >= 10);
       if (std::string(task) == "cuda_sgemm") {
         REQUIRE(c.baselines.size() == 1);
@@ -149,6 +64,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 )"));
   INFO(summary(r));
   CHECK(r.status == "crashed");
+  CHECK(r.message.find("after the candidate's kiln_entry") != std::string::npos);
   CHECK((r.message.find("cudaErrorIllegalAddress") != std::string::npos ||
          r.message.find("cudaErrorLaunchFailure") != std::string::npos));
   auto again = rig.evaluate("cuda_reduce_sum");
@@ -272,20 +188,23 @@ TEST_CASE("NVML gauges of the tester's GPU appear on its registry", "[gpu]") {
   CHECK(seen["kiln_gpu_sm_clock_hertz"] > 1e8);
 }
 
-TEST_CASE("the CUDA child runs without process creation, and a read-only root breaks the CUDA runtime", "[gpu]") {
-  // The tester's defaults for CUDA follow from this: deny_process_creation on, readonly_root off. If the
-  // second check ever fails, the runtime has learnt to live under a read-only root: turn it on.
+TEST_CASE("the CUDA child forks its runners, and a read-only root breaks the CUDA runtime", "[gpu]") {
+  // The tester's defaults for CUDA follow from this: process creation refused inside the runners (not to
+  // the child, which forks them), readonly_root off. If the read-only check ever passes, the runtime has
+  // learnt to live under a read-only root: turn it on.
   KILN_REQUIRE_GPU_TESTS();
-  for (auto [ro, nofork] : {std::pair{true, false}, std::pair{false, true}}) {
-    Rig rig(120, 0.05, ro, nofork);
+  {
+    Rig rig(120, 0.05, /*readonly_root=*/false);
     auto r = rig.evaluate("cuda_transpose");
-    std::printf("  sandbox readonly_root=%d deny_process_creation=%d: %s: %s\n", ro, nofork, r.status.c_str(),
-                r.message.substr(0, 160).c_str());
-    if (nofork) {
-      CHECK(r.status == kiln::proto::test_status::kOk);
-    } else {
-      CHECK(r.status == kiln::proto::test_status::kLoadFailed);
-      CHECK(r.message.find("cudaErrorOperatingSystem") != std::string::npos);
-    }
+    INFO(summary(r));
+    CHECK(r.status == kiln::proto::test_status::kOk);
+  }
+  {
+    Rig rig(120, 0.05, /*readonly_root=*/true);
+    auto r = rig.try_evaluate("cuda_transpose");
+    const std::string what = r.is_ok() ? r->status + ": " + r->message + "\n" + r->log : r.status().message();
+    std::printf("  sandbox readonly_root=1: %s\n", what.substr(0, 200).c_str());
+    CHECK((!r.is_ok() || r->status != kiln::proto::test_status::kOk));
+    CHECK(what.find("cudaErrorOperatingSystem") != std::string::npos);
   }
 }

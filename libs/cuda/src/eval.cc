@@ -1,591 +1,658 @@
 #include "kiln/cuda/eval.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include "kiln/cuda/nvml.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/detail/protocol.h"
+#include "kiln/eval/detail/runner.h"
 #include "kiln/eval/detail/tensor.h"
 #include "kiln/eval/stats.h"
+#include "runner_device.h"
 
 namespace kiln::cuda {
 namespace {
 
-using eval::KernelEntry;
-using eval::detail::call_failure;
 using eval::detail::Findings;
 using eval::detail::HostTensor;
-using eval::detail::kMaxListedMismatches;
+using eval::detail::Runner;
 using eval::detail::Scalars;
+using eval::detail::TensorSet;
 
-// Rounds of an empty timed region (start, device-wide synchronize, stop) whose median is the fixed cost
-// that the synchronize adds to every sample; it is subtracted so that short kernels are not flattened.
-constexpr int kOverheadRounds = 25;
+// Calls of the overhead runner whose median is the fixed cost every call pays (waking a stopped process,
+// one tiny launch in the runner's context and the device's switch to it, the runner's synchronize, the
+// answer and the evaluator's probe), measured as the contestants are timed (after the flush in cold
+// mode); it is subtracted from every contestant's samples alike.
+constexpr int kOverheadCalls = 60;
+// How much less than the evaluator's clock a candidate's own CUDA-event times may claim (the gap between
+// the clocks, its median against the reference's) before they are disbelieved and every contestant is
+// timed by the evaluator's clock: the process hop (~300 us on an H200 host) makes that clock too coarse
+// to settle smaller differences. A candidate that under-reports by less gains at most this per call.
+constexpr double kClockAllowanceUs = 5;
+constexpr double kClockAllowanceRel = 0.02;
 // The flush buffer is this many times the L2: one pass of writes evicts every line.
 constexpr size_t kFlushL2Multiple = 2;
 constexpr size_t kFallbackL2Bytes = 64u << 20;
+// Tensors start on this alignment in a contestant's device arena; between blocks of timing rounds they
+// move by a multiple of it, up to kPlacementSlack (other pages and memory channels for every contestant).
+constexpr size_t kTensorAlignment = 4096;
+constexpr size_t kPlacementSlack = 64 * kTensorAlignment;
+// A block of timing rounds lasts at least this many rounds and min_time_s / kBlocks seconds; the
+// speedup interval resamples whole blocks.
+constexpr int64_t kMinBlockRounds = 2;
+constexpr double kBlocks = 10;
 
-// The host side of one case: shapes, values to upload, and what came back.
-struct HostSet {
-  std::vector<HostTensor> inputs;
-  std::vector<HostTensor> outputs;
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// --- the evaluator's device: its own context, stream, flush buffer and probe ------------------------------
+
+struct Device {
+  Stream stream;
+  DeviceBuffer flush;
+  DeviceBuffer probe;
+  int flush_round = 0;
+
+  Status flush_l2() {
+    // cudaMemsetAsync writes every line of a buffer twice the L2: nothing a kernel reads survives it.
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), ++flush_round & 0xff, flush.bytes(), stream.get()));
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+    return Status::ok();
+  }
+  // Work of this context issued right after a runner answered: it has to get the device, so a kernel
+  // the runner left running (its own synchronize skipped) either delays it or shares the device with it.
+  Status probe_device() {
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(probe.data(), 0, probe.bytes(), stream.get()));
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+    return Status::ok();
+  }
 };
 
-Result<HostSet> allocate_host(const task::TaskSpec& spec, const task::Dims& dims) {
-  HostSet set;
-  for (const auto& t : spec.inputs) {
-    KILN_ASSIGN_OR_RETURN(auto shape, task::shape_for(t, dims));
-    if (shape.size() > KILN_MAX_DIMS) return invalid_argument("tensor '" + t.name + "' has too many dims");
-    set.inputs.emplace_back(t.dtype, std::move(shape));
+Result<std::unique_ptr<Device>> open_device(bool cold) {
+  auto d = std::make_unique<Device>();
+  KILN_ASSIGN_OR_RETURN(d->stream, Stream::create());
+  KILN_ASSIGN_OR_RETURN(d->probe, DeviceBuffer::allocate(256));
+  if (cold) {
+    int device = 0, l2 = 0;
+    KILN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    const size_t l2_bytes = l2 > 0 ? static_cast<size_t>(l2) : kFallbackL2Bytes;
+    KILN_ASSIGN_OR_RETURN(d->flush, DeviceBuffer::allocate(kFlushL2Multiple * l2_bytes));
   }
-  for (const auto& t : spec.outputs) {
-    KILN_ASSIGN_OR_RETURN(auto shape, task::shape_for(t, dims));
-    if (shape.size() > KILN_MAX_DIMS) return invalid_argument("tensor '" + t.name + "' has too many dims");
-    set.outputs.emplace_back(t.dtype, std::move(shape));
-  }
-  return set;
+  return d;
 }
 
-void fill_inputs(const task::TaskSpec& spec, HostSet& set, uint64_t seed) {
-  for (size_t i = 0; i < set.inputs.size(); ++i) {
-    const auto& t = spec.inputs[i];
-    set.inputs[i].fill(t.init, t.init_a, t.init_b, eval::detail::mix_seed(seed, i));
+// Device bytes one contestant needs for the largest case, with the placement slack.
+Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
+  size_t most = 0;
+  for (const auto* cases : {&spec.correctness_cases, &spec.benchmark_cases}) {
+    for (const auto& dims : *cases) {
+      size_t bytes = 0;
+      for (const auto* list : {&spec.inputs, &spec.outputs}) {
+        for (const auto& t : *list) {
+          KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
+          size_t n = task::dtype_bytes(t.dtype);
+          for (int64_t d : shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+          bytes += round_up(std::max<size_t>(n, 1), kTensorAlignment);
+        }
+      }
+      most = std::max(most, bytes);
+    }
   }
+  return most + kPlacementSlack;
 }
 
-kiln_tensor device_descriptor(const HostTensor& shape_of, void* device_data) {
+kiln_tensor descriptor(const HostTensor& shape_of, size_t offset) {
   kiln_tensor t{};
-  t.data = device_data;
+  t.data = reinterpret_cast<void*>(offset);
   t.dtype = static_cast<int32_t>(shape_of.dtype());
   t.ndim = static_cast<int32_t>(shape_of.shape().size());
   for (size_t d = 0; d < shape_of.shape().size() && d < KILN_MAX_DIMS; ++d) t.shape[d] = shape_of.shape()[d];
   return t;
 }
 
-// The device tensors one contestant reads and writes, with the kiln_args that name them. Descriptors are
-// restored before every call, so a kernel that scribbles on them cannot affect the next call.
-class DeviceSet {
- public:
-  static Result<std::unique_ptr<DeviceSet>> create(const HostSet& shapes, const Scalars& scalars, cudaStream_t stream) {
-    auto set = std::unique_ptr<DeviceSet>(new DeviceSet());
-    for (const auto& t : shapes.inputs) {
-      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(t.bytes()));
-      set->inputs_.push_back(device_descriptor(t, b.data()));
-      set->buffers_in_.push_back(std::move(b));
-    }
-    for (const auto& t : shapes.outputs) {
-      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(t.bytes()));
-      set->outputs_.push_back(device_descriptor(t, b.data()));
-      set->buffers_out_.push_back(std::move(b));
-    }
-    set->live_inputs_ = set->inputs_;
-    set->live_outputs_ = set->outputs_;
-    kiln_args& a = set->args_;
-    a.inputs = set->live_inputs_.data();
-    a.n_inputs = static_cast<int32_t>(set->live_inputs_.size());
-    a.outputs = set->live_outputs_.data();
-    a.n_outputs = static_cast<int32_t>(set->live_outputs_.size());
-    a.scalar_names = scalars.names.data();
-    a.scalar_values = scalars.values.data();
-    a.n_scalars = static_cast<int32_t>(scalars.names.size());
-    a.stream = stream;
-    return set;
-  }
+// Where the tensors of one case sit in a contestant's device arena.
+struct Layout {
+  std::vector<size_t> in, out;             // offsets
+  std::vector<kiln_tensor> inputs, outputs;  // descriptors naming them by offset, as the runner gets them
 
-  Status upload_inputs(const HostSet& host) {
+  Layout(const TensorSet& shapes, size_t placement) {
+    size_t offset = placement / kTensorAlignment * kTensorAlignment;
+    auto place = [&](const HostTensor& t, std::vector<size_t>& at, std::vector<kiln_tensor>& d) {
+      at.push_back(offset);
+      d.push_back(descriptor(t, offset));
+      offset += round_up(std::max<size_t>(t.bytes(), 1), kTensorAlignment);
+    };
+    for (const auto& t : shapes.inputs) place(t, in, inputs);
+    for (const auto& t : shapes.outputs) place(t, out, outputs);
+  }
+};
+
+// One contestant: its runner, and the device arena the evaluator owns and shares with that runner alone.
+struct Contestant {
+  std::string name;
+  std::unique_ptr<Runner> runner;
+  DeviceBuffer arena;
+  std::vector<double> samples_us;
+  std::vector<double> wall_us, reported_us;  // raw, per timed call
+  eval::RunningStats running;
+
+  char* at(size_t offset) const { return static_cast<char*>(arena.data()) + offset; }
+
+  Status upload_inputs(const Layout& l, const TensorSet& host) {
     for (size_t i = 0; i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(buffers_in_[i].data(), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l.in[i]), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
     }
-    return settle();
-  }
-  // `poisoned` holds the outputs already poisoned on the host: NaN in the dtype's own encoding.
-  Status upload_outputs(const std::vector<HostTensor>& poisoned) {
-    for (size_t i = 0; i < poisoned.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(buffers_out_[i].data(), poisoned[i].data(), poisoned[i].bytes(), cudaMemcpyHostToDevice));
-    }
-    return settle();
-  }
-  // cudaMemcpy from pageable memory may return before its DMA lands, and the kernels run on a non-blocking
-  // stream that does not wait for the legacy stream: without this, a kernel can write its outputs before
-  // the poison does (seen on the H200 as NaNs in a correct kernel's second call).
-  static Status settle() {
     KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return Status::ok();
   }
-  Status download(HostSet& host) const {
-    for (size_t i = 0; i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(host.inputs[i].data(), buffers_in_[i].data(), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
+  Status upload_outputs(const Layout& l, const std::vector<HostTensor>& values) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l.out[i]), values[i].data(), values[i].bytes(), cudaMemcpyHostToDevice));
+    }
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return Status::ok();
+  }
+  Status download(const Layout& l, TensorSet& host, bool inputs_too) const {
+    for (size_t i = 0; inputs_too && i < host.inputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.inputs[i].data(), at(l.in[i]), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
     }
     for (size_t i = 0; i < host.outputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(host.outputs[i].data(), buffers_out_[i].data(), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.outputs[i].data(), at(l.out[i]), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
     }
     return Status::ok();
   }
-
-  void prepare() {
-    std::copy(inputs_.begin(), inputs_.end(), live_inputs_.begin());
-    std::copy(outputs_.begin(), outputs_.end(), live_outputs_.begin());
-  }
-  int call(KernelEntry fn) { return fn(&args_); }
-  bool descriptors_intact() const {
-    auto same = [](const std::vector<kiln_tensor>& a, const std::vector<kiln_tensor>& b) {
-      return std::memcmp(a.data(), b.data(), a.size() * sizeof(kiln_tensor)) == 0;
-    };
-    return same(inputs_, live_inputs_) && same(outputs_, live_outputs_);
-  }
-  const std::vector<DeviceBuffer>& inputs() const { return buffers_in_; }
-  const std::vector<DeviceBuffer>& outputs() const { return buffers_out_; }
-
- private:
-  DeviceSet() = default;
-  std::vector<DeviceBuffer> buffers_in_, buffers_out_;
-  std::vector<kiln_tensor> inputs_, outputs_, live_inputs_, live_outputs_;
-  kiln_args args_{};
 };
 
-std::vector<HostTensor> poisoned_outputs(const HostSet& shapes, int variant) {
+// How one call ended: kiln_entry's code, the device error the runner saw after it, a dead runner, and
+// whether the kernel changed the descriptors it was given.
+struct CallOutcome {
+  int rc = 0;
+  std::string device_error;
+  std::string death;
+  bool descriptors_changed = false;
+  double us = 0;           // continue to answer, plus the evaluator's probe: the evaluator's clock
+  double reported_us = 0;  // the runner's CUDA events around the call: precise, but the runner's word
+  bool ok() const { return rc == 0 && device_error.empty() && death.empty(); }
+  std::string what() const {
+    if (!death.empty()) return death;
+    if (!device_error.empty()) return "CUDA error " + device_error;
+    return "kiln_entry returned " + std::to_string(rc);
+  }
+};
+
+std::vector<HostTensor> poisoned(const TensorSet& shapes, int variant) {
   std::vector<HostTensor> out = shapes.outputs;
   for (auto& t : out) t.poison(variant);
   return out;
 }
 
-// What a call of a kernel did: its return code, and the CUDA error that surfaced when the whole device
-// was synchronized after it (its own launch errors, faults of its kernels on any stream).
-struct CallOutcome {
-  int rc = 0;
-  std::string cuda_error;
-  bool sticky = false;
-  bool ok() const { return rc == 0 && cuda_error.empty(); }
-};
+// --- one evaluation --------------------------------------------------------------------------------------
 
-CallOutcome call_and_sync(DeviceSet& set, KernelEntry fn) {
-  CallOutcome out;
-  set.prepare();
-  out.rc = set.call(fn);
-  cudaError_t launch = cudaGetLastError();
-  cudaError_t sync = cudaDeviceSynchronize();
-  cudaError_t error = launch != cudaSuccess ? launch : sync;
-  if (error != cudaSuccess) {
-    out.cuda_error = std::string(cudaGetErrorName(error)) + " (" + cudaGetErrorString(error) + ")";
-    out.sticky = is_sticky(error) || is_sticky(sync);
-  }
-  return out;
-}
+class Evaluation {
+ public:
+  Evaluation(const task::TaskSpec& spec, const eval::EvalOptions& options) : spec_(spec), options_(options), scalars_(spec) {}
 
-// Records a failed candidate call; true when the evaluation must stop (always, for a CUDA error: the
-// context may be unusable).
-bool record_failure(const CallOutcome& o, const std::string& context, Findings& f) {
-  if (o.ok()) return false;
-  if (!o.cuda_error.empty()) {
-    f.failed_call = "CUDA error " + o.cuda_error + " after the candidate's kiln_entry (" + context + ")";
-  } else {
-    f.failed_call = call_failure(o.rc, context);
-  }
-  return true;
-}
-
-Status reference_failure(const CallOutcome& o, const std::string& context) {
-  if (!o.cuda_error.empty()) return internal_error("the reference raised CUDA error " + o.cuda_error + " (" + context + ")");
-  return internal_error("the reference's kiln_entry returned " + std::to_string(o.rc) + " (" + context + ")");
-}
-
-void check_inputs(const task::TaskSpec& spec, const HostSet& got, const HostSet& pristine, const std::string& context,
-                  Findings& f) {
-  for (size_t i = 0; i < got.inputs.size(); ++i) {
-    if (!got.inputs[i].same_bytes(pristine.inputs[i]) && f.modified_input.empty()) {
-      f.modified_input = "input '" + spec.inputs[i].name + "' was modified (" + context + ")";
-    }
-  }
-}
-
-void compare_outputs(const task::TaskSpec& spec, const HostSet& got, const HostSet& expected,
-                     const std::string& context, Findings& f) {
-  for (size_t i = 0; i < got.outputs.size(); ++i) {
-    eval::detail::compare(got.outputs[i], expected.outputs[i], spec.rtol, spec.atol, spec.outputs[i].name, context,
-                          kMaxListedMismatches, f.cmp);
-  }
-}
-
-// Everything the evaluation of one candidate shares: the dedicated stream, timing events, the flush
-// buffer and the cuBLAS handle (created on first use).
-struct Session {
-  Stream stream;
-  Event start, stop;
-  DeviceBuffer flush;
-  cublasHandle_t cublas = nullptr;
-  int flush_round = 0;
-
-  ~Session() {
-    if (cublas) cublasDestroy(cublas);
-  }
-  Status flush_l2() {
-    // cudaMemsetAsync writes every line of a buffer twice the L2: nothing the kernel reads survives it.
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), ++flush_round & 0xff, flush.bytes(), stream.get()));
+  // Forks a runner per contestant (before this process touches CUDA), then creates this process's
+  // context, a device arena per contestant and hands each runner the IPC handle of its own.
+  Status start(const eval::Candidate& candidate, const eval::Candidate& reference) {
+    std::vector<eval::detail::RunnerKernel> kernels = {
+        {"candidate", candidate.entry, candidate.library, nullptr},
+        {"reference", reference.entry, reference.library, nullptr},
+        {"overhead", overhead_entry, "", nullptr}};
+    for (const auto& b : spec_.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+    KILN_ASSIGN_OR_RETURN(const size_t arena, arena_bytes_for(spec_));
+    auto after_fork = [&](Runner::Runners& runners) -> Status {
+      int devices = 0;
+      KILN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&devices));
+      if (devices == 0) return failed_precondition("no CUDA device is visible");
+      KILN_ASSIGN_OR_RETURN(device_, open_device(options_.timing.mode == "cold"));
+      for (size_t i = 0; i < runners.size(); ++i) {
+        Contestant c;
+        c.name = runners[i]->name();
+        if (c.name == "overhead") {
+          KILN_RETURN_IF_ERROR(runners[i]->publish(nullptr, 0));
+        } else {
+          KILN_ASSIGN_OR_RETURN(c.arena, DeviceBuffer::allocate(arena));
+          cudaIpcMemHandle_t handle;
+          KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, c.arena.data()));
+          KILN_RETURN_IF_ERROR(runners[i]->publish(&handle, sizeof handle));
+        }
+        all_.push_back(std::move(c));
+      }
+      return Status::ok();
+    };
+    KILN_ASSIGN_OR_RETURN(Runner::Runners runners,
+                          Runner::start(kernels, 0, options_.wipe_in_runners, &cuda_runner_device(), after_fork));
+    for (size_t i = 0; i < runners.size(); ++i) all_[i].runner = std::move(runners[i]);
     return Status::ok();
   }
-};
 
-Result<std::unique_ptr<Session>> open_session(bool cold) {
-  auto s = std::make_unique<Session>();
-  KILN_ASSIGN_OR_RETURN(s->stream, Stream::create());
-  KILN_ASSIGN_OR_RETURN(s->start, Event::create());
-  KILN_ASSIGN_OR_RETURN(s->stop, Event::create());
-  if (cold) {
-    int device = 0, l2 = 0;
-    KILN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-    const size_t l2_bytes = l2 > 0 ? static_cast<size_t>(l2) : kFallbackL2Bytes;
-    KILN_ASSIGN_OR_RETURN(s->flush, DeviceBuffer::allocate(kFlushL2Multiple * l2_bytes));
+  Contestant& candidate() { return all_[0]; }
+  Contestant& reference() { return all_[1]; }
+  Contestant& overhead() { return all_[2]; }
+
+  // The candidate's runner could not load it: its message, else empty.
+  std::string candidate_load_failure() const {
+    const auto* d = all_[0].runner->death();
+    return d && d->load_failed ? d->what : std::string();
   }
-  return s;
-}
-
-// --- baselines -------------------------------------------------------------------------------------------
-
-// C[M,N] = A[M,K] * B[K,N], row-major fp32, through cuBLAS (column-major): C^T = B^T * A^T, so cuBLAS
-// computes an N x M column-major product of B (N x K, ld N) and A (K x M, ld K) into C (ld N).
-Status check_sgemm(const HostSet& s) {
-  const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
-  if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
-  const HostTensor &a = s.inputs[0], &b = s.inputs[1], &c = s.outputs[0];
-  for (const HostTensor* t : {&a, &b, &c}) {
-    if (t->dtype() != task::DType::kF32 || t->shape().size() != 2) return invalid_argument(want);
-    if (t->shape()[0] > INT32_MAX || t->shape()[1] > INT32_MAX) return invalid_argument(want + ": too large");
-  }
-  if (a.shape()[1] != b.shape()[0] || c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
-    return invalid_argument(want + ": the shapes do not chain");
-  }
-  return Status::ok();
-}
-
-Status run_sgemm(Session& session, const HostSet& shapes, DeviceSet& set) {
-  if (!session.cublas) {
-    if (cublasCreate(&session.cublas) != CUBLAS_STATUS_SUCCESS) return internal_error("cublasCreate failed");
-    if (cublasSetStream(session.cublas, session.stream.get()) != CUBLAS_STATUS_SUCCESS) {
-      return internal_error("cublasSetStream failed");
+  Status check_trusted_runners() const {
+    for (size_t i = 1; i < all_.size(); ++i) {
+      if (const auto* d = all_[i].runner->death()) return internal_error("the " + all_[i].name + " runner: " + d->what);
     }
+    return Status::ok();
   }
-  const int m = static_cast<int>(shapes.inputs[0].shape()[0]);
-  const int k = static_cast<int>(shapes.inputs[0].shape()[1]);
-  const int n = static_cast<int>(shapes.inputs[1].shape()[1]);
-  const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t st = cublasSgemm(session.cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                                  static_cast<const float*>(set.inputs()[1].data()), n,
-                                  static_cast<const float*>(set.inputs()[0].data()), k, &zero,
-                                  static_cast<float*>(set.outputs()[0].data()), n);
-  if (st != CUBLAS_STATUS_SUCCESS) return internal_error("cublasSgemm failed with status " + std::to_string(st));
-  return Status::ok();
-}
 
-struct Baseline {
-  const char* name;
-  Status (*check)(const HostSet& shapes);
-  Status (*run)(Session& session, const HostSet& shapes, DeviceSet& set);
-};
-
-constexpr Baseline kBaselines[] = {
-    {"cublas_sgemm", check_sgemm, run_sgemm},
-};
-
-const Baseline* find_baseline(const std::string& name) {
-  for (const Baseline& b : kBaselines) {
-    if (name == b.name) return &b;
-  }
-  return nullptr;
-}
-
-// --- correctness -----------------------------------------------------------------------------------------
-
-// DESIGN §5 correctness for one case and seed; an error only for a failing reference or device trouble.
-Status check_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference, const Scalars& scalars,
-                  Session& session, const HostSet& pristine, const std::string& context, Findings& f) {
-  KILN_ASSIGN_OR_RETURN(auto cand, DeviceSet::create(pristine, scalars, session.stream.get()));
-  KILN_ASSIGN_OR_RETURN(auto ref, DeviceSet::create(pristine, scalars, session.stream.get()));
-  const std::vector<HostTensor> poison0 = poisoned_outputs(pristine, 0);
-  const std::vector<HostTensor> poison1 = poisoned_outputs(pristine, 1);
-  KILN_RETURN_IF_ERROR(cand->upload_inputs(pristine));
-  KILN_RETURN_IF_ERROR(cand->upload_outputs(poison0));
-  KILN_RETURN_IF_ERROR(ref->upload_inputs(pristine));
-  KILN_RETURN_IF_ERROR(ref->upload_outputs(poison0));
-
-  CallOutcome o = call_and_sync(*cand, candidate);
-  if (record_failure(o, context, f)) return Status::ok();
-  HostSet first = pristine;
-  KILN_RETURN_IF_ERROR(cand->download(first));
-  if (!cand->descriptors_intact() && f.changed_descriptor.empty()) {
-    f.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
-  }
-  check_inputs(spec, first, pristine, context, f);
-
-  o = call_and_sync(*ref, reference);
-  if (!o.ok()) return reference_failure(o, context);
-  HostSet expected = pristine;
-  KILN_RETURN_IF_ERROR(ref->download(expected));
-
-  // The second call gets fresh inputs and outputs poisoned again: a kernel that leans on what the first call
-  // left in device memory fails here.
-  KILN_RETURN_IF_ERROR(cand->upload_inputs(pristine));
-  KILN_RETURN_IF_ERROR(cand->upload_outputs(poison1));
-  o = call_and_sync(*cand, candidate);
-  if (record_failure(o, context + ", second call", f)) return Status::ok();
-  HostSet second = pristine;
-  KILN_RETURN_IF_ERROR(cand->download(second));
-  check_inputs(spec, second, pristine, context + ", second call", f);
-
-  compare_outputs(spec, first, expected, context, f);
-  compare_outputs(spec, second, expected, context + ", second call", f);
-  return Status::ok();
-}
-
-// --- timing ----------------------------------------------------------------------------------------------
-
-struct Contestant {
-  std::string name;
-  KernelEntry entry = nullptr;
-  const Baseline* baseline = nullptr;
-  std::vector<double> samples_us;
-  eval::RunningStats running;
-};
-
-using Clock = std::chrono::steady_clock;
-
-struct TimingOutcome {
-  proto::CaseTiming timing;
-  std::string failed_call;
-};
-
-// One timed call: [flush] start; call; device-wide synchronize; stop. The synchronize makes work a kernel
-// left on any other stream part of its time; its fixed cost is measured and subtracted by the caller.
-Result<double> timed_call(Session& s, bool cold, const std::function<CallOutcome()>& call, CallOutcome& outcome) {
-  if (cold) KILN_RETURN_IF_ERROR(s.flush_l2());
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.start.get(), s.stream.get()));
-  outcome = call();
-  if (!outcome.ok()) return 0.0;
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.stop.get(), s.stream.get()));
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.stop.get()));
-  float ms = 0;
-  KILN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, s.start.get(), s.stop.get()));
-  return static_cast<double>(ms) * 1e3;
-}
-
-Result<double> sync_overhead_us(Session& s) {
-  std::vector<double> rounds;
-  CallOutcome outcome;
-  auto empty = [] {
+  // One call of a contestant on the tensors at `l`: the runner is continued, calls its kernel, synchronizes
+  // its device and answers; the evaluator's probe follows. `cold` flushes the L2 first (outside the clock).
+  Result<CallOutcome> call(Contestant& c, const std::vector<kiln_tensor>& inputs, const std::vector<kiln_tensor>& outputs,
+                           bool cold) {
+    std::vector<kiln_tensor> live_in = inputs, live_out = outputs;
+    kiln_args args{live_in.data(),          static_cast<int32_t>(live_in.size()),
+                   live_out.data(),         static_cast<int32_t>(live_out.size()),
+                   scalars_.names.data(),   scalars_.values.data(),
+                   static_cast<int32_t>(scalars_.names.size()), nullptr};
+    KILN_RETURN_IF_ERROR(c.runner->stage(args));
+    if (cold) KILN_RETURN_IF_ERROR(device_->flush_l2());
     CallOutcome o;
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) o.cuda_error = cudaGetErrorName(e);
-    return o;
-  };
-  for (int i = 0; i < kOverheadRounds; ++i) {
-    KILN_ASSIGN_OR_RETURN(double us, timed_call(s, false, empty, outcome));
-    if (!outcome.ok()) return internal_error("synchronize failed: " + outcome.cuda_error);
-    rounds.push_back(us);
-  }
-  std::sort(rounds.begin(), rounds.end());
-  return eval::quantile_sorted(rounds, 0.5);
-}
-
-Result<TimingOutcome> time_case(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
-                                const Scalars& scalars, const task::Dims& dims, const eval::EvalOptions& options,
-                                Session& session, const HostSet& inputs) {
-  const eval::TimingOptions& opt = options.timing;
-  const bool cold = opt.mode == "cold";
-  const std::string shape = task::dims_string(dims);
-  std::vector<Contestant> all;
-  all.push_back({"candidate", candidate, nullptr, {}, {}});
-  all.push_back({"reference", reference, nullptr, {}, {}});
-  for (const auto& name : spec.baselines) {
-    const Baseline* b = find_baseline(name);
-    if (!b) return invalid_argument("unknown baseline '" + name + "'");
-    KILN_RETURN_IF_ERROR(b->check(inputs).with_context("case " + shape));
-    all.push_back({name, nullptr, b, {}, {}});
-  }
-  // One set of device tensors per contestant, all with the same inputs. Contestants rotate over them round
-  // by round: where a buffer sits in memory can change a memory-bound kernel's time by about a percent,
-  // and that must not be charged to one side (an A/A run would otherwise not contain 1.0).
-  const std::vector<HostTensor> poison = poisoned_outputs(inputs, 0);
-  std::vector<std::unique_ptr<DeviceSet>> sets;
-  for (size_t i = 0; i < all.size(); ++i) {
-    KILN_ASSIGN_OR_RETURN(auto set, DeviceSet::create(inputs, scalars, session.stream.get()));
-    KILN_RETURN_IF_ERROR(set->upload_inputs(inputs));
-    KILN_RETURN_IF_ERROR(set->upload_outputs(poison));
-    sets.push_back(std::move(set));
-  }
-
-  TimingOutcome out;
-  auto caller = [&](Contestant& c, DeviceSet& set) {
-    return [&]() -> CallOutcome {
-      if (!c.baseline) return call_and_sync(set, c.entry);
-      CallOutcome o;
-      Status st = c.baseline->run(session, inputs, set);
-      if (!st.is_ok()) o.cuda_error = st.message();
-      cudaError_t e = cudaDeviceSynchronize();
-      if (o.cuda_error.empty() && e != cudaSuccess) o.cuda_error = cudaGetErrorName(e);
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<int> rc = c.runner->invoke(nullptr);
+    if (rc.is_ok()) KILN_RETURN_IF_ERROR(device_->probe_device());
+    const auto t1 = std::chrono::steady_clock::now();
+    if (rc.is_ok()) {
+      if (Status st = c.runner->freeze(); !st.is_ok()) rc = st;
+    }
+    if (!rc.is_ok()) {
+      if (!c.runner->death()) return rc.status();
+      o.death = c.runner->death()->what;
       return o;
+    }
+    c.runner->unstage(args);
+    o.rc = *rc;
+    o.device_error = c.runner->device_error();
+    o.us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    o.reported_us = c.runner->reported_us();
+    auto same = [](const std::vector<kiln_tensor>& a, const std::vector<kiln_tensor>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(kiln_tensor)) == 0;
     };
+    o.descriptors_changed = !same(inputs, live_in) || !same(outputs, live_out);
+    return o;
+  }
+  Result<CallOutcome> call(Contestant& c, const Layout& l, bool cold = false) { return call(c, l.inputs, l.outputs, cold); }
+
+  // A candidate call that failed is recorded in `f_` (true: stop evaluating); a failing trusted
+  // contestant is an error.
+  Result<bool> failed(const Contestant& c, const CallOutcome& o, const std::string& context) {
+    if (o.ok()) return false;
+    if (&c != &all_[0]) return internal_error("the " + c.name + " failed: " + o.what() + " (" + context + ")");
+    if (!o.death.empty()) {
+      f_.crashed = o.death + " (" + context + ")";
+    } else if (!o.device_error.empty()) {
+      f_.failed_call = "CUDA error " + o.device_error + " after the candidate's kiln_entry (" + context + ")";
+    } else {
+      f_.failed_call = eval::detail::call_failure(o.rc, context);
+    }
+    return true;
+  }
+  bool candidate_failed() const { return !f_.failed_call.empty() || !f_.crashed.empty(); }
+
+  // DESIGN §5 correctness for one case and seed.
+  Status check_case(const TensorSet& pristine, const std::string& context) {
+    const Layout l(pristine, 0);
+    Contestant& cand = candidate();
+    Contestant& ref = reference();
+    KILN_RETURN_IF_ERROR(cand.upload_inputs(l, pristine));
+    KILN_RETURN_IF_ERROR(cand.upload_outputs(l, poisoned(pristine, 0)));
+    KILN_RETURN_IF_ERROR(ref.upload_inputs(l, pristine));
+    KILN_RETURN_IF_ERROR(ref.upload_outputs(l, poisoned(pristine, 0)));
+
+    KILN_ASSIGN_OR_RETURN(CallOutcome o, call(cand, l));
+    KILN_ASSIGN_OR_RETURN(bool stop, failed(cand, o, context));
+    if (stop) return Status::ok();
+    note_descriptors(o, context);
+    TensorSet first = pristine;
+    KILN_RETURN_IF_ERROR(cand.download(l, first, true));
+    eval::detail::check_inputs(spec_, first, pristine, context, f_);
+
+    KILN_ASSIGN_OR_RETURN(o, call(ref, l));
+    KILN_RETURN_IF_ERROR(failed(ref, o, context).status());
+    TensorSet expected = pristine;
+    KILN_RETURN_IF_ERROR(ref.download(l, expected, false));
+
+    // The second call gets fresh inputs and outputs poisoned again: a kernel that leans on what the first
+    // call left in device memory fails here.
+    KILN_RETURN_IF_ERROR(cand.upload_inputs(l, pristine));
+    KILN_RETURN_IF_ERROR(cand.upload_outputs(l, poisoned(pristine, 1)));
+    KILN_ASSIGN_OR_RETURN(o, call(cand, l));
+    KILN_ASSIGN_OR_RETURN(stop, failed(cand, o, context + ", second call"));
+    if (stop) return Status::ok();
+    note_descriptors(o, context + ", second call");
+    TensorSet second = pristine;
+    KILN_RETURN_IF_ERROR(cand.download(l, second, true));
+    eval::detail::check_inputs(spec_, second, pristine, context + ", second call", f_);
+
+    eval::detail::compare_outputs(spec_, first, expected, context, f_);
+    eval::detail::compare_outputs(spec_, second, expected, context + ", second call", f_);
+    return Status::ok();
+  }
+
+  Status correctness() {
+    for (const auto& dims : spec_.correctness_cases) {
+      const std::string shape = task::dims_string(dims);
+      KILN_ASSIGN_OR_RETURN(TensorSet pristine, eval::detail::allocate(spec_, dims));
+      f_.tested(shape);
+      for (int64_t seed = 0; seed < spec_.seeds && !candidate_failed(); ++seed) {
+        eval::detail::fill_inputs(spec_, pristine, static_cast<uint64_t>(seed));
+        KILN_RETURN_IF_ERROR(check_case(pristine, shape + " seed " + std::to_string(seed)));
+      }
+      if (candidate_failed()) break;
+    }
+    return Status::ok();
+  }
+
+  // The fixed cost of a call on both clocks, from the overhead runner: medians subtracted from every sample.
+  struct Overhead {
+    double wall_us = 0;
+    double reported_us = 0;
   };
-  auto failure = [&](Contestant& c, const CallOutcome& o, const std::string& where) -> Status {
-    if (&c == &all[0]) {
-      Findings f;
-      record_failure(o, shape + ", " + where, f);
-      out.failed_call = f.failed_call;
+  Result<Overhead> call_overhead(bool cold) {
+    std::vector<double> wall, reported;
+    for (int i = 0; i < kOverheadCalls; ++i) {
+      KILN_ASSIGN_OR_RETURN(CallOutcome o, call(overhead(), {}, {}, cold));
+      KILN_RETURN_IF_ERROR(failed(overhead(), o, "overhead").status());
+      wall.push_back(o.us);
+      reported.push_back(o.reported_us);
+    }
+    return Overhead{median(wall), median(reported)};
+  }
+
+  static double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return eval::quantile_sorted(v, 0.5);
+  }
+
+  // Whether the candidate's own CUDA-event times can be believed: the gap between the evaluator's clock and
+  // them (its median) may exceed the reference's gap by at most kClockAllowanceUs + kClockAllowanceRel of
+  // the candidate's time. Empty when believed, else the reason.
+  std::string disbelief(const Contestant& c, const Contestant& reference) {
+    auto gap = [](const Contestant& x) {
+      std::vector<double> g(x.wall_us.size());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = x.wall_us[i] - x.reported_us[i];
+      return median(std::move(g));
+    };
+    const double excess = gap(c) - gap(reference);
+    const double allowance = kClockAllowanceUs + kClockAllowanceRel * median(c.reported_us);
+    if (excess <= allowance) return {};
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "the candidate's own timings claim %.2f us per call less than the evaluator's clock allows "
+                  "(allowance %.2f us): every contestant is timed by the evaluator's clock",
+                  excess, allowance);
+    return line;
+  }
+
+  // A contestant's samples on one clock, less that clock's fixed cost (from the overhead runner), never
+  // below a tenth of the raw time: the subtraction corrects a bias, it must not invent speed.
+  static void settle_samples(Contestant& c, const Overhead& overhead, bool events) {
+    c.samples_us.clear();
+    for (size_t i = 0; i < c.wall_us.size(); ++i) {
+      const double raw = events ? c.reported_us[i] : c.wall_us[i];
+      const double fixed = events ? overhead.reported_us : overhead.wall_us;
+      c.samples_us.push_back(std::max(raw - fixed, raw * 0.1));
+    }
+  }
+
+  // Timing of one benchmark case; false when the candidate failed (recorded).
+  Result<bool> time_case(const task::Dims& dims, TensorSet& host, proto::CaseTiming& timing) {
+    const eval::TimingOptions& opt = options_.timing;
+    const bool cold = opt.mode == "cold";
+    const std::string shape = task::dims_string(dims);
+    std::vector<Contestant*> timed = {&candidate(), &reference()};
+    for (size_t i = 3; i < all_.size(); ++i) {
+      KILN_RETURN_IF_ERROR(check_sgemm(host).with_context("case " + shape));
+      timed.push_back(&all_[i]);
+    }
+    for (Contestant* c : timed) {
+      c->samples_us.clear();
+      c->wall_us.clear();
+      c->reported_us.clear();
+      c->running = {};
+    }
+
+    // Inputs that move: a donor set on the device (and its host twin) from which a block of every input is
+    // copied before each round, into every contestant's arena alike; `host` follows, so a new layout can
+    // be uploaded as the inputs stand.
+    TensorSet donor = host;
+    eval::detail::fill_inputs(spec_, donor, eval::detail::kTimingSeed + 1);
+    std::vector<DeviceBuffer> donor_device;
+    for (const auto& t : donor.inputs) {
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1)));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), t.data(), t.bytes(), cudaMemcpyHostToDevice));
+      donor_device.push_back(std::move(b));
+    }
+    std::vector<Layout> layouts(timed.size(), Layout(host, 0));
+    const std::vector<HostTensor> poison = poisoned(host, 0);
+    auto place_all = [&](uint64_t block) -> Status {
+      for (size_t i = 0; i < timed.size(); ++i) {
+        const uint64_t draw = eval::detail::mix_seed(eval::detail::mix_seed(eval::detail::kTimingSeed + 3, block), i);
+        layouts[i] = Layout(host, draw % (kPlacementSlack / kTensorAlignment) * kTensorAlignment);
+        KILN_RETURN_IF_ERROR(timed[i]->upload_inputs(layouts[i], host));
+        KILN_RETURN_IF_ERROR(timed[i]->upload_outputs(layouts[i], poison));
+      }
       return Status::ok();
-    }
-    if (c.baseline) return internal_error("baseline " + c.name + " failed: " + o.cuda_error + " (" + shape + ")");
-    return reference_failure(o, shape + ", " + where);
-  };
+    };
+    auto perturb = [&](uint64_t round) -> Status {
+      for (size_t i = 0; i < host.inputs.size(); ++i) {
+        const size_t n = host.inputs[i].elements();
+        if (n == 0) continue;
+        const size_t elem = host.inputs[i].bytes() / n;
+        const eval::detail::PerturbBlock b = eval::detail::perturb_block(n, round, i);
+        const size_t from = b.first * elem, bytes = b.len * elem;
+        std::memcpy(static_cast<char*>(host.inputs[i].data()) + from,
+                    static_cast<const char*>(donor.inputs[i].data()) + from, bytes);
+        for (size_t k = 0; k < timed.size(); ++k) {
+          KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(timed[k]->at(layouts[k].in[i] + from),
+                                                    static_cast<const char*>(donor_device[i].data()) + from, bytes,
+                                                    cudaMemcpyDeviceToDevice, device_->stream.get()));
+        }
+      }
+      KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(device_->stream.get()));
+      return Status::ok();
+    };
+    // The candidate's outputs of this round against the reference's of the same round.
+    auto compare_round = [&](int64_t round) -> Status {
+      TensorSet got = host, expected = host;
+      KILN_RETURN_IF_ERROR(timed[0]->download(layouts[0], got, false));
+      KILN_RETURN_IF_ERROR(timed[1]->download(layouts[1], expected, false));
+      eval::detail::compare_outputs(spec_, got, expected, shape + ", timed round " + std::to_string(round), f_);
+      return Status::ok();
+    };
 
-  for (int64_t w = 0; w < opt.warmup_iters; ++w) {
-    for (size_t i = 0; i < all.size(); ++i) {
-      Contestant& c = all[i];
-      CallOutcome o = caller(c, *sets[(i + static_cast<size_t>(w)) % sets.size()])();
-      if (!o.ok()) {
-        KILN_RETURN_IF_ERROR(failure(c, o, "warm-up"));
-        return out;
+    KILN_RETURN_IF_ERROR(place_all(0));
+    for (int64_t w = 0; w < opt.warmup_iters; ++w) {
+      for (size_t i = 0; i < timed.size(); ++i) {
+        KILN_ASSIGN_OR_RETURN(CallOutcome o, call(*timed[i], layouts[i]));
+        KILN_ASSIGN_OR_RETURN(bool stop, failed(*timed[i], o, shape + ", warm-up"));
+        if (stop) return false;
       }
     }
-  }
-  KILN_ASSIGN_OR_RETURN(const double overhead_us, sync_overhead_us(session));
+    KILN_ASSIGN_OR_RETURN(const Overhead overhead_before, call_overhead(cold));
 
-  eval::detail::StoppingRule rule(opt);
-  const auto start = Clock::now();
-  std::string stop_reason;
-  for (int64_t n = 0; stop_reason.empty(); ++n) {
-    // Alternate the order inside each round so neither side always runs right after the other.
-    for (size_t k = 0; k < all.size(); ++k) {
-      const size_t i = n % 2 == 0 ? all.size() - 1 - k : k;
-      Contestant& c = all[i];
-      DeviceSet& set = *sets[(i + static_cast<size_t>(n)) % sets.size()];
-      CallOutcome o;
-      KILN_ASSIGN_OR_RETURN(double us, timed_call(session, cold, caller(c, set), o));
-      if (!o.ok()) {
-        KILN_RETURN_IF_ERROR(failure(c, o, "timing"));
-        return out;
+    eval::detail::StoppingRule rule(opt);
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    std::string stop_reason;
+    std::vector<size_t> block_starts = {0};
+    const double block_s = opt.min_time_s / kBlocks;
+    double next_block_s = block_s;
+    int64_t block_rounds = 0;
+    for (int64_t n = 0; stop_reason.empty(); ++n, ++block_rounds) {
+      if (block_rounds >= kMinBlockRounds && elapsed_s() >= next_block_s) {
+        KILN_RETURN_IF_ERROR(place_all(block_starts.size()));
+        block_starts.push_back(static_cast<size_t>(n));
+        next_block_s = elapsed_s() + block_s;
+        block_rounds = 0;
       }
-      // Never below a tenth of the raw time: the subtraction corrects a bias, it must not invent speed.
-      us = std::max(us - overhead_us, us * 0.1);
-      c.samples_us.push_back(us);
-      c.running.add(us);
+      KILN_RETURN_IF_ERROR(perturb(static_cast<uint64_t>(n)));
+      // Alternate the order inside each round so neither side always runs right after the other.
+      for (size_t k = 0; k < timed.size(); ++k) {
+        const size_t i = n % 2 == 0 ? timed.size() - 1 - k : k;
+        KILN_ASSIGN_OR_RETURN(CallOutcome o, call(*timed[i], layouts[i], cold));
+        KILN_ASSIGN_OR_RETURN(bool stop, failed(*timed[i], o, shape + ", timing"));
+        if (stop) return false;
+        timed[i]->wall_us.push_back(o.us);
+        timed[i]->reported_us.push_back(o.reported_us);
+        // The stopping rule follows the reported times (the wall clock's noise is mostly the process hop).
+        timed[i]->running.add(std::max(o.reported_us - overhead_before.reported_us, o.reported_us * 0.1));
+      }
+      stop_reason = rule.after_round(n + 1, elapsed_s(), std::max(timed[0]->running.cv(), timed[1]->running.cv()));
+      if (!stop_reason.empty() || eval::detail::compare_after_round(static_cast<uint64_t>(n))) {
+        KILN_RETURN_IF_ERROR(compare_round(n));
+      }
     }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    stop_reason = rule.after_round(n + 1, elapsed, std::max(all[0].running.cv(), all[1].running.cv()));
+    KILN_ASSIGN_OR_RETURN(const Overhead overhead_after, call_overhead(cold));
+    const Overhead overhead{(overhead_before.wall_us + overhead_after.wall_us) / 2,
+                            (overhead_before.reported_us + overhead_after.reported_us) / 2};
+    // The runners' CUDA events are precise; the candidate's are its own word. When they disagree with the
+    // evaluator's clock, everybody is timed on that clock: coarser (the process hop), never in its favour.
+    const std::string doubt = disbelief(*timed[0], *timed[1]);
+    if (!doubt.empty()) {
+      std::fprintf(stderr, "kiln-eval-cuda: %s: %s\n", shape.c_str(), doubt.c_str());
+      host_clock_ = true;
+    }
+    for (Contestant* c : timed) settle_samples(*c, overhead, doubt.empty());
+    std::fprintf(stderr,
+                 "kiln-eval-cuda: %s: %zu rounds in %zu blocks, call overhead %.2f us subtracted (evaluator's clock "
+                 "%.2f us; before/after timing %.2f/%.2f us), stop: %s\n",
+                 shape.c_str(), timed[0]->samples_us.size(), block_starts.size(), overhead.reported_us,
+                 overhead.wall_us, overhead_before.reported_us, overhead_after.reported_us, stop_reason.c_str());
+    std::vector<eval::detail::NamedSamples> baselines;
+    for (size_t i = 2; i < timed.size(); ++i) baselines.push_back({timed[i]->name, timed[i]->samples_us});
+    timing = eval::detail::summarize_case(dims, timed[0]->samples_us, timed[1]->samples_us, baselines,
+                                          options_.bootstrap_seed, opt.warmup_iters, stop_reason, block_starts);
+    return true;
   }
-  std::fprintf(stderr, "kiln-eval-cuda: %s: %zu rounds, synchronize overhead %.2f us subtracted, stop: %s\n",
-               shape.c_str(), all[0].samples_us.size(), overhead_us, stop_reason.c_str());
 
-  std::vector<eval::detail::NamedSamples> baselines;
-  for (size_t i = 2; i < all.size(); ++i) baselines.push_back({all[i].name, all[i].samples_us});
-  out.timing = eval::detail::summarize_case(dims, all[0].samples_us, all[1].samples_us, baselines,
-                                            options.bootstrap_seed, opt.warmup_iters, stop_reason);
-  return out;
-}
+  // After timing, the same device buffers get new values: a kernel that caches results by pointer fails.
+  Status recheck_after_timing(const task::Dims& dims, TensorSet& host) {
+    eval::detail::fill_inputs(spec_, host, eval::detail::kRecheckSeed);
+    const std::string context = task::dims_string(dims) + ", after timing";
+    const Layout l(host, 0);
+    KILN_RETURN_IF_ERROR(reference().upload_inputs(l, host));
+    KILN_RETURN_IF_ERROR(reference().upload_outputs(l, poisoned(host, 0)));
+    KILN_ASSIGN_OR_RETURN(CallOutcome o, call(reference(), l));
+    KILN_RETURN_IF_ERROR(failed(reference(), o, context).status());
+    TensorSet expected = host;
+    KILN_RETURN_IF_ERROR(reference().download(l, expected, false));
 
-// After timing, the same device buffers get new values: a kernel that caches results by pointer fails.
-Status recheck_after_timing(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
-                            const Scalars& scalars, Session& session, const std::string& shape, HostSet& host,
-                            DeviceSet& cand_set, Findings& f) {
-  fill_inputs(spec, host, eval::detail::kRecheckSeed);
-  const std::string context = shape + ", after timing";
-  KILN_ASSIGN_OR_RETURN(auto ref, DeviceSet::create(host, scalars, session.stream.get()));
-  KILN_RETURN_IF_ERROR(ref->upload_inputs(host));
-  KILN_RETURN_IF_ERROR(ref->upload_outputs(poisoned_outputs(host, 0)));
-  CallOutcome o = call_and_sync(*ref, reference);
-  if (!o.ok()) return reference_failure(o, context);
-  HostSet expected = host;
-  KILN_RETURN_IF_ERROR(ref->download(expected));
-  ref.reset();
+    KILN_RETURN_IF_ERROR(candidate().upload_inputs(l, host));
+    KILN_RETURN_IF_ERROR(candidate().upload_outputs(l, poisoned(host, 1)));
+    KILN_ASSIGN_OR_RETURN(o, call(candidate(), l));
+    KILN_ASSIGN_OR_RETURN(bool stop, failed(candidate(), o, context));
+    if (stop) return Status::ok();
+    note_descriptors(o, context);
+    TensorSet got = host;
+    KILN_RETURN_IF_ERROR(candidate().download(l, got, true));
+    eval::detail::check_inputs(spec_, got, host, context, f_);
+    eval::detail::compare_outputs(spec_, got, expected, context, f_);
+    return Status::ok();
+  }
 
-  KILN_RETURN_IF_ERROR(cand_set.upload_inputs(host));
-  KILN_RETURN_IF_ERROR(cand_set.upload_outputs(poisoned_outputs(host, 1)));
-  o = call_and_sync(cand_set, candidate);
-  if (record_failure(o, context, f)) return Status::ok();
-  HostSet got = host;
-  KILN_RETURN_IF_ERROR(cand_set.download(got));
-  check_inputs(spec, got, host, context, f);
-  compare_outputs(spec, got, expected, context, f);
-  return Status::ok();
-}
+  Result<proto::TestReport> run() {
+    proto::TestReport report;
+    report.correctness.rtol = spec_.rtol;
+    report.correctness.atol = spec_.atol;
+    report.performance.method = "cuda_events_checked";  // "host_clock" when the candidate's were disbelieved
+    report.performance.mode = options_.timing.mode;
+    if (const std::string why = candidate_load_failure(); !why.empty()) {
+      report.status = proto::test_status::kLoadFailed;
+      report.message = "cannot load the kernel: " + why;
+      return report;
+    }
+    KILN_RETURN_IF_ERROR(check_trusted_runners());
+    KILN_RETURN_IF_ERROR(correctness());
+    eval::detail::conclude(f_, report);
+    if (!report.correctness.passed || !options_.measure) return report;
 
-Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, KernelEntry candidate,
-                                             KernelEntry reference, const eval::EvalOptions& options) {
-  if (!candidate || !reference) return invalid_argument("evaluate: missing kernel entry point");
+    std::string speedups;
+    for (const auto& dims : spec_.benchmark_cases) {
+      const std::string shape = task::dims_string(dims);
+      KILN_ASSIGN_OR_RETURN(TensorSet host, eval::detail::allocate(spec_, dims));
+      eval::detail::fill_inputs(spec_, host, eval::detail::kTimingSeed);
+      proto::CaseTiming timing;
+      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, timing));
+      if (!timed) break;
+      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host));
+      if (candidate_failed()) break;
+      f_.tested(shape);
+      speedups += "; speedup " + eval::detail::format_ratio(timing.speedup) + " [" +
+                  eval::detail::format_ratio(timing.speedup_lo) + ", " + eval::detail::format_ratio(timing.speedup_hi) +
+                  "] on " + shape;
+      report.performance.cases.push_back(std::move(timing));
+    }
+    report.performance.measured = report.performance.cases.size() == spec_.benchmark_cases.size();
+    if (host_clock_) report.performance.method = "host_clock";
+    eval::detail::conclude(f_, report);
+    if (report.correctness.passed) report.message += speedups;
+    return report;
+  }
+
+  static Status check_sgemm(const TensorSet& s) {
+    const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
+    if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
+    const HostTensor &a = s.inputs[0], &b = s.inputs[1], &c = s.outputs[0];
+    for (const HostTensor* t : {&a, &b, &c}) {
+      if (t->dtype() != task::DType::kF32 || t->shape().size() != 2) return invalid_argument(want);
+      if (t->shape()[0] > INT32_MAX || t->shape()[1] > INT32_MAX) return invalid_argument(want + ": too large");
+    }
+    if (a.shape()[1] != b.shape()[0] || c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
+      return invalid_argument(want + ": the shapes do not chain");
+    }
+    return Status::ok();
+  }
+
+ private:
+  void note_descriptors(const CallOutcome& o, const std::string& context) {
+    if (o.descriptors_changed && f_.changed_descriptor.empty()) {
+      f_.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
+    }
+  }
+
+  const task::TaskSpec& spec_;
+  const eval::EvalOptions& options_;
+  const Scalars scalars_;
+  std::unique_ptr<Device> device_;
+  std::vector<Contestant> all_;  // candidate, reference, overhead, then the baselines
+  Findings f_;
+  bool host_clock_ = false;  // some case was timed by the evaluator's clock
+};
+
+Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                             const eval::Candidate& reference, const eval::EvalOptions& options) {
+  if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
+    return invalid_argument("evaluate: missing kernel entry point");
   if (spec.backend != "cuda") return invalid_argument("this evaluator runs the cuda backend, the task is " + spec.backend);
   for (const auto& b : spec.baselines) {
-    if (!find_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
+    if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
   }
   if (options.timing.mode != "cold" && options.timing.mode != "warm") {
     return invalid_argument("timing mode must be cold or warm, got '" + options.timing.mode + "'");
   }
-  int devices = 0;
-  KILN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&devices));
-  if (devices == 0) return failed_precondition("no CUDA device is visible");
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, open_session(options.timing.mode == "cold"));
-
-  const Scalars scalars(spec);
-  proto::TestReport report;
-  report.correctness.rtol = spec.rtol;
-  report.correctness.atol = spec.atol;
-  report.performance.method = "cuda_events";
-  report.performance.mode = options.timing.mode;
-
-  Findings f;
-  for (const auto& dims : spec.correctness_cases) {
-    const std::string shape = task::dims_string(dims);
-    KILN_ASSIGN_OR_RETURN(HostSet pristine, allocate_host(spec, dims));
-    f.tested(shape);
-    for (int64_t seed = 0; seed < spec.seeds && f.failed_call.empty(); ++seed) {
-      fill_inputs(spec, pristine, static_cast<uint64_t>(seed));
-      KILN_RETURN_IF_ERROR(check_case(spec, candidate, reference, scalars, *session, pristine,
-                                      shape + " seed " + std::to_string(seed), f));
-    }
-    if (!f.failed_call.empty()) break;
-  }
-  eval::detail::conclude(f, report);
-  if (!report.correctness.passed || !options.measure) return report;
-
-  std::string speedups;
-  for (const auto& dims : spec.benchmark_cases) {
-    const std::string shape = task::dims_string(dims);
-    KILN_ASSIGN_OR_RETURN(HostSet host, allocate_host(spec, dims));
-    fill_inputs(spec, host, eval::detail::kTimingSeed);
-    KILN_ASSIGN_OR_RETURN(TimingOutcome timed,
-                          time_case(spec, candidate, reference, scalars, dims, options, *session, host));
-    if (!timed.failed_call.empty()) {
-      f.failed_call = timed.failed_call;
-      break;
-    }
-    KILN_ASSIGN_OR_RETURN(auto cand_set, DeviceSet::create(host, scalars, session->stream.get()));
-    KILN_RETURN_IF_ERROR(recheck_after_timing(spec, candidate, reference, scalars, *session, shape, host, *cand_set, f));
-    if (!f.failed_call.empty()) break;
-    f.tested(shape);
-    speedups += "; speedup " + eval::detail::format_ratio(timed.timing.speedup) + " [" +
-                eval::detail::format_ratio(timed.timing.speedup_lo) + ", " +
-                eval::detail::format_ratio(timed.timing.speedup_hi) + "] on " + shape;
-    report.performance.cases.push_back(std::move(timed.timing));
-  }
-  report.performance.measured = report.performance.cases.size() == spec.benchmark_cases.size();
-  eval::detail::conclude(f, report);
-  if (report.correctness.passed) report.message += speedups;
-  return report;
+  Evaluation e(spec, options);
+  KILN_RETURN_IF_ERROR(e.start(candidate, reference));
+  return e.run();
 }
 
 std::string format_uuid(const cudaUUID_t& uuid) {
@@ -600,7 +667,7 @@ std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + s
 
 }  // namespace
 
-bool is_known_baseline(const std::string& name) { return find_baseline(name) != nullptr; }
+bool is_known_baseline(const std::string& name) { return name == "cublas_sgemm"; }
 
 proto::WorkerInfo cuda_worker_info() {
   proto::WorkerInfo w;
@@ -626,8 +693,8 @@ proto::WorkerInfo cuda_worker_info() {
   return w;
 }
 
-Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
-                                   const eval::EvalOptions& options) {
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                   const eval::Candidate& reference, const eval::EvalOptions& options) {
   try {
     return evaluate_unguarded(spec, candidate, reference, options);
   } catch (const std::bad_alloc&) {

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "baselines.h"
-#include "runner.h"
+#include "kiln/eval/detail/runner.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/stats.h"
 #include "kiln/eval/detail/protocol.h"
@@ -27,49 +27,16 @@ using detail::conclude;
 using detail::Findings;
 using detail::format_ratio;
 using detail::HostTensor;
-using detail::kMaxListedMismatches;
 using detail::kRecheckSeed;
 using detail::kTimingSeed;
 using detail::Runner;
 using detail::Scalars;
 
-// The tensors of one case: what a kernel reads and writes.
-struct TensorSet {
-  std::vector<HostTensor> inputs;
-  std::vector<HostTensor> outputs;
-};
-
-Result<std::vector<int64_t>> resolved_shape(const task::TensorSpec& t, const task::Dims& dims) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
-  if (shape.size() > KILN_MAX_DIMS) {
-    return invalid_argument("tensor '" + t.name + "' has more than " + std::to_string(KILN_MAX_DIMS) + " dims");
-  }
-  return shape;
-}
-
-Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims) {
-  TensorSet set;
-  for (const auto& t : spec.inputs) {
-    KILN_ASSIGN_OR_RETURN(auto shape, resolved_shape(t, dims));
-    set.inputs.emplace_back(t.dtype, std::move(shape));
-  }
-  for (const auto& t : spec.outputs) {
-    KILN_ASSIGN_OR_RETURN(auto shape, resolved_shape(t, dims));
-    set.outputs.emplace_back(t.dtype, std::move(shape));
-  }
-  return set;
-}
-
-void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed) {
-  for (size_t i = 0; i < set.inputs.size(); ++i) {
-    const auto& t = spec.inputs[i];
-    set.inputs[i].fill(t.init, t.init_a, t.init_b, detail::mix_seed(seed, i));
-  }
-}
-
-void poison_outputs(TensorSet& set, int variant) {
-  for (auto& o : set.outputs) o.poison(variant);
-}
+using detail::allocate;
+using detail::compare_outputs;
+using detail::fill_inputs;
+using detail::poison_outputs;
+using detail::TensorSet;
 
 // The kiln_args of one TensorSet. Descriptors are restored before every call, so a kernel that scribbles
 // on them cannot affect the next one; whether it did is checked separately.
@@ -119,19 +86,7 @@ void check_side_effects(const task::TaskSpec& spec, const Invoker& invoker, cons
   if (!invoker.descriptors_intact() && f.changed_descriptor.empty()) {
     f.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
   }
-  for (size_t i = 0; i < used.inputs.size(); ++i) {
-    if (!used.inputs[i].same_bytes(pristine.inputs[i]) && f.modified_input.empty()) {
-      f.modified_input = "input '" + spec.inputs[i].name + "' was modified (" + context + ")";
-    }
-  }
-}
-
-void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& expected,
-                     const std::string& context, Findings& f) {
-  for (size_t i = 0; i < got.outputs.size(); ++i) {
-    detail::compare(got.outputs[i], expected.outputs[i], spec.rtol, spec.atol, spec.outputs[i].name, context,
-                    kMaxListedMismatches, f.cmp);
-  }
+  detail::check_inputs(spec, used, pristine, context, f);
 }
 
 // A call of the candidate: false when it failed (a non-zero return, or its runner died: both recorded in
@@ -216,11 +171,6 @@ struct Contestant {
 
 using Clock = std::chrono::steady_clock;
 
-// Per timing round, at least this many elements of each input (or 1/kPerturbFraction of it) change, and
-// about one round in kCheckEveryRounds has its outputs compared.
-constexpr size_t kPerturbMinElements = 16;
-constexpr size_t kPerturbFraction = 100;
-constexpr uint64_t kCheckEveryRounds = 4;
 // Timing runs in generations: the first uses the runners that ran correctness, each later one fresh
 // runner processes (warmed up again), and in each the contestants' tensors sit at other pages and cache
 // sets. The speedup interval resamples whole generations, so an offset fixed for a process or a placement
@@ -343,10 +293,10 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
       const size_t n = donor.inputs[i].elements();
       if (n == 0) continue;
       const size_t elem = donor.inputs[i].bytes() / n;
-      const size_t len = std::min(n, std::max<size_t>(kPerturbMinElements, n / kPerturbFraction));
-      const size_t first = detail::mix_seed(detail::mix_seed(kTimingSeed, round), i) % (n - len + 1);
-      const auto* from = static_cast<const char*>(donor.inputs[i].data()) + first * elem;
-      for (auto& c : all) std::memcpy(static_cast<char*>(c.tensors.inputs[i].data()) + first * elem, from, len * elem);
+      const detail::PerturbBlock block = detail::perturb_block(n, round, i);
+      const auto* from = static_cast<const char*>(donor.inputs[i].data()) + block.first * elem;
+      for (auto& c : all)
+        std::memcpy(static_cast<char*>(c.tensors.inputs[i].data()) + block.first * elem, from, block.len * elem);
     }
   };
   auto compare_round = [&](int64_t round) {
@@ -383,8 +333,7 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
       c.running.add(us);
     }
     stop_reason = rule.after_round(n + 1, elapsed_s(start), std::max(all[0].running.cv(), all[1].running.cv()));
-    if (!stop_reason.empty() || detail::mix_seed(kTimingSeed + 2, static_cast<uint64_t>(n)) % kCheckEveryRounds == 0)
-      compare_round(n);
+    if (!stop_reason.empty() || detail::compare_after_round(static_cast<uint64_t>(n))) compare_round(n);
   }
 
   std::vector<detail::NamedSamples> baselines;

@@ -15,7 +15,61 @@ constexpr double kMinImprovement = 0.02;
 // A guard on memory for very fast kernels; reaching it counts as a stall.
 constexpr int64_t kMaxSamples = int64_t{1} << 20;
 
+constexpr size_t kPerturbMinElements = 16;
+constexpr size_t kPerturbFraction = 100;
+constexpr uint64_t kCheckEveryRounds = 4;
+
 }  // namespace
+
+Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims) {
+  TensorSet set;
+  for (const auto* list : {&spec.inputs, &spec.outputs}) {
+    for (const auto& t : *list) {
+      KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
+      if (shape.size() > KILN_MAX_DIMS) {
+        return invalid_argument("tensor '" + t.name + "' has more than " + std::to_string(KILN_MAX_DIMS) + " dims");
+      }
+      (list == &spec.inputs ? set.inputs : set.outputs).emplace_back(t.dtype, std::move(shape));
+    }
+  }
+  return set;
+}
+
+void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed) {
+  for (size_t i = 0; i < set.inputs.size(); ++i) {
+    const auto& t = spec.inputs[i];
+    set.inputs[i].fill(t.init, t.init_a, t.init_b, mix_seed(seed, i));
+  }
+}
+
+void poison_outputs(TensorSet& set, int variant) {
+  for (auto& o : set.outputs) o.poison(variant);
+}
+
+PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input) {
+  if (elements == 0) return {};
+  const size_t len = std::min(elements, std::max<size_t>(kPerturbMinElements, elements / kPerturbFraction));
+  return {mix_seed(mix_seed(kTimingSeed, round), input) % (elements - len + 1), len};
+}
+
+bool compare_after_round(uint64_t round) { return mix_seed(kTimingSeed + 2, round) % kCheckEveryRounds == 0; }
+
+void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& expected,
+                     const std::string& context, Findings& f) {
+  for (size_t i = 0; i < got.outputs.size(); ++i) {
+    compare(got.outputs[i], expected.outputs[i], spec.rtol, spec.atol, spec.outputs[i].name, context,
+            kMaxListedMismatches, f.cmp);
+  }
+}
+
+void check_inputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& pristine,
+                  const std::string& context, Findings& f) {
+  for (size_t i = 0; i < got.inputs.size(); ++i) {
+    if (!got.inputs[i].same_bytes(pristine.inputs[i]) && f.modified_input.empty()) {
+      f.modified_input = "input '" + spec.inputs[i].name + "' was modified (" + context + ")";
+    }
+  }
+}
 
 Scalars::Scalars(const task::TaskSpec& spec) {
   for (const auto& [name, value] : spec.scalars) {

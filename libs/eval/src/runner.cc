@@ -1,4 +1,4 @@
-#include "runner.h"
+#include "kiln/eval/detail/runner.h"
 
 #include <dlfcn.h>
 #include <linux/futex.h>
@@ -17,18 +17,21 @@
 #include <cstring>
 #include <thread>
 
+#include "baselines.h"
 #include "kiln/sandbox/sandbox.h"
 
 namespace kiln::eval::detail {
 namespace {
 
-constexpr int kMaxTensors = 16;
+constexpr int kMaxTensors = kRunnerMaxTensors;
 constexpr int kMaxScalars = 32;
 constexpr size_t kScalarNameBytes = 64;
 constexpr size_t kTensorAlignment = 4096;  // every tensor starts on a page, for every contestant alike
 constexpr size_t kErrorBytes = 512;
 
-enum RunnerState : uint32_t { kStarting = 0, kReady = 1, kLoadFailed = 2 };
+enum RunnerState : uint32_t { kStarting = 0, kReady = 1, kLoadFailed = 2, kSetupFailed = 3 };
+// The evaluator's side of the device handshake: whether the blob is there to attach.
+enum BlobState : uint32_t { kNoBlob = 0, kBlobPublished = 1 };
 
 // The first page(s) of an arena. The evaluator writes args and the doorbell; the runner writes the rest.
 // Nothing the runner writes is trusted beyond "a number to compare": sizes and places of the tensors are
@@ -37,7 +40,11 @@ struct Control {
   alignas(64) std::atomic<uint32_t> seq{0};       // doorbell: the evaluator's call number
   alignas(64) std::atomic<uint32_t> done_seq{0};  // the runner's answer: the call number it finished
   int32_t rc = 0;
+  double reported_us = 0;
   alignas(64) std::atomic<uint32_t> state{kStarting};
+  alignas(64) std::atomic<uint32_t> blob_state{kNoBlob};
+  uint32_t blob_bytes = 0;
+  unsigned char blob[kRunnerBlobBytes] = {};
   char error[kErrorBytes] = {};
   kiln_args args{};
   kiln_tensor inputs[kMaxTensors]{};
@@ -82,14 +89,28 @@ int baseline_entry(const kiln_args* args) {
   return 0;
 }
 
-[[noreturn]] void load_failed(Control* ctl, const std::string& what) {
+[[noreturn]] void load_failed(Control* ctl, const std::string& what, RunnerState state = kLoadFailed) {
   std::strncpy(ctl->error, what.c_str(), kErrorBytes - 1);
-  ctl->state.store(kLoadFailed, std::memory_order_release);
+  ctl->state.store(state, std::memory_order_release);
   _exit(0);
 }
 
+// Waits (in a runner) until the evaluator has published this runner's device blob.
+void await_blob(Control* ctl) {
+  for (int spins = 0; ctl->blob_state.load(std::memory_order_acquire) != kBlobPublished; ++spins) {
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 1000 ? 50 : 1000));
+  }
+}
+
 // The runner process: confined, loads its kernel, then answers doorbells until it is killed.
-[[noreturn]] void runner_main(Control* ctl, const RunnerKernel& k) {
+[[noreturn]] void runner_main(Control* ctl, const RunnerKernel& k, const RunnerDevice* device) {
+  if (device) {
+    // Before any of the kernel's code is here: a failure is the runner's, not the kernel's.
+    if (auto st = device->init(); !st.is_ok()) load_failed(ctl, "device: " + st.message(), kSetupFailed);
+    await_blob(ctl);
+    if (auto st = device->attach(ctl->blob, ctl->blob_bytes); !st.is_ok())
+      load_failed(ctl, "device: " + st.message(), kSetupFailed);
+  }
   if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message());
   KernelEntry fn = k.entry;
   if (k.baseline) {
@@ -109,7 +130,8 @@ int baseline_entry(const kiln_args* args) {
     uint32_t s;
     while ((s = ctl->seq.load(std::memory_order_acquire)) == last) cpu_relax();
     last = s;
-    ctl->rc = fn(&ctl->args);
+    ctl->error[0] = '\0';
+    ctl->rc = device ? device->call(fn, &ctl->args, ctl->error, kErrorBytes, &ctl->reported_us) : fn(&ctl->args);
     ctl->done_seq.store(s, std::memory_order_release);
     futex_wake(&ctl->done_seq);  // the evaluator may be asleep on it (a long call)
     // Stop every thread of this process now, from here, rather than when the evaluator gets to it: a
@@ -151,13 +173,14 @@ Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
   return kDataOffset + kPlacementSlack + most;
 }
 
-Result<std::vector<std::unique_ptr<Runner>>> Runner::start(const std::vector<RunnerKernel>& kernels,
-                                                           size_t arena_bytes,
-                                                           const std::vector<std::pair<void*, size_t>>& wipe) {
-  std::vector<std::unique_ptr<Runner>> runners;
+Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, size_t arena_bytes,
+                                      const std::vector<std::pair<void*, size_t>>& wipe, const RunnerDevice* device,
+                                      const std::function<Status(Runners&)>& after_fork) {
+  Runners runners;
   for (const auto& k : kernels) {
     auto r = std::unique_ptr<Runner>(new Runner());
     r->name_ = k.name;
+    r->on_device_ = device != nullptr;
     r->arena_bytes_ = std::max(arena_bytes, kDataOffset);
     // An anonymous shared mapping: shared with the runner forked below, with no file anyone can open.
     void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -178,24 +201,25 @@ Result<std::vector<std::unique_ptr<Runner>>> Runner::start(const std::vector<Run
         if (j != i) ::munmap(runners[j]->arena_, runners[j]->arena_bytes_);
       for (const auto& [ptr, n] : wipe) explicit_bzero(ptr, n);
       ::syscall(SYS_close_range, 3u, ~0u, 0u);
-      runner_main(control(runners[i]->arena_), kernels[i]);
+      runner_main(control(runners[i]->arena_), kernels[i], device);
     }
     runners[i]->pid_ = pid;
     runners[i]->has_cpu_clock_ = ::clock_getcpuclockid(pid, &runners[i]->cpu_clock_) == 0;
   }
+  if (after_fork) KILN_RETURN_IF_ERROR(after_fork(runners));
   // Every runner loaded (or failed to load) its kernel; then each is stopped until its first call.
   for (auto& r : runners) {
     Control* ctl = control(r->arena_);
     for (int spins = 0;; ++spins) {
       uint32_t state = ctl->state.load(std::memory_order_acquire);
       if (state == kReady) break;
-      if (state == kLoadFailed) {
+      if (state == kLoadFailed || state == kSetupFailed) {
         std::string what(ctl->error, strnlen(ctl->error, kErrorBytes));
         ::kill(r->pid_, SIGKILL);
         ::waitpid(r->pid_, nullptr, 0);
         r->pid_ = -1;
         r->dead_ = true;
-        r->death_ = {what, true};
+        r->death_ = {what, state == kLoadFailed};
         break;
       }
       if (auto st = r->check_alive(); !st.is_ok()) {
@@ -239,12 +263,41 @@ Status Runner::check_alive() {
   return Status::ok();
 }
 
+Status Runner::publish(const void* blob, size_t bytes) {
+  if (bytes > kRunnerBlobBytes) return invalid_argument("runner blob of " + std::to_string(bytes) + " bytes");
+  Control* ctl = control(arena_);
+  std::memcpy(ctl->blob, blob, bytes);
+  ctl->blob_bytes = static_cast<uint32_t>(bytes);
+  ctl->blob_state.store(kBlobPublished, std::memory_order_release);
+  return Status::ok();
+}
+
+std::string Runner::device_error() const {
+  const Control* ctl = control(arena_);
+  return std::string(ctl->error, strnlen(ctl->error, kErrorBytes));
+}
+
+double Runner::reported_us() const { return control(arena_)->reported_us; }
+
 Status Runner::stage(const kiln_args& args) {
   if (dead_) return unavailable(name_ + " runner: " + death_.what);
   if (args.n_inputs > kMaxTensors || args.n_outputs > kMaxTensors || args.n_scalars > kMaxScalars)
     return invalid_argument("too many tensors or scalars for a runner");
   Control* ctl = control(arena_);
   auto* base = static_cast<char*>(arena_);
+  if (on_device_) {
+    // The tensors are in the device arena already; the descriptors name them by offset.
+    in_slots_.clear();
+    out_slots_.clear();
+    for (int32_t i = 0; i < args.n_inputs; ++i) {
+      ctl->inputs[i] = args.inputs[i];
+      in_slots_.push_back({args.inputs[i].data, 0, 0});
+    }
+    for (int32_t i = 0; i < args.n_outputs; ++i) {
+      ctl->outputs[i] = args.outputs[i];
+      out_slots_.push_back({args.outputs[i].data, 0, 0});
+    }
+  }
   size_t offset = kDataOffset + std::min(placement_, kPlacementSlack) / 64 * 64;
   auto place = [&](const kiln_tensor& t, std::vector<Slot>& slots, kiln_tensor& staged) -> Status {
     const size_t bytes = tensor_bytes(t);
@@ -256,10 +309,13 @@ Status Runner::stage(const kiln_args& args) {
     offset = offset + round_up(bytes, kTensorAlignment);
     return Status::ok();
   };
-  in_slots_.clear();
-  out_slots_.clear();
-  for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
-  for (int32_t i = 0; i < args.n_outputs; ++i) KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
+  if (!on_device_) {
+    in_slots_.clear();
+    out_slots_.clear();
+    for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
+    for (int32_t i = 0; i < args.n_outputs; ++i)
+      KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
+  }
   for (int32_t i = 0; i < args.n_scalars; ++i) {
     std::strncpy(ctl->scalar_text[i], args.scalar_names[i], kScalarNameBytes - 1);
     ctl->scalar_text[i][kScalarNameBytes - 1] = '\0';
@@ -359,8 +415,13 @@ void Runner::unstage(kiln_args& args) {
   // the evaluator's buffers where the kernel did not change them), so the usual checks see everything.
   auto restore = [&](const std::vector<Slot>& slots, const kiln_tensor* staged, kiln_tensor* live) {
     for (size_t i = 0; i < slots.size(); ++i) {
-      std::memcpy(slots[i].original, base + slots[i].offset, slots[i].bytes);
       kiln_tensor d = staged[i];
+      if (on_device_) {  // the data stayed on the device; the descriptor must still name the same offset
+        d.data = d.data == slots[i].original ? slots[i].original : nullptr;
+        live[i] = d;
+        continue;
+      }
+      std::memcpy(slots[i].original, base + slots[i].offset, slots[i].bytes);
       d.data = d.data == base + slots[i].offset ? slots[i].original : nullptr;
       live[i] = d;
     }

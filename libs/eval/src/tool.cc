@@ -91,20 +91,19 @@ proto::TestReport run(Args& args, const EvalTool& tool) {
   if (!files.is_ok()) return fail("task: " + files.status().message());
   auto spec = task::parse_task(*files);
   if (!spec.is_ok()) return fail("task: " + spec.status().message());
-  auto reference = KernelLibrary::open(args.reference);
-  if (!reference.is_ok()) return fail("cannot load the reference: " + reference.status().message());
-  Candidate candidate{args.kernel, nullptr};
-  std::optional<KernelLibrary> kernel;
-  if (tool.load_candidate_here) {
-    auto lib = KernelLibrary::open(args.kernel);
-    if (!lib.is_ok()) return fail("cannot load the kernel: " + lib.status().message());
-    kernel.emplace(std::move(lib).value());
-    candidate = Candidate{"", kernel->entry()};
+  Candidate reference{args.reference, nullptr};
+  std::optional<KernelLibrary> reference_lib;
+  if (tool.load_reference_here) {
+    auto lib = KernelLibrary::open(args.reference);
+    if (!lib.is_ok()) return fail("cannot load the reference: " + lib.status().message());
+    reference_lib.emplace(std::move(lib).value());
+    reference = Candidate{"", reference_lib->entry()};
   }
+  const Candidate candidate{args.kernel, nullptr};
   std::fprintf(stderr, "%s: task '%s', %zu correctness cases x %lld seeds, %zu benchmark cases\n", tool.name,
                spec->name.c_str(), spec->correctness_cases.size(), static_cast<long long>(spec->seeds),
                spec->benchmark_cases.size());
-  auto evaluated = tool.evaluate(*spec, candidate, reference->entry(), args.eval);
+  auto evaluated = tool.evaluate(*spec, candidate, reference, args.eval);
   if (!evaluated.is_ok()) return fail("evaluation: " + evaluated.status().message());
   return std::move(evaluated).value();
 }

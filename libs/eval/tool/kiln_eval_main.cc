@@ -7,8 +7,8 @@ int main(int argc, char** argv) {
   kiln::eval::EvalTool tool;
   tool.name = "kiln-eval";
   tool.evaluate = [](const kiln::task::TaskSpec& spec, const kiln::eval::Candidate& candidate,
-                     kiln::eval::KernelEntry reference, const kiln::eval::EvalOptions& options) {
-    return kiln::eval::evaluate(spec, candidate, reference, options);
+                     const kiln::eval::Candidate& reference, const kiln::eval::EvalOptions& options) {
+    return kiln::eval::evaluate(spec, candidate, reference.entry, options);
   };
   tool.worker_info = kiln::eval::cpu_worker_info;
   return kiln::eval::run_eval_tool(argc, argv, tool);

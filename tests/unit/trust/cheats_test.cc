@@ -261,21 +261,28 @@ TEST_CASE("a candidate cannot kill or stop the evaluator, nor start a process", 
 
 #if defined(__x86_64__)
 TEST_CASE("a candidate cannot patch the reference: they run in separate processes", "[trust]") {
-  // At load time the candidate overwrites the start of the reference's kiln_entry with a jump to a correct
-  // but slow copy (300 us more per call), then computes honestly itself. The reference it finds is its own
-  // runner's copy-on-write image of the evaluator; the reference that is timed runs in another process.
+  // At load time the candidate overwrites the start of the reference's kiln_entry with a jump to a slow
+  // (300 us more per call) and *wrong* copy (every output off by 1000), then computes honestly itself.
+  // The reference it finds is its own runner's copy-on-write image of the evaluator; the reference that is
+  // checked and timed runs in another process. Had the patch reached it, the reference's values would
+  // differ from the candidate's in correctness or in a timed round and the verdict would be a mismatch:
+  // an ok verdict proves the patch stayed in the candidate's process, whatever the timing says. (How fast
+  // an honest copy compiled into another binary measures is a question for the timing suite: a different
+  // code layout can be really faster or slower on a given machine.)
+  // The candidate refuses to run (returns 7) unless its patch took, so the test cannot pass vacuously.
   Harness h;
   Verdict v = run(h, "sabotage",
-                  kiln::trust::kHonestBody,
+                  "if (!g_patched) return 7;\n" + kiln::trust::kHonestBody,
                   "#include <dlfcn.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <chrono>\n"
-                  "extern \"C\" int slow_reference(const kiln_args* a) {\n"
+                  "static int g_patched = 0;\n"
+                  "extern \"C\" int slow_wrong_reference(const kiln_args* a) {\n"
                   "  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);\n"
                   "  while (std::chrono::steady_clock::now() < until) {}\n"
                   "  const float* x = static_cast<const float*>(a->inputs[0].data);\n"
                   "  const float* w = static_cast<const float*>(a->inputs[1].data);\n"
                   "  float* y = static_cast<float*>(a->outputs[0].data);\n"
                   "  const float alpha = static_cast<float>(kiln_scalar(a, \"alpha\", 1.0));\n"
-                  "  for (int64_t i = 0; i < a->inputs[0].shape[0]; ++i) y[i] = x[i] * alpha + w[i];\n"
+                  "  for (int64_t i = 0; i < a->inputs[0].shape[0]; ++i) y[i] = x[i] * alpha + w[i] + 1000.f;\n"
                   "  return 0;\n"
                   "}\n"
                   "__attribute__((constructor)) static void patch_reference() {\n"
@@ -286,17 +293,17 @@ TEST_CASE("a candidate cannot patch the reference: they run in separate processe
                   "  const long page = sysconf(_SC_PAGESIZE);\n"
                   "  auto* start = reinterpret_cast<unsigned char*>(reinterpret_cast<uintptr_t>(target) & ~(page - 1));\n"
                   "  if (mprotect(start, 2 * page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return;\n"
-                  "  const auto dest = reinterpret_cast<uint64_t>(&slow_reference);\n"
+                  "  const auto dest = reinterpret_cast<uint64_t>(&slow_wrong_reference);\n"
                   "  target[0] = 0x48; target[1] = 0xB8; std::memcpy(target + 2, &dest, 8);  // movabs rax, dest\n"
                   "  target[10] = 0xFF; target[11] = 0xE0;                                   // jmp rax\n"
                   "  mprotect(start, 2 * page, PROT_READ | PROT_EXEC);\n"
+                  "  g_patched = 1;\n"
                   "}\n",
                   Timing{}, "-ldl");
   INFO(v.message);
+  // "mismatch" here would mean the patch reached the reference the evaluator compares with and times.
   CHECK(v.status == status::kOk);
   REQUIRE(v.report.performance.cases.size() == 1);
-  // An honest copy of the reference: far from the 5x the patch bought when the process was shared.
-  CHECK(v.report.performance.cases[0].speedup < 2.0);
-  CHECK_FALSE(promotable(v));
+  CHECK(v.report.correctness.mismatches == 0);
 }
 #endif

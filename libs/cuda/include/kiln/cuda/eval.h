@@ -1,11 +1,17 @@
 // The evaluation protocol of DESIGN §5 on a CUDA GPU, with the same rules and verdicts as the CPU one
-// (libs/eval): inputs generated on the host from the seed and copied to the device, device outputs
-// poisoned with NaN, candidate -> reference on copies -> poison -> candidate again, comparison on the host,
-// inputs checked unchanged; then CUDA-event timing on a dedicated non-default stream, interleaved with the
-// reference and the task's baselines, with a device-wide synchronize before each stop event and the L2
-// flushed before each sample in cold mode; then the inputs are refilled and checked once more.
-// It runs inside the sandboxed `kiln-eval-cuda` child: a GPU fault ends that process's context, not the
-// tester.
+// (libs/eval). Every contestant (candidate, reference, each baseline) runs in a runner process with a CUDA
+// context of its own, forked before the evaluator touches CUDA; the evaluator owns one device arena per
+// contestant, shared with that runner alone through CUDA IPC, and the inputs, the clock, the comparison
+// and the verdict. Correctness: inputs generated on the host from the seed and uploaded, outputs poisoned
+// with NaN, candidate -> reference on its own copy -> poison -> candidate again, comparison on the host,
+// inputs checked unchanged. Timing: interleaved rounds of calls timed on the evaluator's clock from
+// continuing a stopped runner to its answer (the runner synchronizes its whole device first) plus a probe
+// of the device from the evaluator's context, minus the same cost measured on an empty runner; before
+// every round a block of every input changes on the device (the same for every contestant), timed outputs
+// are compared with the reference's of the same round at unpredictable rounds, tensors move in the arena
+// between blocks of rounds, and the L2 is flushed before each call in cold mode. Then the inputs are
+// refilled and checked once more. A GPU fault of the candidate ends its runner's context, not the
+// evaluator's.
 #pragma once
 
 #include <string>
@@ -20,8 +26,8 @@ namespace kiln::cuda {
 // Evaluates on the current CUDA device. An error means the task cannot be evaluated here (no GPU, an
 // unknown baseline, a failing reference), not that the candidate is wrong: a candidate that faults becomes
 // a report with status "crashed" naming the CUDA error.
-Result<proto::TestReport> evaluate(const task::TaskSpec& spec, eval::KernelEntry candidate,
-                                   eval::KernelEntry reference, const eval::EvalOptions& options);
+Result<proto::TestReport> evaluate(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                   const eval::Candidate& reference, const eval::EvalOptions& options);
 
 // backend "cuda", the GPU's name, uuid, driver and runtime versions, and (through NVML, when present) its
 // SM clock and temperature now.

@@ -4,8 +4,8 @@
 //
 // With --report-key FILE the key in FILE (read, then the file removed, before any candidate code runs)
 // authenticates the report: --out.mac holds HMAC-SHA256(key, report) in hex, and the tester believes only
-// a report whose MAC it can verify. kiln-eval's runners never hold the key; kiln-eval-cuda loads the
-// candidate into its own process, where the key is only as safe as that process (docs/threat-model.md).
+// a report whose MAC it can verify. Neither child loads the candidate: it runs in a runner process that
+// never holds the key (docs/threat-model.md).
 #pragma once
 
 #include <functional>
@@ -21,13 +21,15 @@ namespace kiln::eval {
 
 struct EvalTool {
   const char* name = "kiln-eval";  // for usage and log lines
-  std::function<Result<proto::TestReport>(const task::TaskSpec&, const Candidate& candidate, KernelEntry reference,
-                                          const EvalOptions&)>
+  // The candidate always comes as a path (it is loaded only in its runner); the reference as an entry
+  // point of this process or as a path (load_reference_here).
+  std::function<Result<proto::TestReport>(const task::TaskSpec&, const Candidate& candidate,
+                                          const Candidate& reference, const EvalOptions&)>
       evaluate;
   std::function<proto::WorkerInfo()> worker_info;
-  // true: the candidate is dlopened here and handed over as an entry point; false: only its path is (the
-  // CPU evaluator loads it in a runner process).
-  bool load_candidate_here = false;
+  // true: the reference is dlopened here before any runner is forked (the CPU runners inherit it); false:
+  // its runner loads it (a CUDA runner must create its own context before any CUDA code is loaded).
+  bool load_reference_here = true;
 };
 
 // The name of the MAC file beside a report.

@@ -21,6 +21,31 @@ inline constexpr size_t kMaxListedMismatches = 5;
 inline constexpr uint64_t kTimingSeed = 0x7155'0001;
 inline constexpr uint64_t kRecheckSeed = 0x7155'0002;
 
+// The tensors of one case on the host: what a kernel reads and writes (or, for a device, the values to
+// upload and what came back).
+struct TensorSet {
+  std::vector<HostTensor> inputs;
+  std::vector<HostTensor> outputs;
+};
+
+// The task's tensors at `dims`, unfilled; an error for a shape that cannot be resolved.
+Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims);
+// Inputs from `init` drawn from seed (each input its own stream).
+void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed);
+void poison_outputs(TensorSet& set, int variant);
+
+// Inputs that move while timed. Before timing round `round`, elements [first, first + len) of input
+// `input` are replaced from a second input set (kTimingSeed + 1), the same for every contestant; at most
+// 1 % of the tensor and at least 16 elements, at a place no kernel can predict from earlier rounds.
+struct PerturbBlock {
+  size_t first = 0;
+  size_t len = 0;
+};
+PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input);
+// Whether the candidate's timed outputs are compared with the reference's after round `round` (about one
+// round in four, unpredictably; the last round always is).
+bool compare_after_round(uint64_t round);
+
 // The task's scalars as the kernel ABI passes them: parallel arrays of names and values.
 struct Scalars {
   std::vector<const char*> names;
@@ -39,6 +64,13 @@ struct Findings {
 
   void tested(const std::string& shape);
 };
+
+// Adds the differences of every output of `got` against `expected` to f.cmp.
+void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& expected,
+                     const std::string& context, Findings& f);
+// Records the first input of `got` that differs from `pristine`.
+void check_inputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& pristine,
+                  const std::string& context, Findings& f);
 
 // "kiln_entry returned 3 (B=1,H=4096 seed 0)"
 std::string call_failure(int rc, const std::string& context);

@@ -1,7 +1,12 @@
-// Each contestant of a CPU evaluation (the candidate, the reference, every baseline) runs in a runner: a
+// Each contestant of an evaluation (the candidate, the reference, every baseline) runs in a runner: a
 // process forked from the evaluator before any kernel runs, confined (no new processes, signals to itself
 // only), holding nothing but its own shared-memory arena. The evaluator never loads the candidate; it owns
-// the tensors, the clock, the comparison and the report (docs/threat-model.md). Internal to libs/eval.
+// the tensors, the clock, the comparison and the report (docs/threat-model.md). detail/: shared by the CPU
+// evaluator and the CUDA one in libs/cuda, not an API for anyone else.
+//
+// On a device (RunnerDevice) the tensors live in device memory the evaluator owns and shares with that
+// one runner (CUDA IPC); the arena then carries only the control block, and a tensor's `data` in the
+// staged descriptors is its offset in the runner's device arena.
 //
 // One call: the evaluator copies the tensors and descriptors into the runner's arena while the runner is
 // stopped (it is stopped between its calls, so none of its threads run while another contestant is timed
@@ -16,16 +21,36 @@
 #include <time.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "baselines.h"
 #include "kiln/core/status.h"
 #include "kiln/eval/eval.h"
 
 namespace kiln::eval::detail {
+
+struct Baseline;
+
+// What a runner does on a device whose memory is not the arena. Every function runs in the runner process.
+struct RunnerDevice {
+  // Before anything else, in parallel with the evaluator's own start (a CUDA context).
+  Status (*init)() = nullptr;
+  // With what the evaluator published for this runner (Runner::publish: an IPC handle of its device
+  // arena), before the runner confines itself and loads its kernel. An error is a load failure.
+  Status (*attach)(const void* blob, size_t bytes) = nullptr;
+  // One call: `args` as staged (tensor data are offsets into the device arena). Returns kiln_entry's
+  // code; a device error after it is written to `error` (and makes the call fail). `reported_us` gets the
+  // call's time on the device's own clock as the runner measured it: a number the evaluator checks
+  // against its own clock before it believes it (it comes from the candidate's process).
+  int (*call)(KernelEntry fn, kiln_args* args, char* error, size_t error_bytes, double* reported_us) = nullptr;
+};
+
+// The most a runner's device blob may hold, and the most tensors of each kind a call may pass.
+inline constexpr size_t kRunnerBlobBytes = 256;
+inline constexpr int kRunnerMaxTensors = 16;
 
 struct RunnerKernel {
   std::string name;                    // "candidate", "reference", a baseline's name
@@ -37,7 +62,7 @@ struct RunnerKernel {
 // How a runner call ended when it did not return: the runner process died or could not load its kernel.
 struct RunnerDeath {
   std::string what;  // "SIGSEGV", "exited with code 0", "cannot load ...: ..."
-  bool load_failed = false;
+  bool load_failed = false;  // the kernel could not be loaded (its fault); false for a device set-up failure
 };
 
 class Runner {
@@ -45,9 +70,13 @@ class Runner {
   // Forks one runner per kernel, each with an arena of `arena_bytes`, and waits until every one has
   // loaded its kernel and stopped. `wipe` lists memory of this process the runners must not keep (they
   // zero their copy before loading anything). Must be called before this process runs any kernel.
-  static Result<std::vector<std::unique_ptr<Runner>>> start(const std::vector<RunnerKernel>& kernels,
-                                                            size_t arena_bytes,
-                                                            const std::vector<std::pair<void*, size_t>>& wipe);
+  //
+  // With a `device`, each runner first runs device->init(); `after_fork` runs here once every runner is
+  // forked (it sets up the device and publishes each runner's blob), and then each runner attaches.
+  using Runners = std::vector<std::unique_ptr<Runner>>;
+  static Result<Runners> start(const std::vector<RunnerKernel>& kernels, size_t arena_bytes,
+                               const std::vector<std::pair<void*, size_t>>& wipe, const RunnerDevice* device = nullptr,
+                               const std::function<Status(Runners&)>& after_fork = {});
   ~Runner();  // SIGKILLs and reaps the process, unmaps the arena
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
@@ -55,6 +84,13 @@ class Runner {
   const std::string& name() const { return name_; }
   // Set once the process has died; every later call fails the same way.
   const RunnerDeath* death() const { return dead_ ? &death_ : nullptr; }
+
+  // Hands the runner what its RunnerDevice::attach needs (at most kRunnerBlobBytes).
+  Status publish(const void* blob, size_t bytes);
+  // The device error of the last call, as the runner wrote it (untrusted text, bounded), and the time it
+  // reported for it (RunnerDevice::call).
+  std::string device_error() const;
+  double reported_us() const;
 
   // A whole call: stage, invoke, freeze, unstage. Returns kiln_entry's code; an error when the runner
   // died (death() says how) or the tensors do not fit the arena.
@@ -97,6 +133,7 @@ class Runner {
   uint32_t seq_ = 0;
   size_t placement_ = 0;
   bool stopped_ = false;
+  bool on_device_ = false;
   bool dead_ = false;
   RunnerDeath death_;
   std::vector<Slot> in_slots_, out_slots_;

@@ -1,0 +1,18 @@
+// The CUDA side of a runner (kiln/eval/detail/runner.h): each runner process creates its own context,
+// maps the device arena the evaluator shares with it alone (CUDA IPC), and calls its kernel on its own
+// stream, then synchronizes its whole device before answering. Internal to libs/cuda.
+#pragma once
+
+#include "kiln/eval/detail/runner.h"
+#include "kiln/kernel_abi.h"
+
+namespace kiln::cuda {
+
+const eval::detail::RunnerDevice& cuda_runner_device();
+
+// Entries a runner can hold besides a loaded library: a call that only sets one word on the device (the
+// overhead every call pays, measured and subtracted alike) and the cuBLAS SGEMM baseline.
+int overhead_entry(const kiln_args* args);
+int cublas_sgemm_entry(const kiln_args* args);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,112 @@
+// The GPU suite's rig: a compiler and a CUDA tester as the services run them, and the switch that skips
+// every GPU test unless KILN_GPU_TESTS=1. Test-only.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kiln/compiler/handler.h"
+#include "kiln/core/files.h"
+#include "kiln/task/task.h"
+#include "kiln/tester/handler.h"
+
+namespace kiln::gpu_test {
+
+inline bool gpu_tests_enabled() {
+  const char* v = std::getenv("KILN_GPU_TESTS");
+  return v && std::string(v) == "1";
+}
+
+#define KILN_REQUIRE_GPU_TESTS()                                           \
+  do {                                                                     \
+    if (!::kiln::gpu_test::gpu_tests_enabled()) {                                          \
+      WARN("KILN_GPU_TESTS is not 1: GPU test skipped");                   \
+      return;                                                              \
+    }                                                                      \
+  } while (0)
+
+inline kiln::proto::FileMap task_files(const std::string& name) {
+  auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
+  REQUIRE(files.is_ok());
+  return *files;
+}
+
+// A compiler and a CUDA tester, as the services run them.
+struct Rig {
+  kiln::TempDir cache{"kiln-gpu-test"};
+  std::unique_ptr<kiln::compiler::CompileHandler> compiler;
+  std::unique_ptr<kiln::tester::TestHandler> tester;
+
+  explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
+               std::optional<bool> deny_process_creation = {}) {
+    kiln::compiler::CompilerOptions c;
+    c.cache_dir = cache.path() + "/cache";
+    auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
+    REQUIRE(ch.is_ok());
+    compiler = std::move(ch).value();
+    kiln::tester::TesterOptions t;
+    t.backend = "cuda";
+    t.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval-cuda";
+    t.timeout_s = timeout_s;
+    t.timing.min_time_s = min_time_s;
+    t.timing.max_time_s = 5;
+    t.worker_id = "gpu-test";
+    t.readonly_root = readonly_root;
+    t.deny_process_creation = deny_process_creation;
+    auto th = kiln::tester::TestHandler::create(t);
+    INFO(th.status().message());
+    REQUIRE(th.is_ok());
+    tester = std::move(th).value();
+  }
+
+  // Builds `code` (program 0 when empty) against the task's reference and evaluates it.
+  kiln::proto::TestReport evaluate(const std::string& task, const std::string& code = {},
+                                   const std::map<std::string, std::string>& params = {}) {
+    auto report = try_evaluate(task, code, params);
+    INFO(report.status().message());
+    REQUIRE(report.is_ok());
+    return std::move(report).value();
+  }
+
+  // The tester's answer as it is: a report, or the error that makes the job a retry.
+  kiln::Result<kiln::proto::TestReport> try_evaluate(const std::string& task, const std::string& code = {},
+                                                     const std::map<std::string, std::string>& params = {}) {
+    kiln::proto::FileMap files = task_files(task);
+    kiln::proto::CompileRequest req;
+    req.cand.campaign_id = "gpu-test";
+    req.cand.program_id = task + "/p" + std::to_string(++programs_);
+    req.cand.code = code.empty() ? files.at("kernel.cu").data : code;
+    req.cand.params = params;
+    req.backend = "cuda";
+    req.arch = "sm_90";
+    req.files = files;
+    auto out = compiler->compile(req);
+    REQUIRE(out.next.size() == 1);
+    if (out.next[0].service != "test.cuda") {
+      auto failed = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
+      FAIL("build failed: " << (failed.is_ok() ? failed->error : std::string("?")));
+    }
+    auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+    REQUIRE(test.is_ok());
+    return tester->evaluate(*test);
+  }
+
+  int programs_ = 0;
+};
+
+inline std::string summary(const kiln::proto::TestReport& r) {
+  return r.status + ": " + r.message + "\n--- log ---\n" + r.log;
+}
+
+// A reduce_sum candidate whose body is `body` (a kernel and a kiln_entry using it).
+inline std::string reduce_candidate(const std::string& body) {
+  return "#include \"kiln/kernel_abi.h\"\n" + body;
+}
+
+}  // namespace kiln::gpu_test
