@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# On a GPU host, from binaries built elsewhere and packed with their runtime libraries into
+# build-gpu/kit.tar.xz (.gpu-rt/ and build-gpu/bin/): the GPU suite (KILN_GPU_TESTS=1), the CUDA runner's
+# A/A bench, and the CPU trust battery. Logs and JSON go to $OUT (or ./gpu-out).
+#   bash bench/timing/device_gpu_check.sh [tests] [bench] [trust]
+set -uo pipefail
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+root=$PWD
+tar xJf build-gpu/kit.tar.xz
+# The binaries carry the absolute source and build paths they were configured with.
+src=/work/main
+if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+mkdir -p "$root/build" && ln -sfn "$root/build-gpu/bin" "$root/build/bin"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=$root/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$out/nvidia-smi.csv"
+ldd build/bin/kiln-eval-cuda build/bin/test_gpu | grep "not found" | sort -u
+for step in "$@"; do
+  case $step in
+    tests) KILN_GPU_TESTS=1 timeout 400 build/bin/test_gpu -d yes ${GPU_FILTER:-} > "$out/gpu_tests.log" 2>&1
+           echo "test_gpu exit $?"; grep -E "speedup|passed|failed|FAILED|with expansion|seconds:|sandbox" "$out/gpu_tests.log" | head -70 ;;
+    bench) timeout 300 bash bench/timing/cuda_runner.sh build/bin/kiln-eval-cuda "${RUNS:-5}" > "$out/cuda_runner.json" 2> "$out/cuda_runner.log"
+           echo "bench exit $?"; cat "$out/cuda_runner.log" | cut -c1-160 | head -40 ;;
+    trust) for t in test_trust test_trust_timing; do timeout 200 build/bin/$t > "$out/$t.log" 2>&1; echo "$t exit $?"; grep -E "passed|failed" "$out/$t.log" | tail -3; done ;;
+  esac
+done
