@@ -48,6 +48,10 @@ constexpr size_t kFallbackL2Bytes = 64u << 20;
 // move by a multiple of it, up to kPlacementSlack (other pages and memory channels for every contestant).
 constexpr size_t kTensorAlignment = 4096;
 constexpr size_t kPlacementSlack = 64 * kTensorAlignment;
+// Each contestant has up to this many device arenas (separate allocations, other physical memory); the
+// tensors move among them between blocks of rounds, so that where a contestant's memory happens to sit
+// shows in the interval as spread instead of as a fixed offset between contestants.
+constexpr size_t kArenas = 4;
 // A block of timing rounds lasts at least this many rounds and min_time_s / kBlocks seconds; the
 // speedup interval resamples whole blocks.
 constexpr int64_t kMinBlockRounds = 2;
@@ -112,25 +116,26 @@ Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
   return most + kPlacementSlack;
 }
 
-kiln_tensor descriptor(const HostTensor& shape_of, size_t offset) {
+kiln_tensor descriptor(const HostTensor& shape_of, void* staged_data) {
   kiln_tensor t{};
-  t.data = reinterpret_cast<void*>(offset);
+  t.data = staged_data;
   t.dtype = static_cast<int32_t>(shape_of.dtype());
   t.ndim = static_cast<int32_t>(shape_of.shape().size());
   for (size_t d = 0; d < shape_of.shape().size() && d < KILN_MAX_DIMS; ++d) t.shape[d] = shape_of.shape()[d];
   return t;
 }
 
-// Where the tensors of one case sit in a contestant's device arena.
+// Where the tensors of one case sit: which of a contestant's device arenas, and where in it.
 struct Layout {
-  std::vector<size_t> in, out;             // offsets
-  std::vector<kiln_tensor> inputs, outputs;  // descriptors naming them by offset, as the runner gets them
+  size_t arena = 0;
+  std::vector<size_t> in, out;             // offsets in the arena
+  std::vector<kiln_tensor> inputs, outputs;  // descriptors as the runner gets them (arena and offset)
 
-  Layout(const TensorSet& shapes, size_t placement) {
+  Layout(const TensorSet& shapes, size_t placement, size_t arena_index = 0) : arena(arena_index) {
     size_t offset = placement / kTensorAlignment * kTensorAlignment;
     auto place = [&](const HostTensor& t, std::vector<size_t>& at, std::vector<kiln_tensor>& d) {
       at.push_back(offset);
-      d.push_back(descriptor(t, offset));
+      d.push_back(descriptor(t, encode_arena_offset(arena, offset)));
       offset += round_up(std::max<size_t>(t.bytes(), 1), kTensorAlignment);
     };
     for (const auto& t : shapes.inputs) place(t, in, inputs);
@@ -138,37 +143,37 @@ struct Layout {
   }
 };
 
-// One contestant: its runner, and the device arena the evaluator owns and shares with that runner alone.
+// One contestant: its runner, and the device arenas the evaluator owns and shares with that runner alone.
 struct Contestant {
   std::string name;
   std::unique_ptr<Runner> runner;
-  DeviceBuffer arena;
+  std::vector<DeviceBuffer> arenas;
   std::vector<double> samples_us;
   std::vector<double> wall_us, reported_us;  // raw, per timed call
   eval::RunningStats running;
 
-  char* at(size_t offset) const { return static_cast<char*>(arena.data()) + offset; }
+  char* at(const Layout& l, size_t offset) const { return static_cast<char*>(arenas[l.arena].data()) + offset; }
 
   Status upload_inputs(const Layout& l, const TensorSet& host) {
     for (size_t i = 0; i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l.in[i]), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l, l.in[i]), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
     }
     KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return Status::ok();
   }
   Status upload_outputs(const Layout& l, const std::vector<HostTensor>& values) {
     for (size_t i = 0; i < values.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l.out[i]), values[i].data(), values[i].bytes(), cudaMemcpyHostToDevice));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(at(l, l.out[i]), values[i].data(), values[i].bytes(), cudaMemcpyHostToDevice));
     }
     KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return Status::ok();
   }
   Status download(const Layout& l, TensorSet& host, bool inputs_too) const {
     for (size_t i = 0; inputs_too && i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.inputs[i].data(), at(l.in[i]), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.inputs[i].data(), at(l, l.in[i]), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
     }
     for (size_t i = 0; i < host.outputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.outputs[i].data(), at(l.out[i]), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.outputs[i].data(), at(l, l.out[i]), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
     }
     return Status::ok();
   }
@@ -204,7 +209,7 @@ class Evaluation {
   Evaluation(const task::TaskSpec& spec, const eval::EvalOptions& options) : spec_(spec), options_(options), scalars_(spec) {}
 
   // Forks a runner per contestant (before this process touches CUDA), then creates this process's
-  // context, a device arena per contestant and hands each runner the IPC handle of its own.
+  // context, device arenas per contestant and hands each runner the IPC handles of its own.
   Status start(const eval::Candidate& candidate, const eval::Candidate& reference) {
     std::vector<eval::detail::RunnerKernel> kernels = {
         {"candidate", candidate.entry, candidate.library, nullptr},
@@ -217,17 +222,24 @@ class Evaluation {
       KILN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&devices));
       if (devices == 0) return failed_precondition("no CUDA device is visible");
       KILN_ASSIGN_OR_RETURN(device_, open_device(options_.timing.mode == "cold"));
+      // Several arenas each where the device has room for them (a quarter of its free memory at most).
+      size_t free_bytes = 0, total_bytes = 0;
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+      const size_t with_arenas = runners.size() - 1;
+      arenas_ = kArenas;
+      while (arenas_ > 1 && arenas_ * arena * with_arenas > free_bytes / 4) --arenas_;
       for (size_t i = 0; i < runners.size(); ++i) {
         Contestant c;
         c.name = runners[i]->name();
-        if (c.name == "overhead") {
-          KILN_RETURN_IF_ERROR(runners[i]->publish(nullptr, 0));
-        } else {
-          KILN_ASSIGN_OR_RETURN(c.arena, DeviceBuffer::allocate(arena));
+        std::vector<cudaIpcMemHandle_t> handles;
+        for (size_t k = 0; c.name != "overhead" && k < arenas_; ++k) {
+          KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
           cudaIpcMemHandle_t handle;
-          KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, c.arena.data()));
-          KILN_RETURN_IF_ERROR(runners[i]->publish(&handle, sizeof handle));
+          KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
+          handles.push_back(handle);
+          c.arenas.push_back(std::move(b));
         }
+        KILN_RETURN_IF_ERROR(runners[i]->publish(handles.data(), handles.size() * sizeof(cudaIpcMemHandle_t)));
         all_.push_back(std::move(c));
       }
       return Status::ok();
@@ -447,7 +459,8 @@ class Evaluation {
     auto place_all = [&](uint64_t block) -> Status {
       for (size_t i = 0; i < timed.size(); ++i) {
         const uint64_t draw = eval::detail::mix_seed(eval::detail::mix_seed(eval::detail::kTimingSeed + 3, block), i);
-        layouts[i] = Layout(host, draw % (kPlacementSlack / kTensorAlignment) * kTensorAlignment);
+        layouts[i] = Layout(host, draw % (kPlacementSlack / kTensorAlignment) * kTensorAlignment,
+                            (draw >> 32) % arenas_);
         KILN_RETURN_IF_ERROR(timed[i]->upload_inputs(layouts[i], host));
         KILN_RETURN_IF_ERROR(timed[i]->upload_outputs(layouts[i], poison));
       }
@@ -463,7 +476,7 @@ class Evaluation {
         std::memcpy(static_cast<char*>(host.inputs[i].data()) + from,
                     static_cast<const char*>(donor.inputs[i].data()) + from, bytes);
         for (size_t k = 0; k < timed.size(); ++k) {
-          KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(timed[k]->at(layouts[k].in[i] + from),
+          KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(timed[k]->at(layouts[k], layouts[k].in[i] + from),
                                                     static_cast<const char*>(donor_device[i].data()) + from, bytes,
                                                     cudaMemcpyDeviceToDevice, device_->stream.get()));
         }
@@ -637,6 +650,7 @@ class Evaluation {
   std::vector<Contestant> all_;  // candidate, reference, overhead, then the baselines
   Findings f_;
   bool host_clock_ = false;  // some case was timed by the evaluator's clock
+  size_t arenas_ = 1;        // device arenas per contestant
 };
 
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const eval::Candidate& candidate,

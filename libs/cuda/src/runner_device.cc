@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kiln/cuda/runtime.h"
 
@@ -18,7 +19,7 @@ namespace {
 // it calls is given, and its view of the device arena the evaluator shares with it.
 struct RunnerSide {
   cudaStream_t stream = nullptr;
-  char* base = nullptr;
+  std::vector<char*> bases;  // its device arenas, mapped from the evaluator's IPC handles
   cublasHandle_t cublas = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 };
@@ -34,15 +35,25 @@ Status runner_init() {
   return Status::ok();
 }
 
+// `blob` holds one IPC handle per device arena (none for the call-overhead runner).
 Status runner_attach(const void* blob, size_t bytes) {
-  if (bytes == 0) return Status::ok();  // a runner with no tensors (the call-overhead probe)
-  if (bytes != sizeof(cudaIpcMemHandle_t)) return invalid_argument("device arena handle of the wrong size");
-  cudaIpcMemHandle_t handle;
-  std::memcpy(&handle, blob, sizeof handle);
-  void* base = nullptr;
-  KILN_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
-  g_side.base = static_cast<char*>(base);
+  if (bytes % sizeof(cudaIpcMemHandle_t) != 0) return invalid_argument("device arena handles of the wrong size");
+  for (size_t k = 0; k < bytes / sizeof(cudaIpcMemHandle_t); ++k) {
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, static_cast<const char*>(blob) + k * sizeof handle, sizeof handle);
+    void* base = nullptr;
+    KILN_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+    g_side.bases.push_back(static_cast<char*>(base));
+  }
   return Status::ok();
+}
+
+// Where a staged (arena, offset) lies in this runner; null for an arena it does not have.
+char* resolve(const void* staged) {
+  const auto bits = reinterpret_cast<uintptr_t>(staged);
+  const size_t arena = bits >> kArenaShift;
+  if (arena >= g_side.bases.size()) return nullptr;
+  return g_side.bases[arena] + (bits & ((uintptr_t{1} << kArenaShift) - 1));
 }
 
 void write_error(char* error, size_t error_bytes, const std::string& text) {
@@ -57,11 +68,11 @@ int runner_call(eval::KernelEntry fn, kiln_args* args, char* error, size_t error
   const int32_t n_out = std::min<int32_t>(args->n_outputs, eval::detail::kRunnerMaxTensors);
   for (int32_t i = 0; i < n_in; ++i) {
     in[i] = args->inputs[i];
-    in[i].data = g_side.base + reinterpret_cast<uintptr_t>(in[i].data);
+    in[i].data = resolve(in[i].data);
   }
   for (int32_t i = 0; i < n_out; ++i) {
     out[i] = args->outputs[i];
-    out[i].data = g_side.base + reinterpret_cast<uintptr_t>(out[i].data);
+    out[i].data = resolve(out[i].data);
   }
   kiln_args call = *args;
   call.inputs = in;
@@ -85,14 +96,15 @@ int runner_call(eval::KernelEntry fn, kiln_args* args, char* error, size_t error
   if (failure != cudaSuccess) {
     write_error(error, error_bytes, std::string(cudaGetErrorName(failure)) + " (" + cudaGetErrorString(failure) + ")");
   }
-  auto back = [](const kiln_tensor& t) {
-    kiln_tensor d = t;
-    d.data = reinterpret_cast<void*>(static_cast<char*>(t.data) - g_side.base);
+  // A descriptor the kernel left alone goes back as it came; any change is reported as a null pointer.
+  auto back = [](const kiln_tensor& now, const kiln_tensor& staged) {
+    kiln_tensor d = now;
+    d.data = now.data == resolve(staged.data) ? staged.data : nullptr;
     return d;
   };
   auto* inputs = const_cast<kiln_tensor*>(args->inputs);
-  for (int32_t i = 0; i < n_in; ++i) inputs[i] = back(in[i]);
-  for (int32_t i = 0; i < n_out; ++i) args->outputs[i] = back(out[i]);
+  for (int32_t i = 0; i < n_in; ++i) inputs[i] = back(in[i], inputs[i]);
+  for (int32_t i = 0; i < n_out; ++i) args->outputs[i] = back(out[i], args->outputs[i]);
   return rc;
 }
 

@@ -3,12 +3,21 @@
 // stream, then synchronizes its whole device before answering. Internal to libs/cuda.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "kiln/eval/detail/runner.h"
 #include "kiln/kernel_abi.h"
 
 namespace kiln::cuda {
 
 const eval::detail::RunnerDevice& cuda_runner_device();
+
+// A staged tensor's `data`: which of the runner's device arenas, and the offset in it.
+inline constexpr int kArenaShift = 48;
+inline void* encode_arena_offset(size_t arena, size_t offset) {
+  return reinterpret_cast<void*>((static_cast<uintptr_t>(arena) << kArenaShift) | offset);
+}
 
 // Entries a runner can hold besides a loaded library: a call that only sets one word on the device (the
 // overhead every call pays, measured and subtracted alike) and the cuBLAS SGEMM baseline.

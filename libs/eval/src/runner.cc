@@ -266,7 +266,7 @@ Status Runner::check_alive() {
 Status Runner::publish(const void* blob, size_t bytes) {
   if (bytes > kRunnerBlobBytes) return invalid_argument("runner blob of " + std::to_string(bytes) + " bytes");
   Control* ctl = control(arena_);
-  std::memcpy(ctl->blob, blob, bytes);
+  if (bytes > 0) std::memcpy(ctl->blob, blob, bytes);
   ctl->blob_bytes = static_cast<uint32_t>(bytes);
   ctl->blob_state.store(kBlobPublished, std::memory_order_release);
   return Status::ok();

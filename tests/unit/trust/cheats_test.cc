@@ -146,6 +146,47 @@ TEST_CASE("a cache keyed on the address and a sample of the input values is caug
   CHECK_FALSE(promotable(v));
 }
 
+TEST_CASE("caches keyed on the address and fingerprints of 16 and 256 sampled values are not promotable", "[trust]") {
+  // The larger the fingerprint, the more often it notices the block that moved and computes afresh: then
+  // it is honest (and no faster); whenever it does not notice, the stale answer shows in a timed round.
+  for (int samples : {16, 256}) {
+    Harness h;
+    const std::string name = "fingerprint_cache_" + std::to_string(samples);
+    Verdict v = run(h, name,
+                    "uint64_t fp = 1469598103934665603ull;\n"
+                    "for (int s = 0; s < kSamples && n > 0; ++s) { const int64_t i = s * n / kSamples;\n"
+                    "  uint32_t b; std::memcpy(&b, &x[i], 4); fp = (fp ^ b) * 1099511628211ull;\n"
+                    "  std::memcpy(&b, &w[i], 4); fp = (fp ^ b) * 1099511628211ull; }\n"
+                    "auto& e = cache[std::make_tuple(x, w, y, n)];\n"
+                    "if (e.first == fp && static_cast<int64_t>(e.second.size()) == n) {\n"
+                    "  std::memcpy(y, e.second.data(), n * sizeof(float)); return 0; }\n" +
+                        kiln::trust::kHonestBody + "\ne.first = fp; e.second.assign(y, y + n);",
+                    "#include <map>\n#include <tuple>\n#include <vector>\nconstexpr int kSamples = " +
+                        std::to_string(samples) +
+                        ";\nstatic std::map<std::tuple<const float*, const float*, float*, int64_t>,"
+                        " std::pair<uint64_t, std::vector<float>>> cache;\n");
+    INFO(samples << " samples: " << v.status << ": " << v.message);
+    CHECK_FALSE(promotable(v));
+    if (samples == 16) CHECK(v.status == status::kMismatch);
+  }
+}
+
+TEST_CASE("a cache entry per buffer set, refreshed every eighth call, is caught", "[trust]") {
+  // Keyed on the three buffers alone, so every placement the evaluator uses gets its own entry.
+  Harness h;
+  Verdict v = run(h, "buffer_set_cache",
+                  "auto& e = cache[std::make_tuple(x, w, y, n)];\n"
+                  "if (static_cast<int64_t>(e.second.size()) == n && ++e.first % 8 != 0) {\n"
+                  "  std::memcpy(y, e.second.data(), n * sizeof(float)); return 0; }\n" +
+                      kiln::trust::kHonestBody + "\ne.second.assign(y, y + n);",
+                  "#include <map>\n#include <tuple>\n#include <vector>\n"
+                  "static std::map<std::tuple<const float*, const float*, float*, int64_t>,"
+                  " std::pair<int, std::vector<float>>> cache;\n");
+  INFO(v.status << ": " << v.message);
+  CHECK(v.status == status::kMismatch);
+  CHECK_FALSE(promotable(v));
+}
+
 // ---- Cheats that needed the candidate out of the evaluator's process. ----
 
 TEST_CASE("a background thread racing the comparison is frozen before the outputs are read", "[trust]") {
