@@ -99,21 +99,8 @@ Result<std::unique_ptr<Device>> open_device(bool cold) {
 
 // Device bytes one contestant needs for the largest case, with the placement slack.
 Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
-  size_t most = 0;
-  for (const auto* cases : {&spec.correctness_cases, &spec.benchmark_cases}) {
-    for (const auto& dims : *cases) {
-      size_t bytes = 0;
-      for (const auto* list : {&spec.inputs, &spec.outputs}) {
-        for (const auto& t : *list) {
-          KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
-          size_t n = task::dtype_bytes(t.dtype);
-          for (int64_t d : shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
-          bytes += round_up(std::max<size_t>(n, 1), kTensorAlignment);
-        }
-      }
-      most = std::max(most, bytes);
-    }
-  }
+  KILN_RETURN_IF_ERROR(eval::detail::check_runner_limits(spec));
+  KILN_ASSIGN_OR_RETURN(const size_t most, eval::detail::largest_case_bytes(spec, kTensorAlignment));
   return most + kPlacementSlack;
 }
 

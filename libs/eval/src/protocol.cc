@@ -35,6 +35,25 @@ Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims) {
   return set;
 }
 
+Result<size_t> largest_case_bytes(const task::TaskSpec& spec, size_t alignment) {
+  size_t most = 0;
+  for (const auto* cases : {&spec.correctness_cases, &spec.benchmark_cases}) {
+    for (const auto& dims : *cases) {
+      size_t bytes = 0;
+      for (const auto* list : {&spec.inputs, &spec.outputs}) {
+        for (const auto& t : *list) {
+          KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
+          size_t n = task::dtype_bytes(t.dtype);
+          for (int64_t d : shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+          bytes += (std::max<size_t>(n, 1) + alignment - 1) / alignment * alignment;
+        }
+      }
+      most = std::max(most, bytes);
+    }
+  }
+  return most;
+}
+
 void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed) {
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const auto& t = spec.inputs[i];

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "baselines.h"
+#include "kiln/eval/detail/protocol.h"
 #include "kiln/sandbox/sandbox.h"
 
 namespace kiln::eval::detail {
@@ -142,7 +143,7 @@ void await_blob(Control* ctl) {
 
 }  // namespace
 
-Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
+Status check_runner_limits(const task::TaskSpec& spec) {
   if (spec.inputs.size() > static_cast<size_t>(kMaxTensors) || spec.outputs.size() > static_cast<size_t>(kMaxTensors))
     return invalid_argument("a task may have at most " + std::to_string(kMaxTensors) + " inputs and outputs each");
   if (spec.scalars.size() > static_cast<size_t>(kMaxScalars))
@@ -152,24 +153,12 @@ Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
     if (name.size() >= kScalarNameBytes)
       return invalid_argument("scalar name '" + name + "' is longer than " + std::to_string(kScalarNameBytes - 1));
   }
-  size_t most = 0;
-  auto add_cases = [&](const std::vector<task::Dims>& cases) -> Status {
-    for (const auto& dims : cases) {
-      size_t bytes = 0;
-      for (const auto* list : {&spec.inputs, &spec.outputs}) {
-        for (const auto& t : *list) {
-          KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, task::shape_for(t, dims));
-          size_t n = task::dtype_bytes(t.dtype);
-          for (int64_t d : shape) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
-          bytes += round_up(n, kTensorAlignment);
-        }
-      }
-      most = std::max(most, bytes);
-    }
-    return Status::ok();
-  };
-  KILN_RETURN_IF_ERROR(add_cases(spec.correctness_cases));
-  KILN_RETURN_IF_ERROR(add_cases(spec.benchmark_cases));
+  return Status::ok();
+}
+
+Result<size_t> arena_bytes_for(const task::TaskSpec& spec) {
+  KILN_RETURN_IF_ERROR(check_runner_limits(spec));
+  KILN_ASSIGN_OR_RETURN(const size_t most, largest_case_bytes(spec, kTensorAlignment));
   return kDataOffset + kPlacementSlack + most;
 }
 

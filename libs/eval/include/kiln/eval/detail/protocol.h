@@ -30,6 +30,9 @@ struct TensorSet {
 
 // The task's tensors at `dims`, unfilled; an error for a shape that cannot be resolved.
 Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims);
+// The bytes the tensors of the largest case take when each starts on `alignment` (at least one
+// alignment unit each).
+Result<size_t> largest_case_bytes(const task::TaskSpec& spec, size_t alignment);
 // Inputs from `init` drawn from seed (each input its own stream).
 void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed);
 void poison_outputs(TensorSet& set, int variant);

@@ -142,6 +142,9 @@ class Runner {
 // How far set_placement() may move the tensors.
 inline constexpr size_t kPlacementSlack = 64 * 4096;
 
+// What a runner can pass: at most kRunnerMaxTensors inputs and outputs each, 32 scalars, short names.
+Status check_runner_limits(const task::TaskSpec& spec);
+
 // Arena bytes that hold the tensors of every case of the task (plus the control block and the slack).
 Result<size_t> arena_bytes_for(const task::TaskSpec& spec);
 
