@@ -319,9 +319,13 @@ struct DeadLetter {
   int attempts = 0;
   std::string reason;
   Bytes payload;  // the dead job's payload (the scorer reads its candidate from it)
+  // Optional (v2). True when the last attempt's worker answered "retry": it named a fault of its own side
+  // (a toolchain, the evaluator, the task's reference) in `reason`, so the payload was never judged. False
+  // when the worker was lost or the deadline passed.
+  bool worker_retry = false;
   template <class V> void fields(V& v) {
     v("kind", kind); v("job_id", job_id); v("service", service); v("attempts", attempts);
-    v("reason", reason); v("payload", payload);
+    v("reason", reason); v("payload", payload); v("worker_retry", worker_retry);
   }
 };
 
