@@ -280,6 +280,10 @@ inline constexpr std::string_view kNonFinite = "nonfinite";    // (3)
 inline constexpr std::string_view kCrashed = "crashed";        // crashed / no result (2)
 inline constexpr std::string_view kTimedOut = "timed_out";     // (2)
 inline constexpr std::string_view kLoadFailed = "load_failed"; // (2)
+// Not a verdict on the candidate: the evaluation child could not evaluate it here (the task or the
+// reference will not load or run, out of memory, no device). The tester answers the job "retry" with the
+// message; a report with this status never reaches the scorer.
+inline constexpr std::string_view kEvaluatorError = "evaluator_error";
 }  // namespace test_status
 
 struct TestReport {
