@@ -463,6 +463,8 @@ struct CampaignInfo {
   int64_t prompt_tokens = 0;   // LLM token usage of the campaign
   int64_t completion_tokens = 0;
   int64_t prompts = 0;         // strategy sections (meta-prompts) seen
+  // Optional (v3).
+  int64_t not_evaluated = 0;   // programs dead-lettered by a fault not theirs (no score; see DeadLetter)
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("task_name", task_name); v("task_id", task_id); v("backend", backend);
     v("state", state); v("budget", budget); v("proposed", proposed); v("scored", scored);
@@ -472,6 +474,7 @@ struct CampaignInfo {
     v("promotion_notes", promotion_notes); v("started_at", started_at); v("finished_at", finished_at);
     v("proposer", proposer); v("stop_reason", stop_reason); v("cells_filled", cells_filled);
     v("prompt_tokens", prompt_tokens); v("completion_tokens", completion_tokens); v("prompts", prompts);
+    v("not_evaluated", not_evaluated);
   }
 };
 
