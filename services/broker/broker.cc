@@ -216,7 +216,8 @@ struct Broker::Impl {
   }
 
   // A job that came back (worker died, deadline passed, worker said retry): attempt+1 or dead.
-  void requeue_or_kill(const std::string& job_id, const std::string& reason) {
+  // `worker_retry`: the worker itself gave it back, naming a fault of its own side in `reason`.
+  void requeue_or_kill(const std::string& job_id, const std::string& reason, bool worker_retry = false) {
     auto it = jobs.find(job_id);
     if (it == jobs.end()) return;
     LiveJob job = std::move(it->second);
@@ -227,7 +228,7 @@ struct Broker::Impl {
     }
     int next_attempt = job.attempt + 1;
     if (next_attempt > opt.max_attempts) {
-      kill(job, reason);
+      kill(job, reason, worker_retry);
       return;
     }
     Status st = table.requeue(job.id, next_attempt, reason);
@@ -248,7 +249,7 @@ struct Broker::Impl {
     return "retry";
   }
 
-  void kill(const LiveJob& job, const std::string& reason) {
+  void kill(const LiveJob& job, const std::string& reason, bool worker_retry) {
     std::vector<proto::FollowUp> next;
     // The scorer is told, so a candidate that kills every worker cannot stall its campaign.
     if (job.service != proto::svc::kScore) {
@@ -258,6 +259,7 @@ struct Broker::Impl {
       dl.attempts = job.attempt;
       dl.reason = reason;
       dl.payload = proto::Bytes{job.payload};
+      dl.worker_retry = worker_retry;
       next.push_back(proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
     }
     std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
@@ -372,7 +374,7 @@ struct Broker::Impl {
     duration->Add({{"service", job.service}}, metrics::duration_buckets_s()).Observe(now - job.leased_mono);
 
     if (res->outcome == proto::outcome::kRetry) {
-      requeue_or_kill(job.id, "worker asked to retry: " + res->error);
+      requeue_or_kill(job.id, "worker asked to retry: " + res->error, /*worker_retry=*/true);
       return;
     }
     JobState final_state = res->outcome == proto::outcome::kOk ? JobState::kDone : JobState::kFailed;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <csignal>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -29,6 +30,9 @@ constexpr size_t kMaxCompilerOutputBytes = 1u << 20;
 constexpr int64_t kMaxOutputFileBytes = 1ll << 30;
 // How long asking a compiler for its version may take.
 constexpr double kVersionTimeoutS = 30;
+// Of a reference's build log quoted when the job is given back: the text travels in the broker's log lines
+// and in the dead letter, so only the errors.
+constexpr size_t kMaxRetryLogBytes = 2048;
 constexpr std::string_view kOutputName = "out.so";
 constexpr std::string_view kAbiHeaderPath = "kiln/kernel_abi.h";
 
@@ -130,6 +134,16 @@ void keep_max(int64_t& target, std::optional<int64_t> v) {
 std::string host_arch() {
   utsname u{};
   return uname(&u) == 0 ? u.machine : "";
+}
+
+// The compiler driver itself crashed: a fault of the toolchain, not of the source it was given. (The
+// limits the sandbox enforces end a run otherwise: a timeout, SIGXFSZ for a runaway output file.)
+bool crashed(const sandbox::SandboxResult& result) {
+  if (result.timed_out) return false;
+  switch (result.term_signal) {
+    case SIGSEGV: case SIGBUS: case SIGILL: case SIGABRT: case SIGFPE: return true;
+    default: return false;
+  }
 }
 
 }  // namespace
@@ -352,12 +366,15 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
     out.info.spill_bytes = usage.spill_bytes;
     out.info.stack_bytes = usage.stack_bytes;
   }
+  if (crashed(result)) {
+    return unavailable(compiler + " " + result.describe(run.timeout_s) + " building " + source_name + ":\n" +
+                       trim_log(log, kMaxRetryLogBytes));
+  }
   if (!result.succeeded()) return out;
   auto so = read_file(scratch.path() + "/" + std::string(kOutputName));
   if (!so.is_ok()) {
-    out.info.log = trim_log("the compiler exited 0 but wrote no shared object\n" + log,
-                            static_cast<size_t>(options_.max_log_bytes));
-    return out;
+    return unavailable(compiler + " exited 0 but wrote no shared object for " + source_name + ": " +
+                       so.status().message());
   }
   out.so = std::move(so).value();
   out.info.ok = true;
@@ -382,11 +399,16 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
         {proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}});
   };
 
+  // What is not the candidate's doing (the task package, the toolchain, this worker, the task's own
+  // reference) is never scored against it: the job is given back, and after max_attempts the scorer
+  // records the candidate as not evaluated, with this cause.
+  auto give_back = [](const std::string& cause) { return messaging::JobOutcome::retry("compile: " + cause); };
+
   auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return to_score("task package: " + spec.status().message());
+  if (!spec.is_ok()) return give_back("task package: " + spec.status().message());
   const std::string& backend = spec->backend;
   if (!request.backend.empty() && request.backend != backend) {
-    return to_score("the request is for backend '" + request.backend + "' but the task's is '" + backend + "'");
+    return give_back("the request is for backend '" + request.backend + "' but the task's is '" + backend + "'");
   }
   for (const auto& [name, value] : cand.params) {
     if (!is_identifier(name)) return to_score("parameter '" + name + "': not an identifier");
@@ -397,13 +419,13 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
 
   auto reference = build(backend, arch, request.files, spec->reference_file,
                          request.files.at(spec->reference_file).data, {});
-  if (!reference.is_ok()) return to_score("toolchain: " + reference.status().message());
+  if (!reference.is_ok()) return give_back("toolchain: " + reference.status().message());
   if (!reference->info.ok) {
-    return to_score("reference build failed (a problem of the task, not of the candidate):\n" + reference->info.log,
-                    reference->info);
+    return give_back("the reference failed to build (a problem of the task, not of the candidate):\n" +
+                     trim_log(reference->info.log, kMaxRetryLogBytes));
   }
   auto kernel = build(backend, arch, request.files, spec->kernel_file, cand.code, cand.params);
-  if (!kernel.is_ok()) return to_score("toolchain: " + kernel.status().message());
+  if (!kernel.is_ok()) return give_back("toolchain: " + kernel.status().message());
   if (!kernel->info.ok) return to_score(kernel->info.log, kernel->info);
 
   proto::TestRequest test;

@@ -162,11 +162,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return finish(std::move(r));
   };
 
+  // A task package that does not parse, or one routed to the wrong backend, is no fault of the candidate.
   auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return failed(proto::test_status::kLoadFailed, "task: " + spec.status().message());
+  if (!spec.is_ok()) return spec.status().with_context("tester: task");
   if (spec->backend != options_.backend) {
-    return failed(proto::test_status::kLoadFailed,
-                  "the task's backend is " + spec->backend + ", this tester runs " + options_.backend);
+    return failed_precondition("tester: the task's backend is " + spec->backend + ", this tester runs " +
+                               options_.backend);
   }
 
   TempDir scratch("kiln-test");
@@ -232,6 +233,10 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return failed(proto::test_status::kCrashed, "crashed: unreadable result: " + decoded.status().message(), log);
   }
   report = std::move(decoded).value();
+  if (report.status == proto::test_status::kEvaluatorError) {
+    // kiln-eval says, in a report it signed, that it could not evaluate here: not the candidate's verdict.
+    return unavailable("the evaluator could not evaluate: " + report.message);
+  }
   report.log = log;
   return finish(std::move(report));
 }
@@ -245,7 +250,9 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   } catch (const std::exception& e) {
     report = internal_error(e.what());
   }
-  // Trouble on this side (no scratch space, kiln-eval will not start): another attempt may do better.
+  // Trouble that is not the candidate's (no scratch space, kiln-eval will not start, the task or the
+  // reference cannot be evaluated here) is never scored: another attempt may do better, and after
+  // max_attempts the scorer records the candidate as not evaluated, with this cause.
   if (!report.is_ok()) return messaging::JobOutcome::retry("test: " + report.status().message());
 
   proto::ScoreResult result;

@@ -41,7 +41,8 @@ json to_json(const proto::CampaignInfo& c) {
               {"best_params", c.best_params}, {"promoted", c.promoted}, {"promotion_notes", c.promotion_notes},
               {"started_at", c.started_at}, {"finished_at", c.finished_at}, {"proposer", c.proposer},
               {"stop_reason", c.stop_reason}, {"cells_filled", c.cells_filled},
-              {"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
+              {"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens},
+              {"not_evaluated", c.not_evaluated}};
 }
 
 std::string params_string(const std::map<std::string, std::string>& p) {
@@ -262,8 +263,12 @@ int cmd_best(const Common& c, const std::string& campaign) {
     return 0;
   }
   const auto& ci = best->campaign;
-  std::printf("campaign %s (%s, %s): %lld/%lld scored, %lld correct\n", ci.campaign_id.c_str(), ci.task_name.c_str(),
-              ci.state.c_str(), (long long)ci.scored, (long long)(ci.budget + 1), (long long)ci.correct);
+  // Programs whose jobs died of faults not their own (the task's reference, the evaluator): no score.
+  const std::string not_evaluated =
+      ci.not_evaluated > 0 ? ", " + std::to_string(ci.not_evaluated) + " not evaluated" : "";
+  std::printf("campaign %s (%s, %s): %lld/%lld scored, %lld correct%s\n", ci.campaign_id.c_str(),
+              ci.task_name.c_str(), ci.state.c_str(), (long long)ci.scored, (long long)(ci.budget + 1),
+              (long long)ci.correct, not_evaluated.c_str());
   for (const auto& k : ci.promoted) std::printf("  promoted: %s\n", k.c_str());
   for (const auto& n : ci.promotion_notes) std::printf("  note: %s\n", n.c_str());
   std::printf("\n%-4s %-22s %-8s %-10s %-12s %-28s %s\n", "rank", "program", "score", "runtime", "speedup",

@@ -22,6 +22,9 @@ constexpr std::string_view kRunning = "running";
 constexpr std::string_view kDone = "done";
 constexpr std::string_view kPending = "pending";
 constexpr std::string_view kScored = "scored";
+// A program whose job died by faults that were not its own (DeadLetter::worker_retry): no score, no place
+// in the archive. Its state and its status word.
+constexpr std::string_view kNotEvaluated = "not_evaluated";
 constexpr std::string_view kEval = "eval";
 constexpr std::string_view kConfirm = "confirm";
 constexpr std::string_view kProgram0Proposer = "program0";
@@ -619,26 +622,46 @@ struct CampaignEngine::Impl {
 
   // ----------------------------------------------------------------------------- results
 
-  Status handle_result(std::string_view job_id, const proto::ScoreResult& r, Effects& fx) {
+  // The program a result is about (its id without the confirmation suffix) and its campaign.
+  struct Subject {
+    std::string pid;
+    bool confirm = false;  // a confirming measurement, not the program's own evaluation
+    CampaignRow campaign;
+    ProgramRow program;
+  };
+
+  Result<Subject> subject_of(const proto::ScoreResult& r, Effects& fx) {
     const std::string& raw_id = r.cand.program_id;
-    const bool confirm = ends_with(raw_id, kConfirmSuffix);
-    const std::string pid = confirm ? strip_confirm(raw_id) : raw_id;
-    const std::string cid = campaign_of(pid);
+    Subject s;
+    const bool suffixed = ends_with(raw_id, kConfirmSuffix);
+    s.pid = suffixed ? strip_confirm(raw_id) : raw_id;
+    s.confirm = suffixed || r.purpose == kConfirm;
+    const std::string cid = campaign_of(s.pid);
     fx.campaign_id = cid;
     if (!r.cand.campaign_id.empty() && r.cand.campaign_id != cid)
       return invalid_argument("result for " + raw_id + " names campaign '" + r.cand.campaign_id + "'");
     KILN_ASSIGN_OR_RETURN(auto camp, load_campaign(cid));
     if (!camp) return not_found("result for " + raw_id + ": unknown campaign '" + cid + "'");
-    KILN_ASSIGN_OR_RETURN(auto row, load_program(pid));
-    if (!row) return not_found("result for unknown program " + pid);
-    CampaignRow& c = *camp;
-    if (confirm || r.purpose == kConfirm) return handle_confirmation(job_id, c, pid, r, fx);
+    KILN_ASSIGN_OR_RETURN(auto row, load_program(s.pid));
+    if (!row) return not_found("result for unknown program " + s.pid);
+    s.campaign = std::move(*camp);
+    s.program = std::move(*row);
+    return s;
+  }
 
-    if (row->state == kScored) return count_duplicate(c, fx);
+  Status handle_result(std::string_view job_id, const proto::ScoreResult& r, Effects& fx) {
+    KILN_ASSIGN_OR_RETURN(Subject subject, subject_of(r, fx));
+    const std::string& pid = subject.pid;
+    const std::string& cid = subject.campaign.id;
+    CampaignRow& c = subject.campaign;
+    ProgramRow& row = subject.program;
+    if (subject.confirm) return handle_confirmation(job_id, c, pid, r, fx);
+
+    if (row.state == kScored) return count_duplicate(c, fx);
     KILN_ASSIGN_OR_RETURN(bool fresh, insert_result(pid, kEval, cid, job_id, r));
     if (!fresh) return count_duplicate(c, fx);
 
-    proto::Program p = std::move(row->record);
+    proto::Program p = std::move(row.record);
     const proto::Candidate& cand = r.cand;
     if (!cand.code.empty()) p.code = cand.code;
     if (!cand.params.empty()) p.template_parameters = cand.params;
@@ -681,7 +704,7 @@ struct CampaignEngine::Impl {
       KILN_RETURN_IF_ERROR(st.run());
     }
     if (best && best->id == pid && speedup_shortfall(r, options.min_speedup).empty())
-      KILN_RETURN_IF_ERROR(request_confirmation(c, p, row->proposal_index, fx));
+      KILN_RETURN_IF_ERROR(request_confirmation(c, p, row.proposal_index, fx));
     KILN_RETURN_IF_ERROR(check_early_stop(c, best));
 
     KILN_RETURN_IF_ERROR(top_up(c, fx));
@@ -778,13 +801,16 @@ struct CampaignEngine::Impl {
 
   // ----------------------------------------------------------------------------- dead letters
 
-  // A job that killed every worker it met still ends its candidate, so the campaign never stalls.
+  // A job that killed every worker it met still ends its candidate, so the campaign never stalls. One that
+  // workers kept giving back, naming a fault of their own side (the reference does not build, the evaluator
+  // cannot run the task), ends it too, but not evaluated: that fault is never scored against it.
   Status handle_dead(std::string_view job_id, std::string_view payload, Effects& fx) {
     auto msg = proto::decode<proto::DeadLetter>(payload);
     if (!msg.is_ok()) return invalid_argument("dead letter: " + msg.status().message());
     const proto::DeadLetter& dead = *msg;
-    const std::string why = "crashed: " + (dead.reason.empty() ? std::string("no reason given") : dead.reason) +
-                            " (dead after " + std::to_string(dead.attempts) + " attempts)";
+    const std::string cause = (dead.reason.empty() ? std::string("no reason given") : dead.reason) +
+                              " (dead after " + std::to_string(dead.attempts) + " attempts)";
+    const std::string why = (dead.worker_retry ? "not evaluated: " : "crashed: ") + cause;
     const std::string_view body = dead.payload.data;
 
     proto::ScoreResult r;
@@ -822,7 +848,8 @@ struct CampaignEngine::Impl {
       if (!camp) return not_found("dead promote job for unknown campaign '" + req->campaign_id + "'");
       KILN_ASSIGN_OR_RETURN(auto state, promotion_state(req->program_id));
       if (!state || *state != promo::kPromoting) return count_duplicate(*camp, fx);
-      KILN_RETURN_IF_ERROR(set_promotion(req->program_id, promo::kFailed, "", "promotion failed: " + why));
+      const std::string note = "promotion failed: " + (dead.worker_retry ? cause : why);
+      KILN_RETURN_IF_ERROR(set_promotion(req->program_id, promo::kFailed, "", note));
       return maybe_finish(*camp);
     } else if (dead.service == proto::svc::kScore) {
       // A result that could not be scored: its candidate still ends, as "no result".
@@ -839,7 +866,37 @@ struct CampaignEngine::Impl {
     } else {
       return invalid_argument("dead letter from unknown service '" + dead.service + "'");
     }
+    if (dead.worker_retry) return handle_not_evaluated(r, why, fx);
     return handle_result(job_id, r, fx);
+  }
+
+  // Ends a candidate without a score: recorded with `why`, kept out of the archive (never a parent), and
+  // its place in flight given to the next proposal. A confirming measurement that could not be made leaves
+  // the program's own score standing, unconfirmed.
+  Status handle_not_evaluated(const proto::ScoreResult& r, const std::string& why, Effects& fx) {
+    KILN_ASSIGN_OR_RETURN(Subject subject, subject_of(r, fx));
+    CampaignRow& c = subject.campaign;
+    if (subject.confirm) {
+      KILN_ASSIGN_OR_RETURN(auto state, promotion_state(subject.pid));
+      if (!state || *state != promo::kConfirming) return count_duplicate(c, fx);
+      KILN_RETURN_IF_ERROR(set_promotion(subject.pid, promo::kNotConfirmed, "", "not confirmed: " + why));
+      return maybe_finish(c);
+    }
+    if (subject.program.state != kPending) return count_duplicate(c, fx);
+
+    proto::Program p = std::move(subject.program.record);
+    p.metadata["stage"] = r.stage;
+    p.eval.status = std::string(kNotEvaluated);
+    p.eval.eval_log = truncate_utf8(why, kMaxEvalLogBytes);
+    p.feedback = p.eval.eval_log;
+    p.timestamp = wall_time_s();
+    KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
+        "UPDATE programs SET state = ?, status = ?, eval_log = ?, record = ? WHERE id = ?"));
+    st.bind(1, kNotEvaluated).bind(2, kNotEvaluated).bind(3, p.eval.eval_log).bind_blob(4, proto::encode(p));
+    st.bind(5, subject.pid);
+    KILN_RETURN_IF_ERROR(st.run());
+    KILN_RETURN_IF_ERROR(top_up(c, fx));
+    return maybe_finish(c);
   }
 
   // ----------------------------------------------------------------------------- queries
@@ -867,6 +924,8 @@ struct CampaignEngine::Impl {
     KILN_ASSIGN_OR_RETURN(info.correct, count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
                                               " AND state = 'scored' AND correct = 1", c.id));
     KILN_ASSIGN_OR_RETURN(info.in_flight, pending_programs(c.id));
+    KILN_ASSIGN_OR_RETURN(info.not_evaluated, count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
+                                                    " AND state = 'not_evaluated'", c.id));
     info.best_program_id = c.best_program_id;
     if (!c.best_program_id.empty()) {
       KILN_ASSIGN_OR_RETURN(auto best, load_program(c.best_program_id));

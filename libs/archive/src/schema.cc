@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS programs (
   parent_id           TEXT NOT NULL,
   generation          INTEGER NOT NULL,
   proposer            TEXT NOT NULL,
-  state               TEXT NOT NULL,           -- pending | scored
+  state               TEXT NOT NULL,           -- pending | scored | not_evaluated (dead by faults not its own)
   scored_seq          INTEGER NOT NULL DEFAULT 0,
   code                TEXT NOT NULL,
   params              TEXT NOT NULL,           -- JSON object of the template parameters

@@ -79,11 +79,14 @@ Result<Args> parse_args(int argc, char** argv) {
   return a;
 }
 
-// Loads everything and evaluates; a report with status load_failed when the setup itself fails.
+// Loads everything and evaluates. A setup that fails is never the candidate's doing (the candidate is
+// loaded only in its runner, by evaluate(), which reports load_failed itself): the task, the reference, or
+// evaluate() finding the task cannot be evaluated here. The report says evaluator_error, and the tester
+// gives the job back rather than scoring it.
 proto::TestReport run(Args& args, const EvalTool& tool) {
   proto::TestReport report;
   auto fail = [&](const std::string& message) {
-    report.status = proto::test_status::kLoadFailed;
+    report.status = proto::test_status::kEvaluatorError;
     report.message = message;
     return report;
   };

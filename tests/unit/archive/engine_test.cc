@@ -7,6 +7,7 @@
 
 #include "campaign_fixtures.h"
 #include "kiln/core/files.h"
+#include "kiln/store/sqlite.h"
 
 using namespace kiln;
 using kiln::testing::campaign_start;
@@ -79,6 +80,19 @@ std::string start_payload(const std::string& id, int64_t budget, int64_t mif,
 // Slow, correct kernels: below the promotion bar, so no confirmation traffic.
 proto::ScoreResult plain(const proto::Candidate& c, bool) {
   return correct(c, 1.0 + 0.01 * static_cast<double>(c.proposal_index), 0.99, 1.2);
+}
+
+// The broker's dead letter for `job` after 3 attempts; `worker_retry`: its last worker gave it back.
+std::string dead_letter(const proto::FollowUp& job, const std::string& service, const std::string& reason,
+                        bool worker_retry) {
+  proto::DeadLetter d;
+  d.job_id = job.job_id;
+  d.service = service;
+  d.attempts = 3;
+  d.reason = reason;
+  d.worker_retry = worker_retry;
+  d.payload = job.payload;
+  return proto::encode(d);
 }
 
 std::vector<std::string> job_ids(const std::vector<proto::FollowUp>& fs, const std::string& service) {
@@ -414,13 +428,7 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[ar
   const proto::FollowUp p3_propose = start.result.next[3];
 
   auto dead = [](const proto::FollowUp& job, const std::string& service) {
-    proto::DeadLetter d;
-    d.job_id = job.job_id;
-    d.service = service;
-    d.attempts = 3;
-    d.reason = "worker lost";
-    d.payload = job.payload;
-    return proto::encode(d);
+    return dead_letter(job, service, "worker lost", false);
   };
 
   // The compile of program 0 killed every compiler: build failed.
@@ -473,6 +481,71 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[ar
   }
 }
 
+TEST_CASE("a candidate whose jobs workers gave back until they died is not evaluated, with the cause",
+          "[archive][engine]") {
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 3, 2));
+  REQUIRE(start.result.next.size() == 3);  // p0 compile + p1, p2 propose
+  const proto::FollowUp p0_compile = start.result.next[0];
+  const proto::FollowUp p1_propose = start.result.next[1];
+
+  const std::string reference_failed =
+      "worker asked to retry: compile: the reference failed to build (a problem of the task, not of the "
+      "candidate):\nreference.cpp:1:2: error: #error the reference is broken";
+
+  // Program 0's reference never built: no score, no build failure.
+  archive::Handled h0 = f.handle("dead:c1/p0:compile", dead_letter(p0_compile, "compile", reference_failed, true));
+  CHECK(h0.result.outcome == "ok");
+  CHECK(h0.result.next.empty());  // in flight went from 3 to 2 = max_in_flight
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.not_evaluated == 1);
+  CHECK(info.scored == 0);
+  CHECK(info.in_flight == 2);
+
+  // The proposer's endpoint stayed down: not evaluated either, and the next proposal takes its place.
+  const std::string llm_down = "worker asked to retry: propose: LLM unavailable";
+  archive::Handled h1 = f.handle("dead:c1/p1:propose", dead_letter(p1_propose, "propose", llm_down, true));
+  REQUIRE(h1.result.next.size() == 1);
+  CHECK(h1.result.next[0].job_id == "c1/p3:propose");
+
+  // The others come back normally.
+  for (const char* id : {"c1/p2", "c1/p3"}) {
+    proto::Candidate c;
+    c.campaign_id = "c1";
+    c.program_id = id;
+    f.handle(std::string(id) + ":score", proto::encode(correct(c, 1.0, 0.9, 1.1)));
+  }
+
+  info = f.info("c1");
+  CHECK(info.state == "done");
+  CHECK(info.scored == 2);
+  CHECK(info.not_evaluated == 2);
+  auto programs = f.programs("c1");
+  CHECK(programs.count("c1/p0") == 0);  // never a parent: not in the archive
+  CHECK(programs.count("c1/p1") == 0);
+  CHECK(programs.at("c1/p2").eval.perf_score == 5);
+
+  // The archive keeps the cause with the program.
+  auto db = store::Database::open(f.db_path);
+  REQUIRE(db.is_ok());
+  auto row = db->prepare("SELECT state, status, perf_score, eval_log, record FROM programs WHERE id = 'c1/p0'");
+  REQUIRE(row.is_ok());
+  REQUIRE(row->step().value());
+  CHECK(row->column_text(0) == "not_evaluated");
+  CHECK(row->column_text(1) == "not_evaluated");
+  CHECK(row->column_int(2) == -1);
+  CHECK(row->column_text(3) == "not evaluated: " + reference_failed + " (dead after 3 attempts)");
+  auto record = decode_or_die<proto::Program>(row->column_blob(4));
+  CHECK(record.eval.status == "not_evaluated");
+  CHECK(record.eval.eval_log == row->column_text(3));
+  CHECK(record.metadata.at("stage") == "compile");
+
+  SECTION("a second dead letter for the same program is a duplicate") {
+    CHECK(f.handle("dead:c1/p0:test", dead_letter(p0_compile, "compile", reference_failed, true)).duplicate);
+    CHECK(f.info("c1").not_evaluated == 2);
+  }
+}
+
 TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][engine]") {
   Fixture f;
   archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
@@ -484,13 +557,27 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][e
   d.job_id = confirm_compile.job_id;
   d.service = "compile";
   d.attempts = 3;
-  d.reason = "compiler killed";
   d.payload = confirm_compile.payload;
-  archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
-  CHECK(h.result.next.empty());
-  proto::CampaignInfo info = f.info("c1");
-  CHECK(info.state == "done");
-  CHECK(info.promotion_notes.at(0).find("c1/p0: not confirmed: build_failed: crashed: compiler killed") == 0);
+  SECTION("its workers were lost") {
+    d.reason = "compiler killed";
+    archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+    CHECK(h.result.next.empty());
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(info.state == "done");
+    CHECK(info.promotion_notes.at(0).find("c1/p0: not confirmed: build_failed: crashed: compiler killed") == 0);
+  }
+  SECTION("its workers gave it back, naming a fault of theirs") {
+    d.reason = "worker asked to retry: compile: toolchain: g++ killed by SIGSEGV";
+    d.worker_retry = true;
+    archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+    CHECK(h.result.next.empty());
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(info.state == "done");
+    CHECK(info.not_evaluated == 0);  // the program itself was evaluated
+    CHECK(info.promotion_notes.at(0) ==
+          "c1/p0: not confirmed: not evaluated: worker asked to retry: compile: toolchain: g++ killed by SIGSEGV"
+          " (dead after 3 attempts)");
+  }
   CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the program's own score stands
 }
 

@@ -69,6 +69,25 @@ struct RunningWorker {
   }
 };
 
+// A "score" worker that keeps the dead letters the broker sends it.
+struct DeadLetterInbox {
+  std::mutex mu;
+  std::vector<proto::DeadLetter> letters;
+  RunningWorker scorer;
+  explicit DeadLetterInbox(RunningBroker& b)
+      : scorer(b.ctx, b.endpoint(), "score", [this](const proto::Job& job) {
+          auto dl = proto::decode<proto::DeadLetter>(job.payload.data);
+          REQUIRE(dl.is_ok());
+          std::lock_guard l(mu);
+          letters.push_back(*dl);
+          return messaging::JobOutcome::ok();
+        }) {}
+  size_t size() {
+    std::lock_guard l(mu);
+    return letters.size();
+  }
+};
+
 template <class F>
 bool eventually(F pred, double timeout_s = 10) {
   double until = monotonic_s() + timeout_s;
@@ -180,25 +199,37 @@ TEST_CASE("a job that fails every attempt is dead-lettered and the scorer is tol
     ++tries;
     return messaging::JobOutcome::retry("toolchain crashed");
   });
-  std::mutex mu;
-  std::vector<proto::DeadLetter> letters;
-  RunningWorker scorer(b.ctx, b.endpoint(), "score", [&](const proto::Job& job) {
-    auto dl = proto::decode<proto::DeadLetter>(job.payload.data);
-    REQUIRE(dl.is_ok());
-    std::lock_guard l(mu);
-    letters.push_back(*dl);
-    return messaging::JobOutcome::ok();
-  });
+  DeadLetterInbox inbox(b);
   messaging::Client client(b.ctx, b.endpoint());
   REQUIRE(client.submit(submit_of("compile", "c/p1:compile", "candidate")).is_ok());
-  REQUIRE(eventually([&] { std::lock_guard l(mu); return letters.size() == 1; }));
+  REQUIRE(eventually([&] { return inbox.size() == 1; }));
   CHECK(tries == 3);
-  std::lock_guard l(mu);
+  std::lock_guard l(inbox.mu);
+  const auto& letters = inbox.letters;
   CHECK(letters[0].job_id == "c/p1:compile");
   CHECK(letters[0].payload.data == "candidate");
   CHECK(letters[0].attempts == 3);
   CHECK(letters[0].reason.find("toolchain crashed") != std::string::npos);
+  CHECK(letters[0].worker_retry);  // the worker named the fault: the scorer does not blame the payload
   CHECK(job_status(client, "c/p1:compile").state == "dead");
+}
+
+TEST_CASE("a job that outlives its lease every attempt is dead-lettered as no worker's retry", "[broker]") {
+  broker::BrokerOptions opt;
+  opt.max_attempts = 1;
+  opt.lease_timeout_s = {{"default", 0.2}};
+  RunningBroker b(opt);
+  RunningWorker w(b.ctx, b.endpoint(), "test.cpu", [](const proto::Job&) {
+    std::this_thread::sleep_for(500ms);  // past the deadline: the broker gives up on this attempt
+    return messaging::JobOutcome::ok();
+  });
+  DeadLetterInbox inbox(b);
+  messaging::Client client(b.ctx, b.endpoint());
+  REQUIRE(client.submit(submit_of("test.cpu", "c/p1:test", "candidate")).is_ok());
+  REQUIRE(eventually([&] { return inbox.size() == 1; }));
+  std::lock_guard l(inbox.mu);
+  CHECK(inbox.letters[0].reason == "deadline passed");
+  CHECK_FALSE(inbox.letters[0].worker_retry);
 }
 
 TEST_CASE("malformed and oversized frames are rejected and the broker keeps serving", "[broker]") {

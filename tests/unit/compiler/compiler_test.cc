@@ -1,4 +1,5 @@
 #include <prometheus/registry.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -154,31 +155,71 @@ TEST_CASE("a candidate that does not compile goes to the scorer with its log", "
   CHECK(score.error == score.build.log);
 }
 
-TEST_CASE("a broken reference is reported as the task's problem", "[compiler]") {
+TEST_CASE("a reference that does not build is given back as the task's problem, never scored", "[compiler]") {
   Fixture f;
   auto files = rmsnorm_files();
   files["reference.cpp"].data = "#error the reference is broken\n";
-  auto score = score_of(f.handler->compile(request_for(files, "c1/p5")), "c1/p5");
-  CHECK(score.error.rfind("reference build failed", 0) == 0);
-  CHECK(score.error.find("the reference is broken") != std::string::npos);
+  auto out = f.handler->handle(job_for(request_for(files, "c1/p5")));
+  CHECK(out.outcome == "retry");
+  CHECK(out.next.empty());  // nothing for the scorer: the candidate was never judged
+  CHECK(out.error.rfind("compile: the reference failed to build (a problem of the task, not of the candidate):\n",
+                        0) == 0);
+  CHECK(out.error.find("the reference is broken") != std::string::npos);
 }
 
-TEST_CASE("a missing toolchain is reported, not thrown", "[compiler]") {
+TEST_CASE("a missing toolchain is given back, not thrown and not scored", "[compiler]") {
   CompilerOptions options;
   options.cxx = "/nonexistent/g++";
   Fixture f(options);
-  auto score = score_of(f.handler->compile(request_for(rmsnorm_files(), "c1/p6")), "c1/p6");
-  CHECK(score.error.rfind("toolchain: ", 0) == 0);
-  CHECK(score.error.find("/nonexistent/g++") != std::string::npos);
+  auto out = f.handler->compile(request_for(rmsnorm_files(), "c1/p6"));
+  CHECK(out.outcome == "retry");
+  CHECK(out.next.empty());
+  CHECK(out.error.rfind("compile: toolchain: ", 0) == 0);
+  CHECK(out.error.find("/nonexistent/g++") != std::string::npos);
 }
 
-TEST_CASE("a compiler that takes too long is stopped", "[compiler]") {
+TEST_CASE("a compiler that crashes on the candidate is given back, not scored", "[compiler]") {
+  // A g++ that dies of SIGSEGV when it is given the candidate's file (and builds the reference).
+  kiln::TempDir bin("kiln-fake-cxx");
+  const std::string cxx = bin.path() + "/crashing-g++";
+  REQUIRE(kiln::write_file_atomic(cxx, "#!/bin/sh\n"
+                                       "for arg; do [ \"$arg\" = kernel.cpp ] && kill -SEGV $$; done\n"
+                                       "exec g++ \"$@\"\n").is_ok());
+  REQUIRE(::chmod(cxx.c_str(), 0755) == 0);
+  CompilerOptions options;
+  options.cxx = cxx;
+  Fixture f(options);
+  auto out = f.handler->compile(request_for(rmsnorm_files(), "c1/p9"));
+  CHECK(out.outcome == "retry");
+  CHECK(out.next.empty());
+  CHECK(out.error.rfind("compile: toolchain: " + cxx + " killed by SIGSEGV building kernel.cpp", 0) == 0);
+}
+
+TEST_CASE("a compiler that takes too long is stopped: the candidate's failure, or the task's", "[compiler]") {
+  // A first build caches the reference, so a handler sharing the cache with a short limit meets the limit
+  // only on the candidate.
+  Fixture f;
+  auto files = rmsnorm_files();
+  REQUIRE(f.handler->compile(request_for(files, "c1/p7")).next.at(0).service == "test.cpu");
   CompilerOptions options;
   options.timeout_s = 0.05;
-  Fixture f(options);
-  REQUIRE(f.handler->toolchain("cpu").is_ok());  // the version query has its own, longer limit
-  auto score = score_of(f.handler->compile(request_for(rmsnorm_files(), "c1/p7")), "c1/p7");
+  options.cache_dir = f.cache.path() + "/cache";
+  auto created = CompileHandler::create(options, nullptr);
+  REQUIRE(created.is_ok());
+  CompileHandler& quick = **created;
+  REQUIRE(quick.toolchain("cpu").is_ok());  // the version query has its own, longer limit
+
+  auto req = request_for(files, "c1/p8");
+  req.cand.params = {{"THREADS", "3"}};  // a build the cache does not have
+  auto score = score_of(quick.compile(req), "c1/p8");
   CHECK(score.error.find("compile timed out after 0.05 s") != std::string::npos);
+
+  // A reference too slow to build is the task's problem: the job is given back.
+  files["reference.cpp"].data += "\n// not in the cache\n";
+  auto out = quick.compile(request_for(files, "c1/p9"));
+  CHECK(out.outcome == "retry");
+  CHECK(out.error.rfind("compile: the reference failed to build", 0) == 0);
+  CHECK(out.error.find("compile timed out after 0.05 s") != std::string::npos);
 }
 
 TEST_CASE("bad parameters and bad payloads are refused", "[compiler]") {

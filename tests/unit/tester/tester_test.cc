@@ -84,12 +84,24 @@ std::unique_ptr<TestHandler> make(const TesterOptions& options = quick_options()
   return std::move(h).value();
 }
 
-kiln::proto::ScoreResult run_job(TestHandler& handler, const kiln::proto::TestRequest& req,
-                                 const std::string& expected_job_id = "c1/p1:score") {
+kiln::messaging::JobOutcome handle(TestHandler& handler, const kiln::proto::TestRequest& req) {
   kiln::proto::Job job;
   job.job_id = "c1/p1:test";
   job.payload.data = kiln::proto::encode(req);
-  auto out = handler.handle(job);
+  return handler.handle(job);
+}
+
+// A job given back for a fault that is not the candidate's: nothing goes to the scorer.
+std::string given_back(TestHandler& handler, const kiln::proto::TestRequest& req) {
+  auto out = handle(handler, req);
+  CHECK(out.outcome == "retry");
+  CHECK(out.next.empty());
+  return out.error;
+}
+
+kiln::proto::ScoreResult run_job(TestHandler& handler, const kiln::proto::TestRequest& req,
+                                 const std::string& expected_job_id = "c1/p1:score") {
+  auto out = handle(handler, req);
   INFO(out.error);
   REQUIRE(out.outcome == "ok");
   REQUIRE(out.next.size() == 1);
@@ -194,6 +206,28 @@ TEST_CASE("a kernel that will not load is a load failure", "[tester]") {
   auto score = run_job(*handler, f.request("this is not an ELF file"));
   CHECK(score.test.status == status::kLoadFailed);
   CHECK(score.test.message.rfind("cannot load the kernel", 0) == 0);
+
+  const std::string without_entry = f.compile("no_entry", "extern \"C\" int not_the_entry() { return 0; }\n");
+  auto no_entry = run_job(*handler, f.request(without_entry));
+  CHECK(no_entry.test.status == status::kLoadFailed);
+  CHECK(no_entry.test.message.find("no kiln_entry") != std::string::npos);
+}
+
+TEST_CASE("a reference that will not load or crashes is the evaluator's fault: the job is given back", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  auto req = f.request(f.build("correct"));
+  req.reference_so.data = "this is not an ELF file";
+  const std::string unloadable = given_back(*handler, req);
+  CHECK(unloadable.rfind("test: the evaluator could not evaluate: cannot load the reference: ", 0) == 0);
+
+  req.reference_so.data = f.compile("crashing_reference", "#include \"kiln/kernel_abi.h\"\n"
+                                    "extern \"C\" KILN_EXPORT int kiln_entry(const kiln_args*) {\n"
+                                    "  *(volatile int*)nullptr = 1;\n  return 0;\n}\n");
+  const std::string crashed = given_back(*handler, req);
+  CHECK(crashed.rfind("test: the evaluator could not evaluate: evaluation: ", 0) == 0);
+  CHECK(crashed.find("reference") != std::string::npos);
+  CHECK(crashed.find("SIGSEGV") != std::string::npos);
 }
 
 TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
@@ -203,11 +237,11 @@ TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
   auto out = handler->handle(junk);
   CHECK(out.outcome == "failed");
 
+  // A task package that does not parse is no fault of the candidate.
   Fixture f;
   auto req = f.request("x");
   req.files.erase("task.yaml");
-  auto score = run_job(*handler, req);
-  CHECK(score.test.status == status::kLoadFailed);
+  CHECK(given_back(*handler, req).rfind("test: tester: task: ", 0) == 0);
 
   auto cuda = quick_options();
   cuda.backend = "cuda";

@@ -280,6 +280,10 @@ inline constexpr std::string_view kNonFinite = "nonfinite";    // (3)
 inline constexpr std::string_view kCrashed = "crashed";        // crashed / no result (2)
 inline constexpr std::string_view kTimedOut = "timed_out";     // (2)
 inline constexpr std::string_view kLoadFailed = "load_failed"; // (2)
+// Not a verdict on the candidate: the evaluation child could not evaluate it here (the task or the
+// reference will not load or run, out of memory, no device). The tester answers the job "retry" with the
+// message; a report with this status never reaches the scorer.
+inline constexpr std::string_view kEvaluatorError = "evaluator_error";
 }  // namespace test_status
 
 struct TestReport {
@@ -319,9 +323,13 @@ struct DeadLetter {
   int attempts = 0;
   std::string reason;
   Bytes payload;  // the dead job's payload (the scorer reads its candidate from it)
+  // Optional (v2). True when the last attempt's worker answered "retry": it named a fault of its own side
+  // (a toolchain, the evaluator, the task's reference) in `reason`, so the payload was never judged. False
+  // when the worker was lost or the deadline passed.
+  bool worker_retry = false;
   template <class V> void fields(V& v) {
     v("kind", kind); v("job_id", job_id); v("service", service); v("attempts", attempts);
-    v("reason", reason); v("payload", payload);
+    v("reason", reason); v("payload", payload); v("worker_retry", worker_retry);
   }
 };
 
@@ -455,6 +463,8 @@ struct CampaignInfo {
   int64_t prompt_tokens = 0;   // LLM token usage of the campaign
   int64_t completion_tokens = 0;
   int64_t prompts = 0;         // strategy sections (meta-prompts) seen
+  // Optional (v3).
+  int64_t not_evaluated = 0;   // programs dead-lettered by a fault not theirs (no score; see DeadLetter)
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("task_name", task_name); v("task_id", task_id); v("backend", backend);
     v("state", state); v("budget", budget); v("proposed", proposed); v("scored", scored);
@@ -464,6 +474,7 @@ struct CampaignInfo {
     v("promotion_notes", promotion_notes); v("started_at", started_at); v("finished_at", finished_at);
     v("proposer", proposer); v("stop_reason", stop_reason); v("cells_filled", cells_filled);
     v("prompt_tokens", prompt_tokens); v("completion_tokens", completion_tokens); v("prompts", prompts);
+    v("not_evaluated", not_evaluated);
   }
 };
 

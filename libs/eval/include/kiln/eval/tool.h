@@ -1,6 +1,9 @@
 // The command line shared by the evaluation children the tester runs in a sandbox: kiln-eval (CPU) and
 // kiln-eval-cuda. Each loads the task and the reference, evaluates the candidate, and writes the msgpack
-// TestReport to --out. Whenever a report is written the exit code is 0: the report says what happened.
+// TestReport to --out. Whenever a report is written the exit code is 0: the report says what happened,
+// including whose fault a failure is: `load_failed` when the candidate will not load, `evaluator_error`
+// when this evaluation cannot be done here (the task or the reference will not load, evaluate() fails:
+// eval.h), which the tester answers with a retry, never a score.
 //
 // With --report-key FILE the key in FILE (read, then the file removed, before any candidate code runs)
 // authenticates the report: --out.mac holds HMAC-SHA256(key, report) in hex, and the tester believes only

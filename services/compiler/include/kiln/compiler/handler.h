@@ -1,6 +1,7 @@
 // The "compile" service (DESIGN §1, §4): builds a candidate and its task's reference into shared objects
 // in a sandbox, caches builds by content, and hands the binaries to the tester, or the build log to the
-// scorer when the candidate does not compile.
+// scorer when the candidate does not compile. What is not the candidate's fault (a reference that does not
+// build, a missing or crashing toolchain, no scratch space) is answered "retry" with the cause instead.
 #pragma once
 
 #include <prometheus/counter.h>

@@ -1,6 +1,7 @@
 // The "test.<backend>" service (DESIGN §1, §5): runs one candidate's evaluation in a sandboxed kiln-eval
 // child and sends the TestReport to the scorer. A candidate that crashes, hangs or exits becomes a report
-// ("crashed: SIGSEGV", "timed out after 30 s"); the tester itself keeps serving.
+// ("crashed: SIGSEGV", "timed out after 30 s"); the tester itself keeps serving. A fault that is not the
+// candidate's (the evaluator's, the task's) is answered "retry" with its cause and never scored.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,9 @@ class TestHandler {
 
   // A job with a TestRequest payload. Thread-safe: every evaluation has its own scratch directory.
   messaging::JobOutcome handle(const proto::Job& job);
-  // One evaluation; trouble with the candidate is a report, trouble running kiln-eval at all an error.
+  // One evaluation; trouble with the candidate is a report. Anything else is an error: trouble running
+  // kiln-eval at all, a task package that does not parse, or kiln-eval's own evaluator_error report (the
+  // task or the reference cannot be evaluated here); handle() answers those "retry".
   Result<proto::TestReport> evaluate(const proto::TestRequest& request);
 
   std::string service() const { return proto::test_service_for(options_.backend); }
