@@ -22,7 +22,7 @@ def propose(request: ProposalRequest) -> Proposal:
                     notes="example agent: parameters %s" % ", ".join("%s=%s" % kv for kv in sorted(params.items())))
 
 
-def fixed_region(request: ProposalRequest) -> str:
-    """Returns the parent's editable region unchanged: the smallest valid answer (use --agent
-    example_agent.py:fixed_region). A string without the region markers is taken as the new region."""
-    return request.region()
+def fixed_region(request: ProposalRequest) -> Proposal:
+    """Returns the parent's editable regions unchanged, as bodies for Kiln to splice into the task's
+    kernel: the smallest valid answer (use --agent example_agent.py:fixed_region)."""
+    return Proposal(regions=request.regions(), notes="example agent: the parent's regions")

@@ -122,17 +122,21 @@ def parse_task_yaml(text: str) -> Dict[str, Any]:
     return out
 
 
-def region_bounds(code: str):
-    """(start, end) offsets of the first editable region's text, between the marker lines, or None."""
-    s = code.find(EVOLVE_START)
-    if s < 0:
-        return None
-    s = code.find("\n", s)
-    e = code.find(EVOLVE_END, s if s >= 0 else 0)
-    if s < 0 or e < 0:
-        return None
-    e = code.rfind("\n", 0, e) + 1
-    return s + 1, max(e, s + 1)
+def region_spans(code: str) -> List[tuple]:
+    """(start, end) offsets of every editable region's text, between its marker lines, in order.
+
+    Kiln (libs/task regions.cc) is the judge of the markers; this only finds them in well-formed code: a
+    line holding EVOLVE_START opens a region after it, the next line holding EVOLVE_END closes it.
+    """
+    spans, start, pos = [], None, 0
+    for line in code.splitlines(keepends=True):
+        if EVOLVE_START in line and start is None:
+            start = pos + len(line)
+        elif EVOLVE_END in line and start is not None:
+            spans.append((start, pos))
+            start = None
+        pos += len(line)
+    return spans
 
 
 @dataclass
@@ -167,19 +171,35 @@ class ProposalRequest:
     def file_text(self, name: str) -> str:
         return as_bytes(self.files.get(name, b"")).decode("utf-8", "replace")
 
-    def region(self) -> str:
-        """The parent's editable region (the text between the marker lines)."""
-        b = region_bounds(self.parent_code)
-        return "" if b is None else self.parent_code[b[0]:b[1]]
+    def regions(self) -> List[str]:
+        """The bodies of the parent's editable regions (the text between each pair of marker lines)."""
+        return [self.parent_code[b:e] for b, e in region_spans(self.parent_code)]
 
-    def with_region(self, text: str) -> str:
-        """The parent's whole kernel file with its editable region replaced by `text`."""
-        b = region_bounds(self.parent_code)
-        if b is None:
-            raise ValueError("the parent's code has no %s ... %s region" % (EVOLVE_START, EVOLVE_END))
-        if text and not text.endswith("\n"):
-            text += "\n"
-        return self.parent_code[:b[0]] + text + self.parent_code[b[1]:]
+    def region(self, index: int = 0) -> str:
+        """The parent's editable region `index` (the first by default), or "" if it has none."""
+        bodies = self.regions()
+        return bodies[index] if index < len(bodies) else ""
+
+    def with_regions(self, bodies: List[str]) -> str:
+        """The parent's whole kernel file with every editable region replaced, one body per region."""
+        spans = region_spans(self.parent_code)
+        if len(bodies) != len(spans):
+            raise ValueError("%d region bodies for %d editable regions" % (len(bodies), len(spans)))
+        out, pos = [], 0
+        for (b, e), text in zip(spans, bodies):
+            if text and not text.endswith("\n"):
+                text += "\n"
+            out += [self.parent_code[pos:b], text]
+            pos = e
+        return "".join(out) + self.parent_code[pos:]
+
+    def with_region(self, text: str, index: int = 0) -> str:
+        """The parent's whole kernel file with its editable region `index` replaced by `text`."""
+        bodies = self.regions()
+        if index >= len(bodies):
+            raise ValueError("the parent's code has no %s ... %s region %d" % (EVOLVE_START, EVOLVE_END, index))
+        bodies[index] = text
+        return self.with_regions(bodies)
 
     @staticmethod
     def from_payload(body: Dict[str, Any]) -> "ProposalRequest":
@@ -200,13 +220,18 @@ class ProposalRequest:
 
 @dataclass
 class Proposal:
-    """What an agent returns: the whole kernel file (`code`) or only the new region text (`region`), the
-    template parameters to build it with (default: the parent's), and a note on what it tried."""
+    """What an agent returns: the whole kernel file (`code`), or only the new bodies of the editable
+    regions (`regions`, one per region in order; `region` for a kernel with one), the template parameters
+    to build it with (default: the parent's), and a note on what it tried.
+
+    Kiln splices region bodies into the task's kernel. A whole file must equal the task's kernel outside
+    the regions, byte for byte; one that changed anything there is scored 0 with the line it changed."""
 
     code: Optional[str] = None
     region: Optional[str] = None
     params: Optional[Dict[str, Any]] = None
     notes: str = ""
+    regions: Optional[List[str]] = None
 
 
 ProposeFn = Callable[[ProposalRequest], Union[Proposal, str, None]]
@@ -235,17 +260,24 @@ def compile_follow_up(req: ProposalRequest, proposal: Union[Proposal, str], cuda
     if isinstance(proposal, str):
         # A whole file keeps its markers; anything else is the new text of the editable region.
         proposal = Proposal(code=proposal) if EVOLVE_START in proposal else Proposal(region=proposal)
+    code, bodies = "", []
     if proposal.code is not None:
         code = proposal.code
+        if not code.strip():
+            raise ValueError("the proposal's code is empty")
+    elif proposal.regions is not None:
+        bodies = [str(b) for b in proposal.regions]
     elif proposal.region is not None:
-        code = req.with_region(proposal.region)
+        bodies = [proposal.region]
     else:
-        raise ValueError("the proposal has neither code nor region")
-    if not code.strip():
-        raise ValueError("the proposal's code is empty")
+        raise ValueError("the proposal has neither code nor regions")
+    if not code and not bodies:
+        raise ValueError("the proposal has no region bodies")
     params = req.parent_params if proposal.params is None else proposal.params
     cand = candidate_of(req)
-    cand.update({"code": code, "params": {str(k): str(v) for k, v in params.items()}, "notes": proposal.notes})
+    # Kiln checks the file (or splices the bodies into the task's kernel) before building anything.
+    cand.update({"code": code, "regions": bodies, "params": {str(k): str(v) for k, v in params.items()},
+                 "notes": proposal.notes})
     backend = req.task.get("backend", "")
     if backend not in ("cpu", "cuda"):
         raise ValueError("task.yaml: backend: expected cpu | cuda, got %r" % backend)

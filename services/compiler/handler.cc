@@ -388,15 +388,18 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
 }
 
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
-  const proto::Candidate& cand = request.cand;
-  auto to_score = [&](std::string error, proto::BuildInfo build = {}) {
+  proto::Candidate cand = request.cand;
+  auto end_at = [&](std::string_view stage, std::string error, proto::BuildInfo build) {
     proto::ScoreResult result;
     result.cand = cand;
-    result.stage = "compile";
+    result.stage = std::string(stage);
     result.error = std::move(error);
     result.build = std::move(build);
     return messaging::JobOutcome::ok(
         {proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}});
+  };
+  auto to_score = [&](std::string error, proto::BuildInfo build = {}) {
+    return end_at("compile", std::move(error), std::move(build));
   };
 
   // What is not the candidate's doing (the task package, the toolchain, this worker, the task's own
@@ -406,6 +409,13 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
 
   auto spec = task::parse_task(request.files);
   if (!spec.is_ok()) return give_back("task package: " + spec.status().message());
+  // Every proposal's code passes here before anything is built, whoever proposed it (tuner, LLM, an
+  // external bridge's compile job): the task's kernel outside the editable regions is Kiln's. A proposal
+  // that changed it, or whose region bodies do not fit, is scored as no code (stage "propose").
+  auto accepted = task::accept_proposal(request.files.at(spec->kernel_file).data, cand.code, cand.regions);
+  if (!accepted.is_ok()) return end_at("propose", accepted.status().message(), {});
+  cand.code = std::move(accepted).value();
+  cand.regions.clear();
   const std::string& backend = spec->backend;
   if (!request.backend.empty() && request.backend != backend) {
     return give_back("the request is for backend '" + request.backend + "' but the task's is '" + backend + "'");

@@ -126,8 +126,9 @@ Result<proto::Candidate> LlmProposer::propose_with_info(const proto::ProposalReq
   KILN_ASSIGN_OR_RETURN(std::vector<llm::Message> messages, llm::proposal_messages(req, strategy, ctx));
   KILN_ASSIGN_OR_RETURN(llm::ChatReply reply, ask(model, std::move(messages), info));
 
-  const std::string& original = req.parent.code.empty() ? req.files.at(spec->kernel_file).data : req.parent.code;
-  KILN_ASSIGN_OR_RETURN(std::string code, llm::apply_reply(original, reply.content, reply.finish_reason));
+  // Every region is rewritten, so the rest is the task's kernel, whatever the parent was.
+  KILN_ASSIGN_OR_RETURN(std::string code,
+                        llm::apply_reply(req.files.at(spec->kernel_file).data, reply.content, reply.finish_reason));
 
   proto::Candidate cand;
   cand.program_id = req.program_id;

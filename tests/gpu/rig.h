@@ -65,7 +65,9 @@ struct Rig {
     tester = std::move(th).value();
   }
 
-  // Builds `code` (program 0 when empty) against the task's reference and evaluates it.
+  // Builds `code` (program 0 when empty) against the task's reference and evaluates it. A kernel written
+  // from scratch may change the whole file only in a package whose kernel is one editable region: the
+  // rig makes it so, and sends the code as that region's body.
   kiln::proto::TestReport evaluate(const std::string& task, const std::string& code = {},
                                    const std::map<std::string, std::string>& params = {}) {
     auto report = try_evaluate(task, code, params);
@@ -81,7 +83,12 @@ struct Rig {
     kiln::proto::CompileRequest req;
     req.cand.campaign_id = "gpu-test";
     req.cand.program_id = task + "/p" + std::to_string(++programs_);
-    req.cand.code = code.empty() ? files.at("kernel.cu").data : code;
+    if (code.empty()) {
+      req.cand.code = files.at("kernel.cu").data;
+    } else {
+      files["kernel.cu"].data = "// [EVOLVE_START]\n// [EVOLVE_END]\n";
+      req.cand.regions = {code};
+    }
     req.cand.params = params;
     req.backend = "cuda";
     req.arch = "sm_90";

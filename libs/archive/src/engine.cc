@@ -622,6 +622,21 @@ struct CampaignEngine::Impl {
 
   // ----------------------------------------------------------------------------- results
 
+  // The compiler accepts a proposal's code against the task kernel its compile request carried, which an
+  // external bridge writes itself; the campaign's own copy is the one Kiln trusts. A result whose code
+  // changed anything outside the editable regions becomes a proposal without code (perf_score 0).
+  static void keep_to_regions(const CampaignRow& c, proto::ScoreResult& r) {
+    if (r.stage == "propose" || r.cand.code.empty()) return;
+    auto spec = task::parse_task(c.files);
+    if (!spec.is_ok()) return;  // stored at the campaign's start, after the same validation
+    Status st = task::check_regions_only(c.files.at(spec->kernel_file).data, r.cand.code);
+    if (st.is_ok()) return;
+    r.stage = "propose";
+    r.error = st.message();
+    r.build = {};
+    r.test = {};
+  }
+
   // The program a result is about (its id without the confirmation suffix) and its campaign.
   struct Subject {
     std::string pid;
@@ -649,7 +664,7 @@ struct CampaignEngine::Impl {
     return s;
   }
 
-  Status handle_result(std::string_view job_id, const proto::ScoreResult& r, Effects& fx) {
+  Status handle_result(std::string_view job_id, proto::ScoreResult r, Effects& fx) {
     KILN_ASSIGN_OR_RETURN(Subject subject, subject_of(r, fx));
     const std::string& pid = subject.pid;
     const std::string& cid = subject.campaign.id;
@@ -658,6 +673,7 @@ struct CampaignEngine::Impl {
     if (subject.confirm) return handle_confirmation(job_id, c, pid, r, fx);
 
     if (row.state == kScored) return count_duplicate(c, fx);
+    keep_to_regions(c, r);
     KILN_ASSIGN_OR_RETURN(bool fresh, insert_result(pid, kEval, cid, job_id, r));
     if (!fresh) return count_duplicate(c, fx);
 
@@ -867,7 +883,7 @@ struct CampaignEngine::Impl {
       return invalid_argument("dead letter from unknown service '" + dead.service + "'");
     }
     if (dead.worker_retry) return handle_not_evaluated(r, why, fx);
-    return handle_result(job_id, r, fx);
+    return handle_result(job_id, std::move(r), fx);
   }
 
   // Ends a candidate without a score: recorded with `why`, kept out of the archive (never a parent), and
@@ -1043,7 +1059,7 @@ struct CampaignEngine::Impl {
     if (kind == proto::kind::kResult) {
       auto r = proto::decode<proto::ScoreResult>(payload);
       if (!r.is_ok()) return invalid_argument("result: " + r.status().message());
-      return handle_result(job_id, *r, fx);
+      return handle_result(job_id, std::move(r).value(), fx);
     }
     if (kind == proto::kind::kDead) return handle_dead(job_id, payload, fx);
     if (kind == proto::kind::kPromoted) return handle_promoted(payload, fx);

@@ -247,8 +247,10 @@ class Evaluation {
     const auto* d = all_[0].runner->death();
     return d && d->load_failed ? d->what : std::string();
   }
-  Status check_trusted_runners() const {
-    for (size_t i = 1; i < all_.size(); ++i) {
+  // Any death before a call other than the candidate's load failure is a runner's set-up (its context,
+  // its arenas, its confinement): the evaluator's fault, whichever runner it was.
+  Status check_runners_started() const {
+    for (size_t i = 0; i < all_.size(); ++i) {
       if (const auto* d = all_[i].runner->death()) return internal_error("the " + all_[i].name + " runner: " + d->what);
     }
     return Status::ok();
@@ -582,7 +584,7 @@ class Evaluation {
       report.message = "cannot load the kernel: " + why;
       return report;
     }
-    KILN_RETURN_IF_ERROR(check_trusted_runners());
+    KILN_RETURN_IF_ERROR(check_runners_started());
     KILN_RETURN_IF_ERROR(correctness());
     eval::detail::conclude(f_, report);
     if (!report.correctness.passed || !options_.measure) return report;

@@ -395,7 +395,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
     report.message = "cannot load the kernel: " + d->what;
     return report;
   }
-  for (size_t i = 1; i < runners.size(); ++i) {
+  // Any other death before a call is the runner's own set-up (confinement, a device), not the kernel's.
+  for (size_t i = 0; i < runners.size(); ++i) {
     if (const auto* d = runners[i]->death()) return internal_error("the " + runners[i]->name() + " runner: " + d->what);
   }
   Runner& cand_runner = *runners[0];

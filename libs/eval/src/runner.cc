@@ -112,7 +112,7 @@ void await_blob(Control* ctl) {
     if (auto st = device->attach(ctl->blob, ctl->blob_bytes); !st.is_ok())
       load_failed(ctl, "device: " + st.message(), kSetupFailed);
   }
-  if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message());
+  if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message(), kSetupFailed);
   KernelEntry fn = k.entry;
   if (k.baseline) {
     g_baseline = k.baseline;

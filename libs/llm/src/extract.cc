@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 #include <vector>
 
 #include "kiln/task/task.h"
@@ -81,17 +82,30 @@ Result<std::string> last_fenced_block(std::string_view reply, std::string_view f
 Result<std::string> apply_reply(std::string_view original_kernel, std::string_view reply,
                                 std::string_view finish_reason) {
   KILN_ASSIGN_OR_RETURN(std::string block, last_code_block(reply, finish_reason));
-  std::string region = block;
+  auto wanted = task::find_regions(original_kernel);
+  if (!wanted.is_ok()) return wanted.status().with_context("the original kernel");
+  std::vector<std::string> bodies;
   if (block.find(task::kEvolveStart) != std::string::npos || block.find(task::kEvolveEnd) != std::string::npos) {
-    auto regions = task::find_regions(block);
-    if (!regions.is_ok()) return invalid_argument("code block: " + regions.status().message());
-    if (regions->empty()) return invalid_argument("code block: no EVOLVE region");
-    region = task::region_text(block, regions->front());
+    auto found = task::region_bodies(block);
+    if (!found.is_ok()) return invalid_argument("code block: " + found.status().message());
+    bodies = std::move(found).value();
+  } else if (wanted->size() == 1) {
+    bodies.push_back(std::move(block));
+  } else {
+    return invalid_argument("the code block has no [EVOLVE_START] / [EVOLVE_END] markers, but the kernel has " +
+                            std::to_string(wanted->size()) + " editable regions: each needs its own pair");
   }
-  if (blank(region)) return invalid_argument("empty EVOLVE region in the code block");
-  auto replaced = task::replace_region(original_kernel, region, 0);
-  if (!replaced.is_ok()) return replaced.status().with_context("the original kernel");
-  return replaced;
+  if (bodies.size() != wanted->size())
+    return invalid_argument("the code block has " + std::to_string(bodies.size()) + " editable region(s), the kernel " +
+                            std::to_string(wanted->size()));
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    if (blank(bodies[i]))
+      return invalid_argument("empty EVOLVE region in the code block" +
+                              (bodies.size() > 1 ? " (region " + std::to_string(i + 1) + ")" : std::string()));
+  }
+  auto spliced = task::splice_regions(original_kernel, bodies);
+  if (!spliced.is_ok()) return spliced.status().with_context("the original kernel");
+  return spliced;
 }
 
 }  // namespace kiln::llm

@@ -36,6 +36,18 @@ std::string score_string(double v) {
   return buf;
 }
 
+// What a prompt shows of a program for ideas: its editable regions, each between its own markers when
+// the kernel has several.
+std::string editable_text(const std::string& code) {
+  auto bodies = task::region_bodies(code);
+  if (!bodies.is_ok()) return code;
+  if (bodies->size() == 1) return bodies->front();
+  std::string out;
+  for (const auto& body : *bodies)
+    out += "// " + std::string(task::kEvolveStart) + "\n" + body + "// " + std::string(task::kEvolveEnd) + "\n";
+  return out;
+}
+
 }  // namespace
 
 const std::string& default_strategy() {
@@ -59,13 +71,28 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
   const std::string tag = fence_tag(spec.backend);
   const std::string lang = spec.backend == "cuda" ? "CUDA C++" : "C++ (OpenMP available)";
 
+  // Every region is asked for: the reply's bodies replace all of them (extract.h).
+  const std::string& kernel = req.files.at(spec.kernel_file).data;
+  auto regions = task::find_regions(kernel);  // parse_task has checked them
+  const size_t n_regions = regions.is_ok() ? regions->size() : 1;
+  const std::string rules =
+      n_regions == 1
+          ? "Only the code between the [EVOLVE_START] and [EVOLVE_END] markers\n"
+            "may change; everything outside it, the reference and the tests stay as they are."
+          : "The kernel has " + std::to_string(n_regions) + " editable regions, each between an [EVOLVE_START]\n"
+            "line and an [EVOLVE_END] line. Only the code inside them may change; everything outside them, the\n"
+            "reference and the tests stay as they are.";
+  const std::string answer =
+      n_regions == 1
+          ? "holding the new\ncontent of the editable region (you may include the two marker lines)."
+          : "holding the new\ncontent of all " + std::to_string(n_regions) +
+                " editable regions, in order, each between its own `// [EVOLVE_START]` and\n"
+                "`// [EVOLVE_END]` lines (a region you keep is copied as it is).";
   std::string system =
       "You are an expert performance engineer who writes fast, correct " + lang + " kernels.\n"
-      "You improve one kernel at a time. Only the code between the [EVOLVE_START] and [EVOLVE_END] markers\n"
-      "may change; everything outside it, the reference and the tests stay as they are. The kernel exports\n"
+      "You improve one kernel at a time. " + rules + " The kernel exports\n"
       "`extern \"C\" int kiln_entry(const kiln_args*)` (kiln/kernel_abi.h) and must not synchronize the device.\n"
-      "Answer with a short explanation and then exactly one fenced ```" + tag + " code block holding the new\n"
-      "content of the editable region (you may include the two marker lines).\n\n" +
+      "Answer with a short explanation and then exactly one fenced ```" + tag + " code block " + answer + "\n\n" +
       capped(strategy, kMaxStrategyBytes);
 
   std::string user = "# Task: " + spec.name + " (op " + spec.op + ", backend " + spec.backend + ", dtype " +
@@ -95,7 +122,7 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
 
   user += "\n## Hardware\n" + hardware_summary(spec.backend, ctx.gpu_name);
 
-  const std::string parent_code = req.parent.code.empty() ? req.files.at(spec.kernel_file).data : req.parent.code;
+  const std::string& parent_code = req.parent.code.empty() ? kernel : req.parent.code;
   user += "\n## Current kernel (" + (req.parent.program_id.empty() ? std::string("program 0") : req.parent.program_id) +
           (req.parent_cell.empty() ? "" : ", cell " + req.parent_cell) + ")\n```" + tag + "\n" +
           capped(parent_code, kMaxSourceBytes) + "```\n";
@@ -111,12 +138,10 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
   if (!req.inspirations.empty()) {
     user += "\n## Other kernels from the archive, for ideas\n";
     for (const auto& insp : req.inspirations) {
-      std::string region = insp.cand.code;
-      if (auto regions = task::find_regions(insp.cand.code); regions.is_ok() && !regions->empty())
-        region = task::region_text(insp.cand.code, regions->front());
       user += "### " + insp.cand.program_id + " (score " + score_string(insp.combined_score) +
               (insp.cell.empty() ? "" : ", cell " + insp.cell) + ")\n```" + tag + "\n" +
-              capped(region, kMaxInspirationBytes) + "```\n" + capped(insp.eval_log, kMaxLogBytes / 2) + "\n";
+              capped(editable_text(insp.cand.code), kMaxInspirationBytes) + "```\n" +
+              capped(insp.eval_log, kMaxLogBytes / 2) + "\n";
     }
   }
   if (!req.target_cell.empty()) {
@@ -124,7 +149,9 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
             "memory, compute and parallelism techniques. Aim for the cell " + req.target_cell +
             ": move the levels toward it while making the kernel faster.\n";
   }
-  user += "\nWrite the new editable region now.\n";
+  user += n_regions == 1 ? "\nWrite the new editable region now.\n"
+                         : "\nWrite the new content of all " + std::to_string(n_regions) +
+                               " editable regions now, each between its markers.\n";
   return std::vector<Message>{{"system", system}, {"user", user}};
 }
 

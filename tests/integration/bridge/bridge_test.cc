@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -199,71 +201,139 @@ TEST_CASE("the Python bridge serves ProposalRequests only with an allowlisted ke
   CHECK(broker.stop() == 0);
 }
 
+namespace {
+
+// `kiln up` with the external endpoint open, and the Python bridge admitted and serving `agent`.
+struct BridgedKiln {
+  TempDir dir{"kiln-bridge-campaign"};
+  std::string state = dir.path() + "/state", keys = dir.path() + "/keys";
+  std::string bind = endpoint_at(kiln::testing::free_tcp_port());
+  std::string external = endpoint_at(kiln::testing::free_tcp_port());
+  std::string config = dir.path() + "/kiln.yaml";
+  std::unique_ptr<Background> up, bridge;
+  zmq::context_t ctx{1};
+  std::unique_ptr<messaging::Client> client;
+
+  explicit BridgedKiln(const std::string& agent) {
+    std::ofstream(config) << "broker:\n"
+                          << "  bind: " << bind << "\n"
+                          << "  events_bind: " << endpoint_at(kiln::testing::free_tcp_port()) << "\n"
+                          << "  external_bind: " << external << "\n"
+                          << "  metrics_port: 0\n"
+                          << "  heartbeat_interval_s: 0.25\n"
+                          << "ingest: {metrics_port: 0}\n"
+                          << "llm_bridge: {metrics_port: 0}\n"
+                          << "compiler: {metrics_port: 0}\n"
+                          << "tester:\n"
+                          << "  metrics_port: 0\n"
+                          << "  timing: {min_samples: 10, min_time_s: 0.05, max_time_s: 1.0, warmup_iters: 2}\n"
+                          << "scorer: {metrics_port: 0, max_in_flight: 2}\n"
+                          << "promoter: {metrics_port: 0, registry_dir: " << dir.path() << "/registry}\n"
+                          << "up: {compilers: 1, testers: 1, state_dir: " << state << "}\n";
+    up = std::make_unique<Background>(
+        std::vector<std::string>{bin_dir() + "/kiln", "--config", config, "up", "--state-dir", state},
+        dir.path() + "/up.log");
+    client = std::make_unique<messaging::Client>(ctx, bind);
+    REQUIRE(eventually([&] { return client->request("broker", "status", "", 0.5).is_ok(); }, 30, 0.2));
+    REQUIRE(eventually([&] { return ::access((state + "/broker.pub").c_str(), R_OK) == 0; }, 10));
+
+    auto made = run_process({bin_dir() + "/kiln", "--config", config, "--json", "keys", "new", "agent", "--dir", keys});
+    REQUIRE(made.exit_code == 0);
+    append(state + "/bridges.allow", json_string(made.out, "allowlist_line") + "\n");  // read within a second
+    bridge = std::make_unique<Background>(
+        std::vector<std::string>{python(), source_dir() + "/clients/python/kiln_bridge.py", "--endpoint", external,
+                                 "--server-key", state + "/broker.pub", "--key", keys + "/agent.key", "--agent", agent,
+                                 "--heartbeat", "0.25", "--reconnect-max", "1"},
+        dir.path() + "/bridge.log");
+  }
+  ~BridgedKiln() {
+    if (bridge) bridge->stop();
+    if (up) up->stop(30);
+  }
+
+  // What `kiln submit --proposer external` sends; the campaign once it is done.
+  proto::CampaignInfo run_campaign(const std::string& id, const std::string& task_dir, int64_t budget,
+                                   int64_t max_in_flight) {
+    proto::IngestRequest req;
+    req.campaign_id = id;
+    req.budget = budget;
+    req.proposer = "external";
+    req.max_in_flight = max_in_flight;
+    for (const char* name : {"task.yaml", "kernel.cpp", "reference.cpp", "instructions.md"})
+      if (auto text = read_file(task_dir + "/" + name); text.is_ok()) req.files[name] = proto::Bytes{*text};
+    auto ack = client->submit(proto::Submit{"ingest", "ingest:" + id, proto::Bytes{proto::encode(req)}, 0});
+    REQUIRE(ack.is_ok());
+    REQUIRE(ack->accepted);
+
+    proto::CampaignInfo info;
+    bool done = eventually([&] {
+      auto body = client->request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
+      if (!body.is_ok()) return false;
+      auto list = proto::decode<proto::CampaignList>(*body);
+      if (!list.is_ok()) return false;
+      for (const auto& c : list->campaigns)
+        if (c.campaign_id == id) info = c;
+      return info.state == "done";
+    }, 240, 0.5);
+    auto log = read_file(dir.path() + "/bridge.log");
+    INFO("bridge log:\n" << (log.is_ok() ? *log : std::string()));
+    REQUIRE(done);
+    return info;
+  }
+
+  std::map<std::string, proto::Program> programs(const std::string& id) {
+    auto body = client->request("score", "best", proto::encode(proto::CampaignQuery{id, 100}), 5.0);
+    REQUIRE(body.is_ok());
+    auto best = proto::decode<proto::BestPrograms>(*body);
+    REQUIRE(best.is_ok());
+    std::map<std::string, proto::Program> out;
+    for (auto& p : best->programs) out[p.id] = p;
+    return out;
+  }
+};
+
+}  // namespace
+
 TEST_CASE("a campaign with proposer \"external\" is completed by the Python bridge", "[integration][bridge]") {
-  TempDir dir("kiln-bridge-campaign");
-  const std::string state = dir.path() + "/state", keys = dir.path() + "/keys";
-  const std::string bind = endpoint_at(kiln::testing::free_tcp_port());
-  const std::string external = endpoint_at(kiln::testing::free_tcp_port());
-  const std::string config = dir.path() + "/kiln.yaml";
-  std::ofstream(config) << "broker:\n"
-                        << "  bind: " << bind << "\n"
-                        << "  events_bind: " << endpoint_at(kiln::testing::free_tcp_port()) << "\n"
-                        << "  external_bind: " << external << "\n"
-                        << "  metrics_port: 0\n"
-                        << "  heartbeat_interval_s: 0.25\n"
-                        << "ingest: {metrics_port: 0}\n"
-                        << "llm_bridge: {metrics_port: 0}\n"
-                        << "compiler: {metrics_port: 0}\n"
-                        << "tester:\n"
-                        << "  metrics_port: 0\n"
-                        << "  timing: {min_samples: 10, min_time_s: 0.05, max_time_s: 1.0, warmup_iters: 2}\n"
-                        << "scorer: {metrics_port: 0, max_in_flight: 2}\n"
-                        << "promoter: {metrics_port: 0, registry_dir: " << dir.path() << "/registry}\n"
-                        << "up: {compilers: 1, testers: 1, state_dir: " << state << "}\n";
-  Background up({bin_dir() + "/kiln", "--config", config, "up", "--state-dir", state}, dir.path() + "/up.log");
-  zmq::context_t ctx(1);
-  messaging::Client client(ctx, bind);
-  REQUIRE(eventually([&] { return client.request("broker", "status", "", 0.5).is_ok(); }, 30, 0.2));
-  REQUIRE(eventually([&] { return ::access((state + "/broker.pub").c_str(), R_OK) == 0; }, 10));
-
-  auto made = run_process({bin_dir() + "/kiln", "--config", config, "--json", "keys", "new", "agent", "--dir", keys});
-  REQUIRE(made.exit_code == 0);
-  append(state + "/bridges.allow", json_string(made.out, "allowlist_line") + "\n");  // read within a second
-  Background bridge({python(), source_dir() + "/clients/python/kiln_bridge.py", "--endpoint", external, "--server-key",
-                     state + "/broker.pub", "--key", keys + "/agent.key", "--agent",
-                     source_dir() + "/clients/python/example_agent.py", "--heartbeat", "0.25", "--reconnect-max", "1"},
-                    dir.path() + "/bridge.log");
-
-  // What `kiln submit --proposer external` sends.
-  proto::IngestRequest req;
-  req.campaign_id = "bridged";
-  req.budget = 3;
-  req.proposer = "external";
-  req.max_in_flight = 2;
-  std::string task = source_dir() + "/configs/tasks/softmax";
-  for (const char* name : {"task.yaml", "kernel.cpp", "reference.cpp", "instructions.md"})
-    req.files[name] = proto::Bytes{read_file(task + "/" + name).value()};
-  auto ack = client.submit(proto::Submit{"ingest", "ingest:bridged", proto::Bytes{proto::encode(req)}, 0});
-  REQUIRE(ack.is_ok());
-  REQUIRE(ack->accepted);
-
-  proto::CampaignInfo info;
-  bool done = eventually([&] {
-    auto body = client.request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
-    if (!body.is_ok()) return false;
-    auto list = proto::decode<proto::CampaignList>(*body);
-    if (!list.is_ok()) return false;
-    for (const auto& c : list->campaigns)
-      if (c.campaign_id == "bridged") info = c;
-    return info.state == "done";
-  }, 240, 0.5);
-  auto log = read_file(dir.path() + "/bridge.log");
-  INFO("bridge log:\n" << (log.is_ok() ? *log : std::string()));
-  REQUIRE(done);
+  BridgedKiln k(source_dir() + "/clients/python/example_agent.py");
+  proto::CampaignInfo info = k.run_campaign("bridged", source_dir() + "/configs/tasks/softmax", 3, 2);
   CHECK(info.proposed == 3);
   CHECK(info.scored == 4);  // program 0 + the bridge's 3 proposals
   CHECK(info.correct >= 1);
   for (int i = 1; i <= 3; ++i)
-    CHECK(job_state(client, "bridged/p" + std::to_string(i) + ":propose") == "done");
-  CHECK(bridge.stop() == 0);
+    CHECK(job_state(*k.client, "bridged/p" + std::to_string(i) + ":propose") == "done");
+  CHECK(k.bridge->stop() == 0);
+}
+
+TEST_CASE("a bridge's proposal may change every editable region and nothing else", "[integration][bridge][regions]") {
+  const std::string task = source_dir() + "/tests/integration/bridge/two_regions";
+  BridgedKiln k(source_dir() + "/tests/integration/bridge/regions_agent.py");
+  proto::CampaignInfo info = k.run_campaign("regions", task, 3, 3);
+  CHECK(info.scored == 4);
+  auto programs = k.programs("regions");
+  REQUIRE(programs.size() == 4);
+  INFO("p1: " << programs["regions/p1"].eval.eval_log << "\np2: " << programs["regions/p2"].eval.eval_log
+              << "\np3: " << programs["regions/p3"].eval.eval_log);
+  CHECK(programs["regions/p0"].eval.perf_score == 5);
+
+  // 1. A whole file with a comment added outside the regions: it would build and pass, but scores 0.
+  const proto::EvalResult& outside = programs["regions/p1"].eval;
+  CHECK(outside.perf_score == 0);
+  CHECK(outside.eval_log ==
+        "no code extracted: the proposal changed code outside the editable regions (line 14: \"// a harmless "
+        "comment, but outside the editable regions\" where the task's kernel has \"extern \"C\" int "
+        "kiln_entry(const kiln_args* a) {\")");
+
+  // 2. The bodies of both regions, spliced by Kiln; 3. the whole file with both regions rewritten.
+  const std::string kernel = read_file(task + "/kernel.cpp").value();
+  for (int i : {2, 3}) {
+    const proto::Program& p = programs["regions/p" + std::to_string(i)];
+    INFO("p" << i << ":\n" << p.code);
+    CHECK(p.eval.perf_score == 5);
+    const std::string tag = "// proposal " + std::to_string(i) + "\n";
+    CHECK(p.code.find("{ return x * alpha; }  " + tag) != std::string::npos);
+    CHECK(p.code.find("for (long i = n - 1; i >= 0; --i) y[i] = scaled(alpha, x[i]);  " + tag) != std::string::npos);
+    CHECK(p.code.find("{ return alpha * x; }") == std::string::npos);
+    CHECK(p.code.substr(p.code.find("\n}\n")) == kernel.substr(kernel.find("\n}\n")));  // the wrapper is the task's
+  }
 }

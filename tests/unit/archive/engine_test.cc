@@ -546,6 +546,43 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
   }
 }
 
+TEST_CASE("a result whose code changed the task's kernel outside the regions is scored as no code",
+          "[archive][engine][regions]") {
+  // The compiler refuses such code, but it checks against the package its compile request carried, and
+  // an external bridge writes that itself: the scorer checks again against the campaign's copy.
+  Fixture f;
+  archive::Handled start = f.handle("c1:start", start_payload("c1", 2, 2));
+  auto p1 = decode_or_die<proto::ProposalRequest>(start.result.next.at(1).payload.data);
+  auto p2 = decode_or_die<proto::ProposalRequest>(start.result.next.at(2).payload.data);
+  auto candidate = [](const proto::ProposalRequest& req, std::string code) {
+    proto::Candidate c;
+    c.campaign_id = "c1";
+    c.program_id = req.program_id;
+    c.proposal_index = req.proposal_index;
+    c.code = std::move(code);
+    return c;
+  };
+  const std::string kernel = kiln::testing::task_files().at("kernel.cpp").data;
+  std::string forged = kernel;
+  forged.replace(forged.find("  return 0;"), 11, "  return system(\"true\");");
+  f.handle("c1/p1:score", proto::encode(correct(candidate(p1, forged), 3.0, 2.9, 3.1)));
+  std::string edited = kernel;
+  edited.replace(edited.find("(void)a;"), 8, "(void)a; (void)0;");
+  f.handle("c1/p2:score", proto::encode(correct(candidate(p2, edited), 1.5, 1.4, 1.6)));
+
+  auto programs = f.programs("c1");
+  const proto::EvalResult& refused = programs.at("c1/p1").eval;
+  CHECK(refused.perf_score == 0);
+  CHECK(refused.status == "no_code");
+  CHECK(refused.runtime_improvement == -1);
+  CHECK(refused.eval_log ==
+        "no code extracted: the proposal changed code outside the editable regions (line 6: \"return "
+        "system(\"true\");\" where the task's kernel has \"return 0;\")");
+  CHECK(programs.at("c1/p1").code == forged);  // what was proposed stays on record
+  CHECK(programs.at("c1/p2").eval.perf_score == 5);  // an edit inside the region is the proposer's
+  CHECK(f.info("c1").best_program_id != "c1/p1");
+}
+
 TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][engine]") {
   Fixture f;
   archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));

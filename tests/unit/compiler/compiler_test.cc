@@ -155,6 +155,50 @@ TEST_CASE("a candidate that does not compile goes to the scorer with its log", "
   CHECK(score.error == score.build.log);
 }
 
+TEST_CASE("a candidate that changed code outside the editable regions is not built", "[compiler][regions]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p9");
+  req.cand.code = "#include <stdlib.h>\n" + req.cand.code;
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  REQUIRE(out.next[0].service == "score");
+  auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
+  REQUIRE(score.is_ok());
+  CHECK(score->stage == "propose");  // scored as no code: perf_score 0
+  CHECK(score->error.rfind("the proposal changed code outside the editable regions (line 1: \"#include <stdlib.h>\"", 0) == 0);
+  CHECK(score->build.compiler.empty());  // refused before any compiler ran
+  CHECK(score->cand.code == req.cand.code);  // the scorer keeps what was proposed
+
+  auto bodies_req = request_for(files, "c1/p10");
+  bodies_req.cand.code.clear();
+  bodies_req.cand.regions = {"a;\n", "b;\n"};
+  auto bodies = kiln::proto::decode<kiln::proto::ScoreResult>(f.handler->compile(bodies_req).next.at(0).payload.data);
+  REQUIRE(bodies.is_ok());
+  CHECK(bodies->stage == "propose");
+  CHECK(bodies->error == "the proposal has 2 region bodies where the task's kernel has 1 editable region");
+}
+
+TEST_CASE("region bodies are spliced into the task's kernel and built", "[compiler][regions]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p11");
+  const std::string kernel = req.cand.code;
+  auto original = kiln::task::region_bodies(kernel);
+  REQUIRE(original.is_ok());
+  REQUIRE(original->size() == 1);
+  req.cand.code.clear();
+  req.cand.regions = {"// the same body, with a note\n" + original->front()};
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  REQUIRE(out.next[0].service == "test.cpu");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  CHECK(test->build.ok);
+  CHECK(test->cand.regions.empty());
+  CHECK(test->cand.code == kiln::task::replace_region(kernel, req.cand.regions.front()).value());
+}
+
 TEST_CASE("a reference that does not build is given back as the task's problem, never scored", "[compiler]") {
   Fixture f;
   auto files = rmsnorm_files();

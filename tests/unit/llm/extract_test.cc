@@ -65,3 +65,27 @@ TEST_CASE("only the EVOLVE region of the original kernel is replaced", "[llm]") 
     CHECK(r.status().message().find("code block") == 0);
   }
 }
+
+TEST_CASE("every region of a kernel with several is replaced from the reply", "[llm][regions]") {
+  const std::string two =
+      "#include <kiln/kernel_abi.h>\n// [EVOLVE_START]\nstatic int f() { return 1; }\n// [EVOLVE_END]\n"
+      "static int wrapper() { return f(); }\n/* [EVOLVE_START] */\nstatic int g() { return 2; }\n/* [EVOLVE_END] */\n"
+      "extern \"C\" int kiln_entry(const kiln_args*) { return wrapper() + g() - 3; }\n";
+  auto r = apply_reply(two,
+                       "Both, with the wrapper I would have liked:\n```cpp\n// [EVOLVE_START]\nstatic int f() { return 7; }\n"
+                       "// [EVOLVE_END]\nstatic int wrapper() { return evil(); }\n// [EVOLVE_START]\n"
+                       "static int g() { return 8; }\n// [EVOLVE_END]\n```\n");
+  REQUIRE(r.is_ok());
+  CHECK(*r ==
+        "#include <kiln/kernel_abi.h>\n// [EVOLVE_START]\nstatic int f() { return 7; }\n// [EVOLVE_END]\n"
+        "static int wrapper() { return f(); }\n/* [EVOLVE_START] */\nstatic int g() { return 8; }\n/* [EVOLVE_END] */\n"
+        "extern \"C\" int kiln_entry(const kiln_args*) { return wrapper() + g() - 3; }\n");
+
+  CHECK(error_of(apply_reply(two, "```cpp\n// [EVOLVE_START]\nstatic int f() { return 7; }\n// [EVOLVE_END]\n```")) ==
+        "the code block has 1 editable region(s), the kernel 2");
+  CHECK(error_of(apply_reply(two, "```cpp\nstatic int f() { return 7; }\n```")) ==
+        "the code block has no [EVOLVE_START] / [EVOLVE_END] markers, but the kernel has 2 editable regions: each "
+        "needs its own pair");
+  CHECK(error_of(apply_reply(two, "```cpp\n// [EVOLVE_START]\nint a;\n// [EVOLVE_END]\n// [EVOLVE_START]\n\n"
+                                  "// [EVOLVE_END]\n```")) == "empty EVOLVE region in the code block (region 2)");
+}

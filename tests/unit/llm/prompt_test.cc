@@ -37,6 +37,35 @@ TEST_CASE("a proposal prompt carries task, hardware, parent, feedback, inspirati
   }
 }
 
+TEST_CASE("a kernel with two regions is asked for both", "[llm][regions]") {
+  proto::ProposalRequest req;
+  req.files = kiln::testing::task_files();
+  std::string& kernel = req.files["kernel.cpp"].data;
+  kernel += "// [EVOLVE_START]\nstatic int second_region;\n// [EVOLVE_END]\n";
+  proto::Inspiration insp;
+  insp.cand.program_id = "c1/p2";
+  insp.cand.code = kernel;
+  req.inspirations.push_back(insp);
+
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cpu", ""});
+  REQUIRE(msgs.is_ok());
+  const std::string& system = (*msgs)[0].content;
+  const std::string& user = (*msgs)[1].content;
+  CHECK(system.find("The kernel has 2 editable regions") != std::string::npos);
+  CHECK(system.find("content of all 2 editable regions, in order, each between its own") != std::string::npos);
+  CHECK(user.find("Write the new content of all 2 editable regions now") != std::string::npos);
+  // An inspiration shows both of its regions, each between its markers.
+  CHECK(user.find("// [EVOLVE_START]\n  (void)a;\n// [EVOLVE_END]\n// [EVOLVE_START]\nstatic int second_region;\n"
+                  "// [EVOLVE_END]\n") != std::string::npos);
+
+  proto::ProposalRequest single;
+  single.files = kiln::testing::task_files();
+  auto one = llm::proposal_messages(single, llm::default_strategy(), {"cpu", ""});
+  REQUIRE(one.is_ok());
+  CHECK((*one)[0].content.find("editable regions") == std::string::npos);
+  CHECK((*one)[1].content.find("Write the new editable region now.") != std::string::npos);
+}
+
 TEST_CASE("GPU figures come from a table keyed by name", "[llm]") {
   auto h200 = llm::gpu_spec("NVIDIA H200");
   REQUIRE(h200);

@@ -85,16 +85,22 @@ struct Candidate {
   int64_t generation = 0;
   int64_t proposal_index = 0;  // 0 = program 0
   std::string proposer;
-  std::string code;  // the whole kernel file, editable region applied
+  // The whole kernel file. A proposal may differ from the task's kernel only inside the editable regions
+  // (task::check_regions_only); the compiler refuses anything else, and the scorer checks again.
+  std::string code;
   std::map<std::string, std::string> params;  // template parameters, passed as -D defines
   std::string notes;  // what the proposer says it tried
   // Optional (v2): what the proposer reports about how it got here: "model", "prompt_id",
   // "parent_prompt_id", "prompt_text" (a new strategy only), "prompt_tokens", "completion_tokens".
   std::map<std::string, std::string> metadata;
+  // Optional (v3), in a CompileRequest only: the new bodies of the task kernel's editable regions, one per
+  // region in order, instead of `code` (which is then empty). The compiler splices them into the task's
+  // kernel and sends the result on as `code`, with `regions` cleared.
+  std::vector<std::string> regions;
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("program_id", program_id); v("parent_id", parent_id);
     v("generation", generation); v("proposal_index", proposal_index); v("proposer", proposer);
-    v("code", code); v("params", params); v("notes", notes); v("metadata", metadata);
+    v("code", code); v("params", params); v("notes", notes); v("metadata", metadata); v("regions", regions);
   }
 };
 

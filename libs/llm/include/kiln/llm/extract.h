@@ -1,7 +1,9 @@
 // Code extraction from an LLM reply: the last fenced code block (```cuda, ```cpp, ```c++, ```c, ```cu or
-// a bare ```). When the block holds the [EVOLVE_START] / [EVOLVE_END] markers, the region between them
-// is taken; otherwise the whole block is the region's new content. Only the editable region of the
-// original kernel is replaced (task::replace_region); everything else stays the task's.
+// a bare ```). The model is asked for the new bodies of the kernel's editable regions: when the block
+// holds [EVOLVE_START] / [EVOLVE_END] markers, the text between each pair is the new body of the region
+// in that position (one pair per region of the kernel; text outside the pairs is ignored); a kernel with
+// one region also takes a block without markers as its body. The bodies are spliced into the task's
+// kernel (task::splice_regions), so everything outside the regions stays the task's.
 #pragma once
 
 #include <string>
@@ -19,7 +21,7 @@ Result<std::string> last_code_block(std::string_view reply, std::string_view fin
 // The same for a block in any language (```markdown ...): strategy rewrites.
 Result<std::string> last_fenced_block(std::string_view reply, std::string_view finish_reason = "stop");
 
-// The kernel with its first editable region replaced by what the reply proposes.
+// `original_kernel` with every editable region replaced by what the reply proposes.
 Result<std::string> apply_reply(std::string_view original_kernel, std::string_view reply,
                                 std::string_view finish_reason = "stop");
 

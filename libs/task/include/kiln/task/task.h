@@ -83,5 +83,30 @@ Result<std::vector<Region>> find_regions(std::string_view source);
 // Replaces the content of region `index` with `content`; everything else stays as it was.
 Result<std::string> replace_region(std::string_view source, std::string_view content, size_t index = 0);
 std::string region_text(std::string_view source, const Region& r);
+// The text of every region of `source`, in order.
+Result<std::vector<std::string>> region_bodies(std::string_view source);
+
+// ------------------------------------------------------------------------- proposals
+//
+// A proposal may change the bodies of the kernel's editable regions and nothing else: outside them,
+// marker lines included, the candidate must be the task's kernel byte for byte. Whitespace counts too
+// (a re-indented wrapper or CRLF line ends are refused, and the reason says that only whitespace
+// differs), so what is built outside the regions is exactly what the task's author wrote. The check is
+// textual: it fixes the bytes around the regions, not what a macro or an unclosed comment inside a
+// region does to them; the sandbox and the tester's checks cover what a kernel then does.
+
+// `original` with the body of region i replaced by bodies[i], one body per region. A body must not
+// hold a marker; a body without a final newline gets one (the end marker keeps its own line).
+Result<std::string> splice_regions(std::string_view original, const std::vector<std::string>& bodies);
+
+// OK when `candidate` differs from `original` only inside editable regions; otherwise kInvalidArgument
+// with the reason, naming the candidate's first differing line: "the proposal changed code outside the
+// editable regions (line 12: "#include <evil.h>" where the task's kernel has "#include <cmath>")".
+Status check_regions_only(std::string_view original, std::string_view candidate);
+
+// The kernel a proposal amounts to: `bodies` spliced into `original` when there are any (`code` must
+// then be empty), else the whole file `code`, checked against `original`. Errors are the reasons above.
+Result<std::string> accept_proposal(std::string_view original, std::string_view code,
+                                    const std::vector<std::string>& bodies);
 
 }  // namespace kiln::task

@@ -1,7 +1,10 @@
 // The "compile" service (DESIGN §1, §4): builds a candidate and its task's reference into shared objects
 // in a sandbox, caches builds by content, and hands the binaries to the tester, or the build log to the
-// scorer when the candidate does not compile. What is not the candidate's fault (a reference that does not
-// build, a missing or crashing toolchain, no scratch space) is answered "retry" with the cause instead.
+// scorer when the candidate does not compile. Before any build it accepts the candidate's code against
+// the request's task kernel (task::accept_proposal): region bodies are spliced in, a whole file must
+// match outside the editable regions; a candidate that fails goes to the scorer as no code. What is not
+// the candidate's fault (a reference that does not build, a missing or crashing toolchain, no scratch
+// space) is answered "retry" with the cause instead.
 #pragma once
 
 #include <prometheus/counter.h>
