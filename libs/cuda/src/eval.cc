@@ -39,8 +39,9 @@ constexpr int kOverheadCalls = 60;
 // the clocks, its median against the reference's) before they are disbelieved and every contestant is
 // timed by the evaluator's clock: the process hop (~300 us on an H200 host) makes that clock too coarse
 // to settle smaller differences. A candidate that under-reports by less gains at most this per call.
-// (Measured on an H200: honest kernels' gaps differ from the reference's by up to ~9 us, e.g. softmax.)
-constexpr double kClockAllowanceUs = 10;
+// (Measured on an H200: honest kernels' gaps exceeded the reference's by 8.8 us (softmax) and 14.0 us
+// (rmsnorm) against naive references of ~3 ms.)
+constexpr double kClockAllowanceUs = 20;
 constexpr double kClockAllowanceRel = 0.03;
 // The flush buffer is this many times the L2: one pass of writes evicts every line.
 constexpr size_t kFlushL2Multiple = 2;
