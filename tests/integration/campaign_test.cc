@@ -147,6 +147,32 @@ TEST_CASE("a campaign runs through every real process to the verified-kernel reg
   }
 }
 
+TEST_CASE("a kernel that caches its results by input is never promoted", "[integration]") {
+  // Program 0 and every tuner proposal serve a remembered result when the input's address and four
+  // sampled values match. Correctness cannot tell (the same inputs come twice), and the reference is
+  // slow enough that it would be promoted by a wide margin; the inputs that move while timed catch it.
+  LocalKiln k;
+  auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/caching_cpu", "--budget", "2", "--wait",
+                   "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["scored"] == 3);
+  CHECK(out[0]["promoted"].empty());
+  auto reg = registry::Registry::open(k.registry);
+  REQUIRE(reg.is_ok());
+  auto entries = reg->list();
+  REQUIRE(entries.is_ok());
+  CHECK(entries->empty());
+  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  REQUIRE(best.exit_code == 0);
+  INFO("kiln best: " << best.out);
+  for (const auto& p : json::parse(best.out)["programs"]) CHECK(p["perf_score"].get<int>() < 5);
+  CHECK(best.out.find("timed round") != std::string::npos);
+}
+
 TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores each once", "[integration]") {
   LocalKiln k(1);
   auto sub = k.kiln({"--json", "submit", fast_task(), "--budget", "6"});
