@@ -1,6 +1,7 @@
 #include "kiln/eval/eval.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -141,20 +142,31 @@ Status check_case(const task::TaskSpec& spec, Runner& candidate, Runner& referen
   return Status::ok();
 }
 
-// Evicts the last-level cache by writing and reading a buffer larger than it.
+// Evicts the last-level cache by writing and reading a buffer larger than it. The buffer is not inherited
+// by the runners forked for each timing generation (MADV_DONTFORK): shared copy-on-write, every page of it
+// would fault again on the next flush after every fork.
 class CacheFlusher {
  public:
-  CacheFlusher() : lines_(last_level_cache_bytes() * 3 / 2 / sizeof(uint64_t)) {}
+  CacheFlusher() : count_(last_level_cache_bytes() * 3 / 2 / sizeof(uint64_t)) {
+    void* p = ::mmap(nullptr, count_ * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, count_ * sizeof(uint64_t), MADV_DONTFORK);
+    lines_ = static_cast<uint64_t*>(p);
+  }
+  ~CacheFlusher() { ::munmap(lines_, count_ * sizeof(uint64_t)); }
+  CacheFlusher(const CacheFlusher&) = delete;
+  CacheFlusher& operator=(const CacheFlusher&) = delete;
   void flush() {
     ++round_;
-    for (size_t i = 0; i < lines_.size(); ++i) lines_[i] = round_ + i;
+    for (size_t i = 0; i < count_; ++i) lines_[i] = round_ + i;
     uint64_t sum = 0;
-    for (size_t i = 0; i < lines_.size(); i += 8) sum += lines_[i];
+    for (size_t i = 0; i < count_; i += 8) sum += lines_[i];
     sink_ = sum;
   }
 
  private:
-  std::vector<uint64_t> lines_;
+  size_t count_;
+  uint64_t* lines_ = nullptr;
   uint64_t round_ = 0;
   volatile uint64_t sink_ = 0;
 };
