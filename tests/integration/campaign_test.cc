@@ -46,7 +46,9 @@ struct LocalKiln {
                           << "compiler: {metrics_port: 0}\n"
                           << "tester:\n"
                           << "  metrics_port: 0\n"
-                          << "  timing: {min_samples: 10, min_time_s: 0.05, max_time_s: 1.0, warmup_iters: 2}\n"
+                          // Warm and a little longer: these tests check the pipeline and promotion, not cache
+                          // flushing, and a confident interval must not hinge on one slow generation.
+                          << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
                           << "scorer: {metrics_port: 0, max_in_flight: 3}\n"
                           << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
                           << "up: {compilers: " << compilers << ", testers: 1}\n";
