@@ -274,37 +274,27 @@ Status Runner::stage(const kiln_args& args) {
     return invalid_argument("too many tensors or scalars for a runner");
   Control* ctl = control(arena_);
   auto* base = static_cast<char*>(arena_);
-  if (on_device_) {
-    // The tensors are in the device arena already; the descriptors name them by offset.
-    in_slots_.clear();
-    out_slots_.clear();
-    for (int32_t i = 0; i < args.n_inputs; ++i) {
-      ctl->inputs[i] = args.inputs[i];
-      in_slots_.push_back({args.inputs[i].data, 0, 0});
-    }
-    for (int32_t i = 0; i < args.n_outputs; ++i) {
-      ctl->outputs[i] = args.outputs[i];
-      out_slots_.push_back({args.outputs[i].data, 0, 0});
-    }
-  }
   size_t offset = kDataOffset + std::min(placement_, kPlacementSlack) / 64 * 64;
+  // Into the arena; on a device the tensors are in the device arena already and their descriptors name
+  // them by offset, so only the descriptors are staged.
   auto place = [&](const kiln_tensor& t, std::vector<Slot>& slots, kiln_tensor& staged) -> Status {
+    staged = t;
+    if (on_device_) {
+      slots.push_back({t.data, 0, 0});
+      return Status::ok();
+    }
     const size_t bytes = tensor_bytes(t);
     if (offset + bytes > arena_bytes_) return resource_exhausted("tensors exceed the runner arena");
     std::memcpy(base + offset, t.data, bytes);
     slots.push_back({t.data, offset, bytes});
-    staged = t;
     staged.data = base + offset;
     offset = offset + round_up(bytes, kTensorAlignment);
     return Status::ok();
   };
-  if (!on_device_) {
-    in_slots_.clear();
-    out_slots_.clear();
-    for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
-    for (int32_t i = 0; i < args.n_outputs; ++i)
-      KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
-  }
+  in_slots_.clear();
+  out_slots_.clear();
+  for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
+  for (int32_t i = 0; i < args.n_outputs; ++i) KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
   for (int32_t i = 0; i < args.n_scalars; ++i) {
     std::strncpy(ctl->scalar_text[i], args.scalar_names[i], kScalarNameBytes - 1);
     ctl->scalar_text[i][kScalarNameBytes - 1] = '\0';
