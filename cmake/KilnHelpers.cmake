@@ -47,6 +47,14 @@ function(kiln_test name)
   if("integration" IN_LIST ARG_LABELS)
     set(serial TRUE)  # real processes timing kernels: they must not share the cores with each other
   endif()
-  catch_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" RUN_SERIAL ${serial}
-    ENVIRONMENT "KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  # catch_discover_tests flattens list-valued PROPERTIES (a second label would be read as a property
+  # name), so labels and environment are set by a script ctest reads after the discovered tests.
+  catch_discover_tests(${name} TEST_LIST ${name}_TESTS PROPERTIES RUN_SERIAL ${serial})
+  set(props "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
+  file(WRITE "${props}" "if(${name}_TESTS)
+  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\"
+    ENVIRONMENT \"KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}\")
+endif()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props}")
 endfunction()

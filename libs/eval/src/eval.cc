@@ -142,21 +142,23 @@ Status check_case(const task::TaskSpec& spec, Runner& candidate, Runner& referen
   return Status::ok();
 }
 
-// Evicts the last-level cache by writing and reading a buffer larger than it. The buffer is not inherited
-// by the runners forked for each timing generation (MADV_DONTFORK): shared copy-on-write, every page of it
-// would fault again on the next flush after every fork.
+// Cold mode: no tensor of the call is in any cache when it starts. The lines stage() wrote into the
+// runner's arena are evicted one by one (clflush, dc civac): every cache level of every core, about 1 ms
+// for 3 MiB. Where the CPU cannot, a buffer 1.5 times the last-level cache is written and read instead,
+// which evicts only what the evaluator's core shares and costs a pass over that buffer per call; it is not
+// inherited by the runners forked for each timing generation (MADV_DONTFORK): shared copy-on-write, every
+// page of it would fault again on the next flush after every fork.
 class CacheFlusher {
  public:
-  CacheFlusher() : count_(last_level_cache_bytes() * 3 / 2 / sizeof(uint64_t)) {
-    void* p = ::mmap(nullptr, count_ * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    ::madvise(p, count_ * sizeof(uint64_t), MADV_DONTFORK);
-    lines_ = static_cast<uint64_t*>(p);
+  CacheFlusher() = default;
+  ~CacheFlusher() {
+    if (lines_) ::munmap(lines_, count_ * sizeof(uint64_t));
   }
-  ~CacheFlusher() { ::munmap(lines_, count_ * sizeof(uint64_t)); }
   CacheFlusher(const CacheFlusher&) = delete;
   CacheFlusher& operator=(const CacheFlusher&) = delete;
-  void flush() {
+  void before_call(const Runner& runner) {
+    if (runner.evict_staged()) return;
+    if (!lines_) allocate();
     ++round_;
     for (size_t i = 0; i < count_; ++i) lines_[i] = round_ + i;
     uint64_t sum = 0;
@@ -165,7 +167,15 @@ class CacheFlusher {
   }
 
  private:
-  size_t count_;
+  void allocate() {
+    count_ = last_level_cache_bytes() * 3 / 2 / sizeof(uint64_t);
+    void* p = ::mmap(nullptr, count_ * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, count_ * sizeof(uint64_t), MADV_DONTFORK);
+    ::madvise(p, count_ * sizeof(uint64_t), MADV_HUGEPAGE);  // fewer first-touch faults; advice only
+    lines_ = static_cast<uint64_t*>(p);
+  }
+  size_t count_ = 0;
   uint64_t* lines_ = nullptr;
   uint64_t round_ = 0;
   volatile uint64_t sink_ = 0;
@@ -225,13 +235,13 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
   }
 
   TimingOutcome out;
-  // One timed call: the tensors go to the runner's arena, the cache is flushed (cold mode), the runner is
-  // continued, and the clock covers the call (Runner says exactly what). False when the candidate failed
-  // (recorded).
-  auto run_one = [&](Contestant& c, double* us, const std::string& context) -> Result<bool> {
+  // One call: the tensors go to the runner's arena, the cache is flushed (cold mode, timed calls only: a
+  // warm-up pages in code and arenas, its time is thrown away), the runner is continued, and the clock
+  // covers the call (Runner says exactly what). False when the candidate failed (recorded).
+  auto run_one = [&](Contestant& c, double* us, const std::string& context, bool timed) -> Result<bool> {
     c.invoker->prepare();
     KILN_RETURN_IF_ERROR(c.runner->stage(c.invoker->args()));
-    if (flusher) flusher->flush();
+    if (flusher && timed) flusher->before_call(*c.runner);
     Result<int> rc = c.runner->invoke(us);
     if (rc.is_ok()) {
       if (Status st = c.runner->freeze(); !st.is_ok()) rc = st;
@@ -258,7 +268,7 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
     for (int64_t w = 0; w < opt.warmup_iters; ++w) {
       for (auto& c : all) {
         double us = 0;
-        KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", warm-up"));
+        KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", warm-up", false));
         if (!ok) return false;
       }
     }
@@ -336,7 +346,7 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
     for (size_t k = 0; k < all.size(); ++k) {
       Contestant& c = all[n % 2 == 0 ? all.size() - 1 - k : k];
       double us = 0;
-      KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", timing"));
+      KILN_ASSIGN_OR_RETURN(bool ok, run_one(c, &us, shape + ", timing", true));
       if (!ok) {
         out.candidate_failed = true;
         return out;

@@ -2,6 +2,12 @@
 
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -10,6 +16,9 @@ namespace kiln::eval {
 namespace {
 
 constexpr size_t kFallbackCacheBytes = 64u << 20;
+// sysconf may report the sum of every L3 of the package (508 MiB on one EPYC guest) while a core only
+// fills the one it shares. The flush runs on one core, so more than this would cost time and evict nothing.
+constexpr size_t kMaxSysconfCacheBytes = 128u << 20;
 
 std::string trim(std::string s) {
   size_t b = s.find_first_not_of(" \t\n");
@@ -81,9 +90,30 @@ size_t last_level_cache_bytes() {
   if (best > 0) return best;
   for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
     long v = sysconf(name);
-    if (v > 0) return static_cast<size_t>(v);
+    if (v > 0) return std::min(static_cast<size_t>(v), kMaxSysconfCacheBytes);
   }
   return kFallbackCacheBytes;
+}
+
+bool evict_from_caches(const void* p, size_t bytes) {
+  constexpr uintptr_t kLine = 64;  // the smallest line of both; a larger one is evicted more than once
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(kLine - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+#if defined(__x86_64__)
+  _mm_mfence();
+  for (uintptr_t a = first; a < end; a += kLine) _mm_clflush(reinterpret_cast<const void*>(a));
+  _mm_mfence();
+  return true;
+#elif defined(__aarch64__)
+  asm volatile("dsb ish" ::: "memory");
+  for (uintptr_t a = first; a < end; a += kLine) asm volatile("dc civac, %0" ::"r"(a) : "memory");
+  asm volatile("dsb ish" ::: "memory");
+  return true;
+#else
+  (void)first;
+  (void)end;
+  return false;
+#endif
 }
 
 std::string host_name() {

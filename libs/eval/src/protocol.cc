@@ -156,8 +156,9 @@ StoppingRule::StoppingRule(const TimingOptions& options)
 std::string StoppingRule::after_round(int64_t rounds, double elapsed_s, double noise) {
   if (elapsed_s >= options_.max_time_s) return "max_time";
   if (rounds >= kMaxSamples) return "stalled";
-  if (elapsed_s < next_checkpoint_s_) return {};
+  if (elapsed_s < next_checkpoint_s_ || rounds < next_checkpoint_rounds_) return {};
   next_checkpoint_s_ = elapsed_s + checkpoint_s_;
+  next_checkpoint_rounds_ = rounds + std::max<int64_t>(options_.min_samples, 1);
   if (noise < best_noise_ * (1 - kMinImprovement)) {
     best_noise_ = noise;
     stalled_ = 0;

@@ -19,6 +19,7 @@
 
 #include "baselines.h"
 #include "kiln/eval/detail/protocol.h"
+#include "kiln/eval/host.h"
 #include "kiln/sandbox/sandbox.h"
 
 namespace kiln::eval::detail {
@@ -304,6 +305,17 @@ Status Runner::stage(const kiln_args& args) {
   ctl->args = kiln_args{ctl->inputs, args.n_inputs, ctl->outputs, args.n_outputs, ctl->scalar_names,
                         ctl->scalar_values, args.n_scalars, nullptr};
   return Status::ok();
+}
+
+bool Runner::evict_staged() const {
+  if (on_device_) return false;
+  const auto* base = static_cast<const char*>(arena_);
+  for (const auto* slots : {&in_slots_, &out_slots_}) {
+    for (const Slot& s : *slots) {
+      if (!evict_from_caches(base + s.offset, s.bytes)) return false;
+    }
+  }
+  return true;
 }
 
 Result<int> Runner::invoke(double* elapsed_us) {

@@ -36,6 +36,20 @@ TEST_CASE("the stopping rule gives up when the noise stops improving, or at max_
   CHECK(capped.after_round(3, 100.0, 0.5) == "max_time");
 }
 
+TEST_CASE("the stopping rule does not call the noise stalled on a few slow rounds", "[eval][timing]") {
+  TimingOptions o;
+  o.min_samples = 10;
+  o.min_time_s = 0.5;
+  o.max_time_s = 100;
+  StoppingRule rule(o);
+  std::string reason;
+  int64_t n = 0;
+  for (double t = 0.2; reason.empty(); t += 0.2) reason = rule.after_round(++n, t, 0.3);  // one round per checkpoint
+  CHECK(reason == "stalled");
+  // Every checkpoint after the first waited for ten new rounds: six checkpoints, five of them stalled.
+  CHECK(n >= 1 + 5 * 10);
+}
+
 TEST_CASE("the verdict takes the worst finding first", "[eval]") {
   Findings f;
   f.cmp.mismatches = 3;

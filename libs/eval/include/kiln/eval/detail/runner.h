@@ -101,6 +101,9 @@ class Runner {
   // Moves where stage() puts the tensors by `bytes` (a multiple of 64, at most kPlacementSlack): other
   // pages, other cache sets. The timing loop moves every contestant between blocks of rounds.
   void set_placement(size_t bytes) { placement_ = bytes; }
+  // Evicts the tensors stage() copied into the arena from every cache (cold mode). False where the CPU
+  // cannot, or the tensors are on a device.
+  bool evict_staged() const;
   // Rings, continues the runner and waits; `elapsed_us` is continue to answer on the evaluator's clock.
   Result<int> invoke(double* elapsed_us);
   // Stops the runner (it also stops itself once the call returns) and waits until it is stopped.
