@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--timeout", up.demo_timeout_s, "give up on --demo after this many seconds");
 
   SubmitOptions sub;
-  auto* sub_cmd = app.add_subcommand("submit", "validate and submit a task package (a folder or .tar.gz)");
+  auto* sub_cmd = app.add_subcommand("submit", "validate and submit a task package (a folder, .tar.gz or .zip)");
   sub_cmd->add_option("dir", sub.dir, "task package")->required();
   sub_cmd->add_option("--budget", sub.budget, "proposals after program 0");
   sub_cmd->add_option("--proposer", sub.proposer, "tuner | llm | external (a bridge connected over CURVE)");
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   task_cmd->require_subcommand(1);
   std::string task_dir, task_name, task_parent = ".";
   auto* validate_cmd = task_cmd->add_subcommand("validate", "check a package offline");
-  validate_cmd->add_option("dir", task_dir, "package folder or .tar.gz")->required();
+  validate_cmd->add_option("dir", task_dir, "package folder, .tar.gz or .zip")->required();
   auto* new_cmd = task_cmd->add_subcommand("new", "scaffold a new CPU task package");
   new_cmd->add_option("name", task_name, "task name ([a-z0-9_]+)")->required();
   new_cmd->add_option("--dir", task_parent, "where to create it (default .)");

@@ -1,4 +1,4 @@
-// Loading a task package into memory from a directory or a .tar.gz, with bounds and path checks: a
+// Loading a task package into memory from a directory, a .tar.gz or a .zip, with bounds and path checks: a
 // package comes from users (and over the wire), so nothing in it may point outside itself or be large
 // enough to hurt the process reading it.
 #include "kiln/task/task.h"
@@ -110,14 +110,25 @@ struct ArchiveCloser {
 };
 using ArchivePtr = std::unique_ptr<archive, ArchiveCloser>;
 
-Result<proto::FileMap> load_tarball(const std::string& path) {
+enum class ArchiveKind { kTarGz, kZip };
+
+// A .tar.gz or a .zip, read with the same path, link and size rules. A zip is read through its central
+// directory (the seekable reader), the index unzip tools trust, not the local headers a crafted file can
+// make disagree with it.
+Result<proto::FileMap> load_archive(const std::string& path, ArchiveKind kind) {
   ArchivePtr a(archive_read_new());
   if (!a) return internal_error("libarchive: cannot allocate a reader");
-  archive_read_support_filter_gzip(a.get());
-  archive_read_support_format_tar(a.get());
+  const char* what = ".tar.gz";
+  if (kind == ArchiveKind::kZip) {
+    archive_read_support_format_zip_seekable(a.get());
+    what = ".zip";
+  } else {
+    archive_read_support_filter_gzip(a.get());
+    archive_read_support_format_tar(a.get());
+  }
   constexpr size_t kBlockBytes = 10240;
   if (archive_read_open_filename(a.get(), path.c_str(), kBlockBytes) != ARCHIVE_OK)
-    return invalid_argument(path + ": cannot open as .tar.gz: " + archive_error_string(a.get()));
+    return invalid_argument(path + ": cannot open as " + what + ": " + archive_error_string(a.get()));
 
   // Read with the archive's own paths first; the shared top-level folder is stripped afterwards.
   std::vector<std::pair<std::vector<std::string>, std::string>> entries;
@@ -197,11 +208,12 @@ Result<proto::FileMap> load_package(const std::string& path) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) return not_found(path + ": no such file or directory");
-  Result<proto::FileMap> files = fs::is_directory(st) ? load_directory(path)
-                                 : (ends_with(path, ".tar.gz") || ends_with(path, ".tgz"))
-                                     ? load_tarball(path)
-                                     : Result<proto::FileMap>(invalid_argument(
-                                           path + ": expected a package directory or a .tar.gz of one"));
+  Result<proto::FileMap> files =
+      fs::is_directory(st)                                     ? load_directory(path)
+      : (ends_with(path, ".tar.gz") || ends_with(path, ".tgz")) ? load_archive(path, ArchiveKind::kTarGz)
+      : ends_with(path, ".zip")                                 ? load_archive(path, ArchiveKind::kZip)
+                                : Result<proto::FileMap>(invalid_argument(
+                                    path + ": expected a package directory, or a .tar.gz or .zip of one"));
   if (!files.is_ok()) return files;
   if (files->empty()) return invalid_argument(path + ": the package is empty");
   return files;

@@ -48,10 +48,14 @@ struct TarEntry {
   std::string link;
 };
 
-void write_tarball(const std::string& path, const std::vector<TarEntry>& entries) {
+void write_archive(const std::string& path, const std::vector<TarEntry>& entries, bool zip) {
   archive* a = archive_write_new();
-  archive_write_add_filter_gzip(a);
-  archive_write_set_format_pax_restricted(a);
+  if (zip) {
+    archive_write_set_format_zip(a);
+  } else {
+    archive_write_add_filter_gzip(a);
+    archive_write_set_format_pax_restricted(a);
+  }
   REQUIRE(archive_write_open_filename(a, path.c_str()) == ARCHIVE_OK);
   for (const auto& e : entries) {
     archive_entry* entry = archive_entry_new();
@@ -67,6 +71,9 @@ void write_tarball(const std::string& path, const std::vector<TarEntry>& entries
   archive_write_close(a);
   archive_write_free(a);
 }
+
+void write_tarball(const std::string& path, const std::vector<TarEntry>& entries) { write_archive(path, entries, false); }
+void write_zip(const std::string& path, const std::vector<TarEntry>& entries) { write_archive(path, entries, true); }
 
 }  // namespace
 
@@ -243,6 +250,49 @@ TEST_CASE("tarballs with escaping paths or links are rejected", "[task]") {
   std::ofstream(dir.path() + "/junk.tar.gz") << "not a tarball";
   CHECK_FALSE(kiln::task::load_package(dir.path() + "/junk.tar.gz").is_ok());
   CHECK(kiln::task::load_package(dir.path() + "/missing").status().code() == kiln::StatusCode::kNotFound);
+}
+
+TEST_CASE("a .zip package loads like a .tar.gz, with the same path, link and size rules", "[task]") {
+  kiln::TempDir dir;
+  FileMap good = load("good_cpu");
+  std::vector<TarEntry> entries{{"rmsnorm/", "", AE_IFDIR, ""}};
+  for (const auto& [name, content] : good) entries.push_back({"rmsnorm/" + name, content.data, AE_IFREG, ""});
+  const std::string zip = dir.path() + "/rmsnorm.zip";
+  write_zip(zip, entries);
+  auto files = kiln::task::load_package(zip);
+  INFO((files.is_ok() ? std::string() : files.status().message()));
+  REQUIRE(files.is_ok());
+  CHECK(*files == good);
+  CHECK(kiln::task::task_id(*files) == kiln::task::task_id(good));
+
+  write_zip(zip, {{"pkg/task.yaml", "x", AE_IFREG, ""}, {"pkg/../../evil", "x", AE_IFREG, ""}});
+  auto r = kiln::task::load_package(zip);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message().find("path escapes the package") != std::string::npos);
+
+  write_zip(zip, {{"/etc/evil", "x", AE_IFREG, ""}});
+  r = kiln::task::load_package(zip);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message().find("absolute path") != std::string::npos);
+
+  write_zip(zip, {{"task.yaml", "", AE_IFLNK, "/etc/passwd"}});
+  r = kiln::task::load_package(zip);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message().find("links are not allowed") != std::string::npos);
+
+  // Compressed, a 16 MiB entry is a few kB: the bytes inflated are what is bounded.
+  write_zip(zip, {{"big.bin", std::string((16u << 20) + 1, 'a'), AE_IFREG, ""}});
+  CHECK(std::filesystem::file_size(zip) < (1u << 20));
+  r = kiln::task::load_package(zip);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == kiln::StatusCode::kResourceExhausted);
+
+  std::ofstream(dir.path() + "/junk.zip") << "not a zip";
+  r = kiln::task::load_package(dir.path() + "/junk.zip");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message().find(".zip") != std::string::npos);
+  r = kiln::task::load_package(dir.path() + "/pkg.rar");
+  REQUIRE_FALSE(r.is_ok());
 }
 
 TEST_CASE("directory packages: symlinks may not escape, hidden files are skipped", "[task]") {

@@ -50,7 +50,7 @@ struct TaskSpec {
   std::string instructions;    // instructions.md, may be empty
 };
 
-// Reads a package from a directory or a .tar.gz of one into memory (regular files only, bounded).
+// Reads a package from a directory, or a .tar.gz or .zip of one, into memory (regular files only, bounded).
 Result<proto::FileMap> load_package(const std::string& path);
 
 // The package folders directly under `root` whose task is valid and runs on `backend`, sorted by path.
