@@ -70,8 +70,8 @@ TEST_CASE("a kernel that calls the reference cannot earn a promotable speedup", 
   REQUIRE(v.report.performance.cases.size() == 1);
   const auto& c = v.report.performance.cases[0];
   INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
-  // ... and exactly as fast as the reference: never promoted.
-  CHECK(c.speedup < kPromotionSpeedup);
+  // ... and exactly as fast as the reference: never promoted. (Only the interval is bound: on a machine
+  // loaded 4x over its cores the point estimate of identical code was seen at 3.9x, inside [0.63x, 11.8x].)
   CHECK(c.speedup_lo < kPromotionSpeedup);
   CHECK_FALSE(promotable(v));
 }
