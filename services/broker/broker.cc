@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <set>
 #include <unordered_map>
@@ -47,6 +48,70 @@ constexpr std::string_view kZapError = "500";
 constexpr size_t kZapMaxFrames = 16;
 constexpr double kDeniedLogInterval_s = 10;  // a refused bridge retries every second: log it less often
 constexpr size_t kDeniedLogMaxKeys = 1024;
+
+// Service names become metric label values and table rows: 1-64 bytes of [A-Za-z0-9._-], and at most
+// kMaxServices distinct ones, so a peer cannot make /metrics unparseable or grow it without bound.
+constexpr size_t kMaxServiceName = 64;
+constexpr size_t kMaxServices = 256;
+
+bool valid_service_name(std::string_view s) {
+  if (s.empty() || s.size() > kMaxServiceName) return false;
+  for (unsigned char c : s)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
+// Why a message was rejected: the label of kiln_broker_rejected_frames_total, a fixed set whatever the
+// message said.
+enum class Rejection { kMalformed, kBadReady, kBadResult, kBadSubmit, kBadRequest, kBadReply, kForbidden, kRevoked };
+
+std::string_view rejection_label(Rejection r) {
+  switch (r) {
+    case Rejection::kMalformed: return "malformed";
+    case Rejection::kBadReady: return "bad_ready";
+    case Rejection::kBadResult: return "bad_result";
+    case Rejection::kBadSubmit: return "bad_submit";
+    case Rejection::kBadRequest: return "bad_request";
+    case Rejection::kBadReply: return "bad_reply";
+    case Rejection::kForbidden: return "forbidden";
+    case Rejection::kRevoked: return "revoked";
+  }
+  return "malformed";
+}
+
+// Logs at most kBurst lines per interval, then one line with how many it left out: a flood of bad frames
+// must not become a flood of log lines.
+class ThrottledLog {
+ public:
+  static constexpr int kBurst = 20;
+  static constexpr double kInterval_s = 10;
+  // True if this event may be logged now.
+  bool admit(double now) {
+    roll(now);
+    if (logged_ < kBurst) {
+      ++logged_;
+      return true;
+    }
+    ++suppressed_;
+    return false;
+  }
+  // Ends the interval when it is over, logging how many events were left out.
+  void roll(double now) {
+    if (now - window_start_ < kInterval_s) return;
+    if (suppressed_ > 0)
+      spdlog::warn("{} more {} in the last {:.0f} s were not logged", suppressed_, what_, now - window_start_);
+    window_start_ = now;
+    logged_ = 0;
+    suppressed_ = 0;
+  }
+  explicit ThrottledLog(std::string what) : what_(std::move(what)) {}
+
+ private:
+  std::string what_;
+  double window_start_ = -1e300;
+  int logged_ = 0;
+  int64_t suppressed_ = 0;
+};
 
 struct LiveJob {
   std::string id;
@@ -96,6 +161,9 @@ struct Broker::Impl {
   std::unique_ptr<zmq::socket_t> pub;
   std::unique_ptr<zmq::socket_t> external;  // CURVE ROUTER for external bridges
   std::unique_ptr<zmq::socket_t> zap;       // REP on inproc://zeromq.zap.01: admits allowlisted keys
+  // PAIR sockets receiving the ROUTERs' disconnect events (declared after them: closed first).
+  std::unique_ptr<zmq::socket_t> router_monitor;
+  std::unique_ptr<zmq::socket_t> external_monitor;
   std::string endpoint;
   std::string events_endpoint;
   std::string external_endpoint;
@@ -103,6 +171,8 @@ struct Broker::Impl {
   struct stat allowlist_stat {};
   bool allowlist_exists = false;
   std::map<std::string, double> denied_logged;  // raw key -> when last logged
+  ThrottledLog reject_log{"rejected messages"};
+  ThrottledLog store_log{"job-table errors"};
   BrokerCounters counters;
   uint64_t event_seq = 0;
   uint64_t next_forward_id = 1;
@@ -121,6 +191,7 @@ struct Broker::Impl {
   prometheus::Family<prometheus::Counter>* requeued_total;
   prometheus::Family<prometheus::Counter>* dead_total;
   prometheus::Family<prometheus::Counter>* rejected_total;
+  prometheus::Family<prometheus::Counter>* disconnects_total;
   prometheus::Family<prometheus::Counter>* duplicates_total;
   prometheus::Family<prometheus::Histogram>* duration;
   prometheus::Family<prometheus::Histogram>* queue_wait;
@@ -137,7 +208,8 @@ struct Broker::Impl {
     completed_total = &BuildCounter().Name("kiln_jobs_completed_total").Help("Jobs finished, by outcome").Register(*registry);
     requeued_total = &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(*registry);
     dead_total = &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(*registry);
-    rejected_total = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected").Register(*registry);
+    rejected_total = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected, by reason").Register(*registry);
+    disconnects_total = &BuildCounter().Name("kiln_broker_disconnects_total").Help("Connections closed, by endpoint: peers leaving, and peers ZeroMQ dropped for a frame over max_message_bytes").Register(*registry);
     duplicates_total = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(*registry);
     duration = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(*registry);
     queue_wait = &BuildHistogram().Name("kiln_job_queue_wait_seconds").Help("Enqueue to lease, per service").Register(*registry);
@@ -146,10 +218,16 @@ struct Broker::Impl {
     bridge_keys = &BuildGauge().Name("kiln_bridge_allowlist_keys").Help("Keys on the external bridges' allowlist").Register(*registry).Add({});
   }
 
+  // The job's own timeout, else its service's lease, else its family's ("propose.external" takes
+  // "propose"'s), else the default.
   double lease_for(const LiveJob& j) const {
     if (j.timeout_s > 0) return j.timeout_s;
     auto it = opt.lease_timeout_s.find(j.service);
     if (it != opt.lease_timeout_s.end()) return it->second;
+    if (size_t dot = j.service.find('.'); dot != std::string::npos) {
+      it = opt.lease_timeout_s.find(j.service.substr(0, dot));
+      if (it != opt.lease_timeout_s.end()) return it->second;
+    }
     auto d = opt.lease_timeout_s.find("default");
     return d != opt.lease_timeout_s.end() ? d->second : 60.0;
   }
@@ -163,10 +241,23 @@ struct Broker::Impl {
     workers_connected->Add({{"service", service}}).Set(static_cast<double>(q.workers.size()));
   }
 
-  void reject(const std::string& peer, const std::string& why) {
+  void reject(const std::string& peer, Rejection reason, const std::string& why) {
     counters.rejected_frames++;
-    rejected_total->Add({{"reason", why.substr(0, why.find(':'))}}).Increment();
-    spdlog::warn("rejected message from {}: {}", printable_peer(peer), why);
+    rejected_total->Add({{"reason", std::string(rejection_label(reason))}}).Increment();
+    if (reject_log.admit(monotonic_s())) spdlog::warn("rejected message from {}: {}", printable_peer(peer), why);
+  }
+
+  // A new service name must be valid, and there may be only so many.
+  Status admit_service(const std::string& name) const {
+    if (!valid_service_name(name))
+      return invalid_argument("service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+    if (!services.count(name) && services.size() >= kMaxServices)
+      return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) + " services");
+    return Status::ok();
+  }
+
+  void log_store_error(const std::string& what, const Status& st) {
+    if (store_log.admit(monotonic_s())) spdlog::error("job table: {}: {}", what, st.message());
   }
 
   void publish(const std::string& job_id, const std::string& service, std::string_view state, int attempt) {
@@ -216,8 +307,9 @@ struct Broker::Impl {
   }
 
   // A job that came back (worker died, deadline passed, worker said retry): attempt+1 or dead.
-  // `worker_retry`: the worker itself gave it back, naming a fault of its own side in `reason`.
-  void requeue_or_kill(const std::string& job_id, const std::string& reason, bool worker_retry = false) {
+  // `worker_retry`: the worker itself gave it back, naming a fault of its own side in `reason`. The id is
+  // taken by value: callers pass the id of the very job this moves out of the table.
+  void requeue_or_kill(std::string job_id, const std::string& reason, bool worker_retry = false) {
     auto it = jobs.find(job_id);
     if (it == jobs.end()) return;
     LiveJob job = std::move(it->second);
@@ -315,6 +407,35 @@ struct Broker::Impl {
 
   Status open_external();
 
+  // ZeroMQ drops, without telling the application, a peer whose frame exceeds ZMQ_MAXMSGSIZE; the
+  // monitor's disconnect events are where that shows (with every other closed connection).
+  std::unique_ptr<zmq::socket_t> monitor(zmq::socket_t& socket, const char* name) {
+    const std::string address =
+        "inproc://kiln-broker-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" + name;
+    if (zmq_socket_monitor(static_cast<void*>(socket), address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+      spdlog::warn("broker: no disconnect events for the {} endpoint: {}", name, zmq_strerror(zmq_errno()));
+      return nullptr;
+    }
+    auto pair = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
+    pair->set(zmq::sockopt::linger, 0);
+    pair->connect(address);
+    return pair;
+  }
+
+  void drain_monitor(zmq::socket_t* pair, const char* endpoint_label) {
+    if (pair == nullptr) return;
+    for (int i = 0; i < 1000; ++i) {
+      zmq::message_t event, address;
+      try {
+        if (!pair->recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void)pair->recv(address, zmq::recv_flags::none);
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      disconnects_total->Add({{"endpoint", endpoint_label}}).Increment();
+    }
+  }
+
   void reply_error(const std::string& client, const std::string& request_id, const std::string& error) {
     proto::Reply rep;
     rep.request_id = request_id;
@@ -327,12 +448,15 @@ struct Broker::Impl {
 
   void on_ready(const Envelope& env) {
     auto ready = proto::decode<proto::Ready>(env.body);
-    if (!ready.is_ok()) return reject(env.identity, "bad READY: " + ready.status().message());
-    if (ready->service.empty() || ready->service.size() > 64 || ready->slots < 1 || ready->slots > 1024)
-      return reject(env.identity, "bad READY: service name or slots out of range");
+    if (!ready.is_ok()) return reject(env.identity, Rejection::kBadReady, "bad READY: " + ready.status().message());
+    if (ready->slots < 1 || ready->slots > 1024)
+      return reject(env.identity, Rejection::kBadReady, "bad READY: slots out of range (1-1024)");
+    if (Status st = admit_service(ready->service); !st.is_ok())
+      return reject(env.identity, Rejection::kBadReady, "bad READY: " + st.message());
     if (is_external(env.identity) &&
         std::find(opt.external_services.begin(), opt.external_services.end(), ready->service) == opt.external_services.end())
-      return reject(env.identity, "bad READY: bridge '" + env.user_id + "' may not serve '" + ready->service + "'");
+      return reject(env.identity, Rejection::kForbidden,
+                    "bad READY: bridge '" + env.user_id + "' may not serve '" + ready->service + "'");
     if (workers.count(env.identity)) drop_worker(env.identity, "worker re-registered");
     WorkerRec w;
     w.identity = env.identity;
@@ -352,7 +476,7 @@ struct Broker::Impl {
 
   void on_result(const Envelope& env) {
     auto res = proto::decode<proto::ResultMsg>(env.body);
-    if (!res.is_ok()) return reject(env.identity, "bad RESULT: " + res.status().message());
+    if (!res.is_ok()) return reject(env.identity, Rejection::kBadResult, "bad RESULT: " + res.status().message());
     auto wit = workers.find(env.identity);
     if (wit == workers.end()) {
       // From a worker we dropped (or a broker restart): its job was requeued; tell it to re-register.
@@ -378,18 +502,26 @@ struct Broker::Impl {
       return;
     }
     JobState final_state = res->outcome == proto::outcome::kOk ? JobState::kDone : JobState::kFailed;
+    // A result that cannot be recorded as sent is refused, and its job goes back to the queue at once
+    // (attempt + 1) for a better-behaved worker: the lease it held is over.
+    auto refuse = [&](Rejection reason, const std::string& why) {
+      reject(env.identity, reason, "bad RESULT for " + job.id + ": " + why);
+      requeue_or_kill(job.id, "result refused: " + why);
+    };
     for (const auto& f : res->next) {
-      if (f.job_id.empty() || f.service.empty()) return reject(env.identity, "bad RESULT: follow-up without id or service");
+      if (f.job_id.empty() || f.job_id.size() > 512) return refuse(Rejection::kBadResult, "follow-up job id empty or over 512 bytes");
+      if (Status st = admit_service(f.service); !st.is_ok()) return refuse(Rejection::kBadResult, "follow-up: " + st.message());
       if (is_external(env.identity)) {
-        // Leaves the job leased: its deadline requeues it for a better-behaved worker.
         Status st = check_bridge_followup(f);
-        if (!st.is_ok()) return reject(env.identity, "bad RESULT: bridge '" + wit->second.bridge + "': " + st.message());
+        if (!st.is_ok()) return refuse(Rejection::kForbidden, "bridge '" + wit->second.bridge + "': " + st.message());
       }
     }
     auto inserted = table.complete(job.id, final_state, res->payload.data, res->error, res->next);
     if (!inserted.is_ok()) {
-      // Could not record it: leave the job leased; its deadline will requeue it.
-      spdlog::error("completing {}: {}", job.id, inserted.status().message());
+      // Could not record it (the disk is full?): the job goes back to the queue, and is run again once
+      // the table takes writes again.
+      log_store_error("completing " + job.id, inserted.status());
+      requeue_or_kill(job.id, "the broker could not record its result: " + inserted.status().message());
       return;
     }
     size_t dups = res->next.size() - inserted->size();
@@ -425,13 +557,17 @@ struct Broker::Impl {
     auto sub = proto::decode<proto::Submit>(env.body);
     proto::Ack ack;
     if (!sub.is_ok()) {
-      reject(env.identity, "bad SUBMIT: " + sub.status().message());
+      reject(env.identity, Rejection::kBadSubmit, "bad SUBMIT: " + sub.status().message());
       ack.error = sub.status().message();
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
     ack.job_id = sub->job_id;
-    if (sub->job_id.empty() || sub->job_id.size() > 512 || sub->service.empty() || sub->service.size() > 64) {
-      ack.error = "job id and service must be non-empty (job id ≤ 512, service ≤ 64 bytes)";
+    if (sub->job_id.empty() || sub->job_id.size() > 512) {
+      ack.error = "the job id must be 1-512 bytes";
+      return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
+    }
+    if (Status st = admit_service(sub->service); !st.is_ok()) {
+      ack.error = st.message();
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
     JobRow row;
@@ -441,6 +577,7 @@ struct Broker::Impl {
     row.timeout_s = sub->timeout_s;
     auto inserted = table.insert(row);
     if (!inserted.is_ok()) {
+      log_store_error("refused job " + row.id, inserted.status());
       ack.error = inserted.status().message();
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
@@ -457,11 +594,14 @@ struct Broker::Impl {
 
   void on_request(const Envelope& env) {
     auto req = proto::decode<proto::Request>(env.body);
-    if (!req.is_ok()) return reject(env.identity, "bad REQUEST: " + req.status().message());
+    if (!req.is_ok()) return reject(env.identity, Rejection::kBadRequest, "bad REQUEST: " + req.status().message());
     if (req->service == proto::svc::kBroker) return answer_broker_query(env.identity, *req);
-    auto& q = services[req->service];
-    if (q.workers.empty())
-      return reply_error(env.identity, req->request_id, "no worker connected for service '" + req->service + "'");
+    auto qit = services.find(req->service);  // a lookup: a request names no new service
+    if (qit == services.end() || qit->second.workers.empty()) {
+      return reply_error(env.identity, req->request_id,
+                         "no worker connected for service '" + messaging::printable_identity(req->service) + "'");
+    }
+    auto& q = qit->second;
     const std::string& worker = q.workers[q.rr++ % q.workers.size()];
     std::string fwd_id = "f" + std::to_string(next_forward_id++);
     double timeout = std::clamp(req->timeout_s, 0.1, 120.0);
@@ -473,7 +613,7 @@ struct Broker::Impl {
 
   void on_reply(const Envelope& env) {
     auto rep = proto::decode<proto::Reply>(env.body);
-    if (!rep.is_ok()) return reject(env.identity, "bad REPLY: " + rep.status().message());
+    if (!rep.is_ok()) return reject(env.identity, Rejection::kBadReply, "bad REPLY: " + rep.status().message());
     auto it = requests.find(rep->request_id);
     if (it == requests.end()) return;  // timed out already
     proto::Reply out = *rep;
@@ -553,7 +693,7 @@ struct Broker::Impl {
     if (env.command == kResult) return on_result(env);
     if (is_external(env.identity) && (env.command == kSubmit || env.command == kRequest)) {
       // Bridges serve jobs; they neither start work nor read the system's state.
-      reject(env.identity, "bridge '" + env.user_id + "' may not send " + env.command);
+      reject(env.identity, Rejection::kForbidden, "bridge '" + env.user_id + "' may not send " + env.command);
       if (env.command == kSubmit) {
         proto::Ack ack;
         auto sub = proto::decode<proto::Submit>(env.body);
@@ -578,7 +718,7 @@ struct Broker::Impl {
       if (w != workers.end()) drop_worker(env.identity, "worker disconnected");
       return;
     }
-    reject(env.identity, "unexpected command " + env.command);
+    reject(env.identity, Rejection::kMalformed, "unexpected command " + messaging::printable_identity(env.command));
   }
 
   // ------------------------------------------------------------------------------------ sockets
@@ -591,7 +731,7 @@ struct Broker::Impl {
       if (!env) break;
       std::string peer = tag + identity;
       if (!env->is_ok()) {
-        reject(peer, env->status().message());
+        reject(peer, Rejection::kMalformed, env->status().message());
         continue;
       }
       Envelope& e = env->value();
@@ -600,7 +740,7 @@ struct Broker::Impl {
         // The ZAP handler put the bridge name on the connection. A name no longer on the list was
         // revoked by a reload: its open connection gets nothing more.
         if (e.user_id.empty() || !allowlist.has_name(e.user_id)) {
-          reject(e.identity, "bridge '" + e.user_id + "' is not on the allowlist (revoked?)");
+          reject(e.identity, Rejection::kRevoked, "bridge '" + e.user_id + "' is not on the allowlist (revoked?)");
           if (workers.count(e.identity)) drop_worker(e.identity, "bridge revoked");
           continue;
         }
@@ -750,6 +890,8 @@ struct Broker::Impl {
 
   void check_timers() {
     double now = monotonic_s();
+    reject_log.roll(now);
+    store_log.roll(now);
     double dead_after = opt.heartbeat_interval_s * opt.heartbeat_liveness;
     std::vector<std::string> lost;
     for (auto& [id, w] : workers) {
@@ -801,6 +943,7 @@ Status Broker::Impl::open_external() {
     external->set(zmq::sockopt::zap_domain, "kiln.bridges");
     external->bind(opt.external_bind);
     external_endpoint = external->get(zmq::sockopt::last_endpoint);
+    external_monitor = monitor(*external, "external");
   } catch (const zmq::error_t& e) {
     return unavailable("cannot bind " + opt.external_bind + ": " + e.what());
   }
@@ -812,7 +955,7 @@ Broker::~Broker() = default;
 
 Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOptions options,
                                                std::shared_ptr<prometheus::Registry> metrics) {
-  auto table = JobTable::open(options.db_path);
+  auto table = JobTable::open(options.db_path, options.max_table_bytes);
   if (!table.is_ok()) return table.status().with_context("broker: job table " + options.db_path);
   auto active = table->load_active();
   if (!active.is_ok()) return active.status().with_context("broker: loading jobs");
@@ -827,6 +970,7 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
     m.router->set(zmq::sockopt::router_mandatory, 1);
     m.router->bind(m.opt.bind);
     m.endpoint = m.router->get(zmq::sockopt::last_endpoint);
+    m.router_monitor = m.monitor(*m.router, "internal");
     if (!m.opt.events_bind.empty()) {
       m.pub = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pub);
       m.pub->set(zmq::sockopt::linger, 0);
@@ -870,12 +1014,14 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
   constexpr double kAllowlistCheck_s = 1.0;  // a stat() per second: edits apply without a SIGHUP too
   double next_timers = 0, next_allowlist_check = 0;
   while (!stop.load()) {
-    zmq::pollitem_t items[3] = {{static_cast<void*>(*m.router), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[5] = {{static_cast<void*>(*m.router), 0, ZMQ_POLLIN, 0}};
     int n_items = 1;
     if (m.external) {
       items[n_items++] = {static_cast<void*>(*m.external), 0, ZMQ_POLLIN, 0};
       items[n_items++] = {static_cast<void*>(*m.zap), 0, ZMQ_POLLIN, 0};
     }
+    for (zmq::socket_t* pair : {m.router_monitor.get(), m.external_monitor.get()})
+      if (pair != nullptr) items[n_items++] = {static_cast<void*>(*pair), 0, ZMQ_POLLIN, 0};
     try {
       zmq::poll(items, n_items, std::chrono::milliseconds(tick_ms));
     } catch (const zmq::error_t& e) {
@@ -890,6 +1036,8 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
     }
     m.drain(*m.router, kInternalTag);
     if (m.external) m.drain(*m.external, kExternalTag);
+    m.drain_monitor(m.router_monitor.get(), "internal");
+    m.drain_monitor(m.external_monitor.get(), "external");
     m.dispatch();
     double now = monotonic_s();
     if (now >= next_timers) {

@@ -24,6 +24,7 @@ struct BrokerOptions {
   double heartbeat_interval_s = 1.0;
   int heartbeat_liveness = 4;
   int64_t max_message_bytes = 64ll << 20;
+  int64_t max_table_bytes = 0;  // bound on the job table's file; 0: none
   std::map<std::string, double> lease_timeout_s = {{"default", 60}};
 
   // External bridges (DESIGN §2): a second ROUTER endpoint with CURVE. Empty external_bind: none.

@@ -1,5 +1,7 @@
 #include "job_table.h"
 
+#include <algorithm>
+
 #include "kiln/core/time.h"
 
 namespace kiln::broker {
@@ -41,10 +43,17 @@ CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state) WHERE state IN ('queued', 
 )sql";
 }  // namespace
 
-Result<JobTable> JobTable::open(const std::string& path) {
+Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
   auto db = store::Database::open(path);
   if (!db.is_ok()) return db.status();
   KILN_RETURN_IF_ERROR(db->exec(kSchema));
+  if (max_bytes > 0) {
+    KILN_ASSIGN_OR_RETURN(auto page, db->prepare("PRAGMA page_size"));
+    KILN_ASSIGN_OR_RETURN(bool row, page.step());
+    const int64_t page_bytes = row ? page.column_int(0) : 4096;
+    const int64_t pages = std::max<int64_t>(1, max_bytes / std::max<int64_t>(page_bytes, 512));
+    KILN_RETURN_IF_ERROR(db->exec("PRAGMA max_page_count = " + std::to_string(pages)));
+  }
   return JobTable(std::move(db).value());
 }
 

@@ -30,7 +30,8 @@ struct JobRow {
 
 class JobTable {
  public:
-  static Result<JobTable> open(const std::string& path);
+  // `max_bytes` > 0 bounds the file (SQLite's max_page_count): a write past it fails like a full disk.
+  static Result<JobTable> open(const std::string& path, int64_t max_bytes = 0);
 
   // Jobs that are queued or leased (a restarted broker leases them again).
   Result<std::vector<JobRow>> load_active();

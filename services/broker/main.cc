@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   opt.heartbeat_interval_s = bc.heartbeat_interval_s;
   opt.heartbeat_liveness = static_cast<int>(bc.heartbeat_liveness);
   opt.max_message_bytes = bc.max_message_bytes;
+  opt.max_table_bytes = bc.max_table_mb << 20;
   opt.lease_timeout_s = bc.lease_timeout_s;
   opt.external_bind = external_bind.empty() ? bc.external_bind : external_bind;
   if (!opt.external_bind.empty()) {

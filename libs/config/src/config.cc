@@ -48,6 +48,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"broker.heartbeat_interval_s", &c.broker.heartbeat_interval_s},
       {"broker.heartbeat_liveness", &c.broker.heartbeat_liveness},
       {"broker.max_message_bytes", &c.broker.max_message_bytes},
+      {"broker.max_table_mb", &c.broker.max_table_mb},
       {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
       {"broker.metrics_port", &c.broker.metrics_port},
       {"broker.external_bind", &c.broker.external_bind},
@@ -351,6 +352,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("broker.heartbeat_liveness", b.heartbeat_liveness, 1);
   constexpr int64_t kMinMessageBytes = 4096;  // below this not even a READY with capabilities fits
   v.at_least("broker.max_message_bytes", b.max_message_bytes, kMinMessageBytes);
+  v.at_least("broker.max_table_mb", b.max_table_mb, int64_t{0});
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);

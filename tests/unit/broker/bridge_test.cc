@@ -69,6 +69,7 @@ struct BridgeBroker {
     opt.heartbeat_interval_s = 0.1;
     opt.heartbeat_liveness = 5;
     opt.max_message_bytes = 1 << 20;
+    opt.lease_timeout_s = {{"default", 60}, {"propose", 300}};  // as configs/kiln.yaml
     auto b = broker::Broker::create(ctx, opt, registry);
     INFO((b.is_ok() ? std::string() : b.status().message()));
     REQUIRE(b.is_ok());
@@ -108,7 +109,9 @@ struct Bridge {
   std::atomic<int> jobs{0};
   std::unique_ptr<messaging::Worker> worker;
   std::thread thread;
-  Bridge(BridgeBroker& b, const messaging::CurveKeyPair& keys, const std::string& service = kService) {
+  std::atomic<double> deadline_in_s{0};  // the lease of the last job, as the JOB's deadline says
+  Bridge(BridgeBroker& b, const messaging::CurveKeyPair& keys, const std::string& service = kService,
+         const std::string& followup_service = "compile") {
     messaging::WorkerOptions o;
     o.endpoint = b.broker->external_endpoint();
     o.service = service;
@@ -118,9 +121,11 @@ struct Bridge {
     o.reconnect_min_s = 0.1;
     o.reconnect_max_s = 0.4;
     o.socket.curve = b.client_keys(keys);
-    worker = std::make_unique<messaging::Worker>(b.ctx, o, [this](const proto::Job& job) {
+    worker = std::make_unique<messaging::Worker>(b.ctx, o, [this, followup_service](const proto::Job& job) {
       ++jobs;
-      proto::FollowUp next{"compile", job.job_id + ":compile", proto::Bytes{"code for " + job.payload.data}, 0};
+      deadline_in_s = job.deadline - wall_time_s();
+      proto::FollowUp next{followup_service, job.job_id + ":" + followup_service,
+                           proto::Bytes{"code for " + job.payload.data}, 0};
       return messaging::JobOutcome::ok({next});
     });
     thread = std::thread([this] { worker->run(stop, 1.0); });
@@ -228,6 +233,31 @@ TEST_CASE("an admitted bridge may serve only its services and only propose code"
     CHECK(wrong.jobs == 0);
   }
   CHECK(state_of(client, "c/p1:compile") == "queued");
+}
+
+TEST_CASE("a bridge result the broker refuses sends its job back to the queue at once", "[broker][bridge]") {
+  auto alice = new_keys();
+  BridgeBroker b("alice " + alice.public_key + "\n");
+  messaging::Client client(b.ctx, b.broker->endpoint());
+  submit(client, kService, "c/p4:propose");
+  // Its results lead to "promote", which bridges may not reach: each is refused, the job is leased again
+  // with attempt + 1 at once (not after its 60 s lease), and dead after three attempts.
+  Bridge rogue(b, alice, kService, "promote");
+  REQUIRE(wait_until([&] { return state_of(client, "c/p4:propose") == "dead"; }));
+  CHECK(rogue.jobs == 3);
+  CHECK(state_of(client, "c/p4:propose:promote") == "unknown");
+  CHECK(b.metric("kiln_broker_rejected_frames_total", "forbidden") == 3);
+}
+
+TEST_CASE("propose.external takes the propose lease (300 s), not the default", "[broker][bridge]") {
+  auto alice = new_keys();
+  BridgeBroker b("alice " + alice.public_key + "\n");
+  messaging::Client client(b.ctx, b.broker->endpoint());
+  Bridge bridge(b, alice);
+  submit(client, kService, "c/p5:propose");
+  REQUIRE(wait_until([&] { return bridge.jobs == 1; }));
+  CHECK(bridge.deadline_in_s > 290);
+  CHECK(bridge.deadline_in_s <= 300);
 }
 
 TEST_CASE("allowlist files name the line of an error", "[broker][bridge]") {

@@ -1,11 +1,15 @@
 // The broker with real sockets on loopback: workers and clients of the messaging library, and raw
 // sockets that misbehave.
 #include <catch2/catch.hpp>
+#include <prometheus/text_serializer.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "broker.h"
@@ -20,6 +24,40 @@ using namespace std::chrono_literals;
 
 namespace {
 
+std::string metrics_text(prometheus::Registry& r) { return prometheus::TextSerializer().Serialize(r.Collect()); }
+
+// Valid UTF-8 (what the Prometheus text format requires of label values).
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Routes spdlog to a string for the life of the object.
+struct CapturedLog {
+  std::ostringstream out;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  CapturedLog() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous); }
+  size_t count(const std::string& needle) {
+    spdlog::default_logger()->flush();
+    const std::string text = out.str();
+    size_t n = 0;
+    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+    return n;
+  }
+};
+
 struct RunningBroker {
   TempDir dir{"kiln-broker-test"};
   zmq::context_t ctx{1};
@@ -33,7 +71,7 @@ struct RunningBroker {
     opt.db_path = db.empty() ? dir.path() + "/broker.db" : db;
     opt.heartbeat_interval_s = 0.1;
     opt.heartbeat_liveness = 5;
-    opt.max_message_bytes = 1 << 20;
+    if (opt.max_message_bytes == broker::BrokerOptions{}.max_message_bytes) opt.max_message_bytes = 1 << 20;
     auto b = broker::Broker::create(ctx, opt, registry);
     REQUIRE(b.is_ok());
     broker = std::move(b).value();
@@ -310,4 +348,122 @@ TEST_CASE("a restarted broker resumes queued jobs from its table", "[broker]") {
   });
   REQUIRE(eventually([&] { return got.load(); }));
   CHECK(payload == "keep me");
+}
+
+TEST_CASE("bad service names and commands neither break /metrics nor grow it, and their log is throttled", "[broker]") {
+  CapturedLog log;
+  RunningBroker b;
+  zmq::socket_t bad(b.ctx, zmq::socket_type::dealer);
+  bad.set(zmq::sockopt::linger, 0);
+  bad.connect(b.endpoint());
+  auto send_parts = [&](const std::vector<std::string>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i)
+      bad.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  proto::Ready ready;
+  ready.service = "\xff\xfe not utf-8";
+  ready.worker_id = "w";
+  send_parts({"KILN1", "READY", proto::encode(ready)});
+  for (int i = 0; i < 300; ++i) send_parts({"KILN1", "CMD" + std::to_string(i), "x"});  // 300 distinct commands
+  for (int i = 0; i < 200; ++i) {
+    ready.service = "svc " + std::to_string(i);  // a space: not a service name
+    send_parts({"KILN1", "READY", proto::encode(ready)});
+  }
+  messaging::Client client(b.ctx, b.endpoint());
+  auto ack = client.submit(submit_of("bad/name", "j1", ""));
+  REQUIRE(ack.is_ok());
+  CHECK_FALSE(ack->accepted);
+  CHECK(ack->error.find("service names are") != std::string::npos);
+  REQUIRE(eventually([&] { return b.broker->counters().rejected_frames >= 501; }));
+
+  const std::string text = metrics_text(*b.registry);
+  CHECK(valid_utf8(text));
+  CHECK(text.find("CMD1") == std::string::npos);
+  CHECK(text.find("svc ") == std::string::npos);
+  CHECK(text.size() < 64 * 1024);
+  // One series per fixed reason, whatever the messages said.
+  size_t rejected_series = 0;
+  for (const auto& family : b.registry->Collect())
+    if (family.name == "kiln_broker_rejected_frames_total") rejected_series = family.metric.size();
+  CHECK(rejected_series <= 2);
+  // At most a burst of lines per 10 s, not one per frame.
+  CHECK(log.count("rejected message") <= 20);
+}
+
+TEST_CASE("the broker serves at most 256 services", "[broker]") {
+  RunningBroker b;
+  messaging::Client client(b.ctx, b.endpoint());
+  for (int i = 0; i < 256; ++i) {
+    auto ack = client.submit(submit_of("s" + std::to_string(i), "j" + std::to_string(i), ""));
+    REQUIRE(ack.is_ok());
+    REQUIRE(ack->accepted);
+  }
+  auto ack = client.submit(submit_of("one-too-many", "j-last", ""));
+  REQUIRE(ack.is_ok());
+  CHECK_FALSE(ack->accepted);
+  CHECK(ack->error.find("at most 256 services") != std::string::npos);
+  ack = client.submit(submit_of("s7", "j-again", ""));  // a known one still takes jobs
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+  // A request names no new service.
+  auto none = client.request("never-served", "x", "", 1.0);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.status().message().find("no worker") != std::string::npos);
+  ack = client.submit(submit_of("another-new-one", "j-other", ""));
+  REQUIRE(ack.is_ok());
+  CHECK_FALSE(ack->accepted);
+}
+
+TEST_CASE("a peer dropped for an oversized frame is counted", "[broker]") {
+  RunningBroker b;
+  auto disconnects = [&] {
+    double total = 0;
+    for (const auto& family : b.registry->Collect())
+      if (family.name == "kiln_broker_disconnects_total")
+        for (const auto& m : family.metric) total += m.counter.value;
+    return total;
+  };
+  zmq::socket_t huge(b.ctx, zmq::socket_type::dealer);
+  huge.set(zmq::sockopt::linger, 0);
+  huge.connect(b.endpoint());
+  huge.send(zmq::buffer(std::string("KILN1")), zmq::send_flags::sndmore);
+  huge.send(zmq::buffer(std::string("SUBMIT")), zmq::send_flags::sndmore);
+  huge.send(zmq::buffer(std::string(2 << 20, 'x')), zmq::send_flags::none);
+  CHECK(eventually([&] { return disconnects() >= 1; }));
+}
+
+TEST_CASE("a full job table refuses submits with a logged error and takes them again once jobs finish",
+          "[broker]") {
+  CapturedLog log;
+  broker::BrokerOptions opt;
+  opt.max_table_bytes = 256 << 10;
+  opt.max_message_bytes = 4 << 20;
+  RunningBroker b(opt);
+  messaging::Client client(b.ctx, b.endpoint());
+  const std::string payload(32 << 10, 'p');
+  int accepted = 0;
+  std::string refusal;
+  for (int i = 0; i < 64 && refusal.empty(); ++i) {
+    auto ack = client.submit(submit_of("work", "fill-" + std::to_string(i), payload));
+    REQUIRE(ack.is_ok());
+    if (ack->accepted) {
+      ++accepted;
+    } else {
+      refusal = ack->error;
+    }
+  }
+  INFO(refusal);
+  REQUIRE(accepted >= 2);
+  REQUIRE_FALSE(refusal.empty());
+  CHECK(log.count("job table: refused job") >= 1);
+
+  // Finishing the queued jobs frees their payloads: the broker takes jobs again without a restart.
+  std::atomic<int> ran{0};
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  REQUIRE(eventually([&] { return ran == accepted; }));
+  REQUIRE(eventually([&] {
+    auto ack = client.submit(submit_of("work", "after-full", payload));
+    return ack.is_ok() && ack->accepted;
+  }));
+  REQUIRE(eventually([&] { return ran == accepted + 1; }));
 }

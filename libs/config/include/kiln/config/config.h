@@ -20,6 +20,7 @@ struct BrokerConfig {
   double heartbeat_interval_s = 1.0;
   int64_t heartbeat_liveness = 4;                  // peer dead after this many silent intervals
   int64_t max_message_bytes = 64ll << 20;
+  int64_t max_table_mb = 0;  // bound on the job table's file; 0: none (the disk is the bound)
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
       {"default", 60}, {"compile", 180}, {"test.cpu", 300}, {"test.cuda", 300}, {"propose", 300}};
   int metrics_port = 9470;
