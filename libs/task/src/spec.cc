@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cctype>
+#include <cstdlib>
 #include <initializer_list>
 #include <optional>
 #include <set>
@@ -254,8 +255,19 @@ std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& pa
   return out;
 }
 
-std::vector<Dims> parse_cases(const YAML::Node& n, const std::string& path) {
+// Bounds on what a package may ask of every service that reads it: each case is allocated, filled and run
+// by the tester and compared on the host, and the whole spec travels with every job.
+constexpr size_t kMaxCorrectnessCases = 64;
+constexpr size_t kMaxBenchmarkCases = 16;
+constexpr int64_t kMaxSeeds = 16;
+constexpr size_t kMaxDimsPerCase = 16;
+constexpr int64_t kMaxTensorBytes = int64_t{16} << 30;
+constexpr int64_t kMaxCaseBytes = int64_t{64} << 30;
+
+std::vector<Dims> parse_cases(const YAML::Node& n, const std::string& path, size_t max_cases) {
   if (!n.IsSequence() || n.size() == 0) fail(path, "expected a non-empty list of cases, got " + describe(n));
+  if (n.size() > max_cases)
+    fail(path, std::to_string(n.size()) + " cases; at most " + std::to_string(max_cases) + " are allowed");
   std::vector<Dims> out;
   for (size_t i = 0; i < n.size(); ++i) {
     std::string p = item(path, i);
@@ -264,6 +276,8 @@ std::vector<Dims> parse_cases(const YAML::Node& n, const std::string& path) {
       if (!is_identifier(k)) fail(child(p, k), "expected a dim name (an identifier)");
       dims[k] = get_positive_int(v, child(p, k));
     }
+    if (dims.size() > kMaxDimsPerCase)
+      fail(p, std::to_string(dims.size()) + " dims; at most " + std::to_string(kMaxDimsPerCase) + " are allowed");
     out.push_back(std::move(dims));
   }
   return out;
@@ -276,16 +290,29 @@ bool is_param_value(std::string_view s) {
   return true;
 }
 
-// Every dim a shape names must be defined by every case: the tester cannot size a tensor otherwise.
+// Every dim a shape names must be defined by every case: the tester cannot size a tensor otherwise. And
+// every tensor of a case must have a size that is representable and can be allocated.
 void check_dims_defined(const TaskSpec& spec, const std::vector<Dims>& cases, const std::string& path) {
   for (size_t i = 0; i < cases.size(); ++i) {
+    int64_t case_bytes = 0;
     for (const auto* group : {&spec.inputs, &spec.outputs}) {
       for (const TensorSpec& t : *group) {
+        int64_t bytes = static_cast<int64_t>(dtype_bytes(t.dtype));
         for (const std::string& d : t.shape) {
-          if (std::isdigit(static_cast<unsigned char>(d[0]))) continue;
-          if (!cases[i].count(d))
+          int64_t extent = 0;
+          if (std::isdigit(static_cast<unsigned char>(d[0]))) {
+            extent = std::strtoll(d.c_str(), nullptr, 10);
+          } else if (auto it = cases[i].find(d); it != cases[i].end()) {
+            extent = it->second;
+          } else {
             fail(item(path, i), "dim " + d + " is not defined (the shape of " + t.name + " uses it)");
+          }
+          if (__builtin_mul_overflow(bytes, extent, &bytes) || bytes > kMaxTensorBytes)
+            fail(item(path, i), t.name + " would be over " + std::to_string(kMaxTensorBytes >> 30) + " GiB");
         }
+        case_bytes += bytes;
+        if (case_bytes > kMaxCaseBytes)
+          fail(item(path, i), "the tensors of this case would be over " + std::to_string(kMaxCaseBytes >> 30) + " GiB");
       }
     }
   }
@@ -335,13 +362,16 @@ TaskSpec parse_yaml(const std::string& text) {
   }
 
   auto correctness = entries(*find(top, "correctness"), "correctness", {"cases", "seeds", "rtol", "atol"}, {"cases"});
-  spec.correctness_cases = parse_cases(*find(correctness, "cases"), "correctness.cases");
-  if (const YAML::Node* seeds = find(correctness, "seeds")) spec.seeds = get_positive_int(*seeds, "correctness.seeds");
+  spec.correctness_cases = parse_cases(*find(correctness, "cases"), "correctness.cases", kMaxCorrectnessCases);
+  if (const YAML::Node* seeds = find(correctness, "seeds")) {
+    spec.seeds = get_positive_int(*seeds, "correctness.seeds");
+    if (spec.seeds > kMaxSeeds) fail("correctness.seeds", "at most " + std::to_string(kMaxSeeds));
+  }
   if (const YAML::Node* rtol = find(correctness, "rtol")) spec.rtol = get_non_negative(*rtol, "correctness.rtol");
   if (const YAML::Node* atol = find(correctness, "atol")) spec.atol = get_non_negative(*atol, "correctness.atol");
 
   auto benchmark = entries(*find(top, "benchmark"), "benchmark", {"cases"}, {"cases"});
-  spec.benchmark_cases = parse_cases(*find(benchmark, "cases"), "benchmark.cases");
+  spec.benchmark_cases = parse_cases(*find(benchmark, "cases"), "benchmark.cases", kMaxBenchmarkCases);
 
   check_dims_defined(spec, spec.correctness_cases, "correctness.cases");
   check_dims_defined(spec, spec.benchmark_cases, "benchmark.cases");

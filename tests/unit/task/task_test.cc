@@ -137,6 +137,20 @@ TEST_CASE("broken fixture packages fail with one precise line", "[task]") {
         "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\"");
 }
 
+TEST_CASE("a package cannot ask for unbounded work or tensors whose size overflows", "[task]") {
+  std::string many;
+  for (int i = 0; i < 65; ++i) many += std::string(i ? ", " : "") + "{B: 1, H: " + std::to_string(i + 1) + "}";
+  CHECK(error_of(good_with_yaml_edit("[{B: 1, H: 64}, {B: 4, H: 67}, {B: 3, H: 128}]", "[" + many + "]")) ==
+        "task.yaml: correctness.cases: 65 cases; at most 64 are allowed");
+  CHECK(error_of(good_with_yaml_edit("seeds: 2", "seeds: 1000000")) == "task.yaml: correctness.seeds: at most 16");
+  // 2^62 x 2^62 elements: the byte count overflows int64.
+  CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 4611686018427387904, H: 4611686018427387904}")) ==
+        "task.yaml: benchmark.cases[0]: x would be over 16 GiB");
+  CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 65536, H: 65537}")) ==
+        "task.yaml: benchmark.cases[0]: x would be over 16 GiB");
+  CHECK(kiln::task::parse_task(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 65536, H: 65536}")).is_ok());  // 16 GiB
+}
+
 TEST_CASE("task.yaml validation names the key path", "[task]") {
   CHECK(error_of(good_with_yaml_edit("name: rmsnorm_cpu", "name: RMS-norm")) ==
         "task.yaml: name: expected [a-z0-9_]+, got \"RMS-norm\"");
