@@ -124,6 +124,7 @@ struct LiveJob {
   double lease_deadline = 0;   // monotonic
   double enqueued_mono = 0;
   double leased_mono = 0;
+  std::string avoid_worker;  // a worker id not to lease it to while the service has another worker
 };
 
 struct WorkerRec {
@@ -375,6 +376,7 @@ struct Broker::Impl {
     j.payload = std::move(r.payload);
     j.attempt = r.attempt;
     j.timeout_s = r.timeout_s;
+    j.avoid_worker = std::move(r.avoid_worker);
     publish(j.id, j.service, "queued", j.attempt);
     enqueue(std::move(j));
   }
@@ -850,6 +852,18 @@ struct Broker::Impl {
 
   // ------------------------------------------------------------------------------------ timers
 
+  // May `w` take `job`? Not if the job avoids it and the service has another worker (busy or not: the
+  // job waits for that one).
+  bool may_take(const LiveJob& job, const WorkerRec& w, const ServiceQueue& q) {
+    if (job.avoid_worker.empty() || w.worker_id != job.avoid_worker) return true;
+    for (const auto& other : q.workers)
+      if (workers[other].worker_id != job.avoid_worker) return false;
+    return true;
+  }
+
+  // How far down its queue a worker looks for a job it may take.
+  static constexpr size_t kDispatchScan = 64;
+
   void dispatch() {
     for (auto& [service, q] : services) {
       if (q.queued.empty() || q.workers.empty()) continue;
@@ -860,10 +874,20 @@ struct Broker::Impl {
           const std::string identity = q.workers[(q.rr + k) % q.workers.size()];
           WorkerRec& w = workers[identity];
           if (static_cast<int>(w.leased.size()) >= w.slots) continue;
-          std::string job_id = q.queued.front();
-          q.queued.pop_front();
+          // The first queued job this worker may take (jobs whose entry is gone are dropped on the way).
+          size_t pick = 0;
+          for (; pick < q.queued.size() && pick < kDispatchScan; ++pick) {
+            auto it = jobs.find(q.queued[pick]);
+            if (it == jobs.end() || may_take(it->second, w, q)) break;
+          }
+          if (pick == q.queued.size() || pick == kDispatchScan) continue;
+          std::string job_id = q.queued[pick];
+          q.queued.erase(q.queued.begin() + static_cast<std::ptrdiff_t>(pick));
           auto jit = jobs.find(job_id);
-          if (jit == jobs.end()) continue;
+          if (jit == jobs.end()) {
+            progress = true;
+            continue;
+          }
           LiveJob& job = jit->second;
           double now = monotonic_s();
           job.leased = true;
@@ -994,6 +1018,7 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
     j.payload = std::move(row.payload);
     j.attempt = row.attempt;
     j.timeout_s = row.timeout_s;
+    j.avoid_worker = std::move(row.avoid_worker);
     m.enqueue(std::move(j));
   }
   if (!active->empty())

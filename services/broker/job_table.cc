@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   result     BLOB,           -- the RESULT payload, kept small
   error      TEXT NOT NULL DEFAULT '',
   timeout_s  REAL NOT NULL DEFAULT 0,
+  avoid_worker TEXT NOT NULL DEFAULT '',
   created_at REAL NOT NULL,
   updated_at REAL NOT NULL
 );
@@ -47,6 +48,13 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
   auto db = store::Database::open(path);
   if (!db.is_ok()) return db.status();
   KILN_RETURN_IF_ERROR(db->exec(kSchema));
+  // Tables made before jobs could name a worker to avoid gain the column.
+  {
+    KILN_ASSIGN_OR_RETURN(auto cols, db->prepare("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name='avoid_worker'"));
+    KILN_ASSIGN_OR_RETURN(bool row, cols.step());
+    if (row && cols.column_int(0) == 0)
+      KILN_RETURN_IF_ERROR(db->exec("ALTER TABLE jobs ADD COLUMN avoid_worker TEXT NOT NULL DEFAULT ''"));
+  }
   if (max_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(auto page, db->prepare("PRAGMA page_size"));
     KILN_ASSIGN_OR_RETURN(bool row, page.step());
@@ -59,7 +67,7 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
 
 Result<std::vector<JobRow>> JobTable::load_active() {
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT id, service, state, attempt, payload, timeout_s, created_at FROM jobs "
+      "SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker FROM jobs "
       "WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
   std::vector<JobRow> rows;
   while (true) {
@@ -73,6 +81,7 @@ Result<std::vector<JobRow>> JobTable::load_active() {
     r.payload = st.column_blob(4);
     r.timeout_s = st.column_double(5);
     r.created_at = st.column_double(6);
+    r.avoid_worker = st.column_text(7);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -118,11 +127,11 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
   std::vector<JobRow> inserted;
   if (!next.empty()) {
     KILN_ASSIGN_OR_RETURN(auto ins, db_.prepare(
-        "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
-        "VALUES(?,?,'queued',1,?,?,?,?)"));
+        "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
+        "avoid_worker) VALUES(?,?,'queued',1,?,?,?,?,?)"));
     for (const auto& f : next) {
       ins.bind(1, f.job_id).bind(2, f.service).bind_blob(3, f.payload.data).bind(4, f.timeout_s).bind(5, now)
-          .bind(6, now);
+          .bind(6, now).bind(7, f.avoid_worker);
       KILN_RETURN_IF_ERROR(ins.run());
       if (db_.changes() > 0) {
         JobRow r;
@@ -131,6 +140,7 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
         r.payload = f.payload.data;
         r.timeout_s = f.timeout_s;
         r.created_at = now;
+        r.avoid_worker = f.avoid_worker;
         inserted.push_back(std::move(r));
       }
     }

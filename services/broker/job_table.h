@@ -26,6 +26,7 @@ struct JobRow {
   double timeout_s = 0;
   double created_at = 0;  // wall clock
   std::string error;
+  std::string avoid_worker;  // FollowUp::avoid_worker
 };
 
 class JobTable {

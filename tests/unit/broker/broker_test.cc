@@ -89,11 +89,12 @@ struct RunningWorker {
   std::unique_ptr<messaging::Worker> worker;
   std::thread thread;
   RunningWorker(zmq::context_t& ctx, const std::string& endpoint, const std::string& service,
-                messaging::JobHandler handler, int slots = 1, messaging::RequestHandler rh = {}) {
+                messaging::JobHandler handler, int slots = 1, messaging::RequestHandler rh = {},
+                const std::string& worker_id = "") {
     messaging::WorkerOptions o;
     o.endpoint = endpoint;
     o.service = service;
-    o.worker_id = service + "-test";
+    o.worker_id = worker_id.empty() ? service + "-test" : worker_id;
     o.slots = slots;
     o.heartbeat_interval_s = 0.1;
     o.heartbeat_liveness = 5;
@@ -466,4 +467,51 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
     return ack.is_ok() && ack->accepted;
   }));
   REQUIRE(eventually([&] { return ran == accepted + 1; }));
+}
+
+TEST_CASE("a follow-up that avoids a worker goes to another one of its service when one is connected", "[broker]") {
+  RunningBroker b;
+  // "first" hands each job on to "check", avoiding the worker "check-a" (as a confirmation avoids the
+  // tester that made the first measurement).
+  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
+    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "check-a"};
+    return messaging::JobOutcome::ok({next});
+  });
+  std::mutex mu;
+  std::vector<std::string> ran_on;
+  auto record = [&](const std::string& who) {
+    return [&, who](const proto::Job&) {
+      std::lock_guard l(mu);
+      ran_on.push_back(who);
+      return messaging::JobOutcome::ok();
+    };
+  };
+  messaging::Client client(b.ctx, b.endpoint());
+  auto count = [&] {
+    std::lock_guard l(mu);
+    return ran_on.size();
+  };
+  {
+    RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 4, {}, "check-a");
+    RunningWorker bw(b.ctx, b.endpoint(), "check", record("b"), 1, {}, "check-b");
+    REQUIRE(eventually([&] {
+      auto st = client.request("broker", "status", "");
+      if (!st.is_ok()) return false;
+      auto status = proto::decode<proto::BrokerStatus>(*st);
+      int n = 0;
+      for (const auto& w : status->workers) n += w.service == "check";
+      return n == 2;
+    }));
+    for (int i = 0; i < 6; ++i) REQUIRE(client.submit(submit_of("first", "j" + std::to_string(i), "")).is_ok());
+    REQUIRE(eventually([&] { return count() == 6; }));
+    std::lock_guard l(mu);
+    // check-a is idle with 4 slots, yet every job waited for check-b.
+    for (const auto& who : ran_on) CHECK(who == "b");
+  }
+  // With only the avoided worker connected, it takes the job rather than let it wait forever.
+  RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 1, {}, "check-a");
+  REQUIRE(client.submit(submit_of("first", "alone", "")).is_ok());
+  REQUIRE(eventually([&] { return count() == 7; }));
+  std::lock_guard l(mu);
+  CHECK(ran_on.back() == "a");
 }

@@ -65,8 +65,12 @@ struct FollowUp {
   std::string job_id;  // deterministic (candidate id + stage): a duplicate is dropped
   Bytes payload;
   double timeout_s = 0;  // lease length; 0 = the service's default
+  // A worker id this job should not go to while another worker of its service is connected: a
+  // confirming measurement runs on another tester (another GPU) when there is one. Empty: any worker.
+  std::string avoid_worker;
   template <class V> void fields(V& v) {
     v("service", service); v("job_id", job_id); v("payload", payload); v("timeout_s", timeout_s);
+    v("avoid_worker", avoid_worker);
   }
 };
 
