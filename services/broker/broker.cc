@@ -852,12 +852,21 @@ struct Broker::Impl {
 
   // ------------------------------------------------------------------------------------ timers
 
-  // May `w` take `job`? Not if the job avoids it and the service has another worker (busy or not: the
-  // job waits for that one).
+  // May `w` take `job`? A job that avoids a worker goes to another worker of its service with the same
+  // device model as the avoided one (busy or not: the job waits for it) when one is connected, else to
+  // any worker, the avoided one included.
   bool may_take(const LiveJob& job, const WorkerRec& w, const ServiceQueue& q) {
-    if (job.avoid_worker.empty() || w.worker_id != job.avoid_worker) return true;
-    for (const auto& other : q.workers)
-      if (workers[other].worker_id != job.avoid_worker) return false;
+    if (job.avoid_worker.empty()) return true;
+    const WorkerRec* avoided = nullptr;
+    for (const auto& id : q.workers) {
+      if (workers[id].worker_id == job.avoid_worker) avoided = &workers[id];
+    }
+    auto alternative = [&](const WorkerRec& o) {
+      return o.worker_id != job.avoid_worker && (avoided == nullptr || o.caps.gpu_name == avoided->caps.gpu_name);
+    };
+    for (const auto& id : q.workers) {
+      if (alternative(workers[id])) return alternative(w);
+    }
     return true;
   }
 

@@ -463,11 +463,11 @@ class Evaluation {
         if (n == 0) continue;
         const size_t elem = host.inputs[i].bytes() / n;
         const eval::detail::PerturbBlock b = eval::detail::perturb_block(n, round, i);
-        const size_t from = b.first * elem, bytes = b.len * elem;
-        std::memcpy(static_cast<char*>(host.inputs[i].data()) + from,
+        const size_t to = b.first * elem, from = b.source * elem, bytes = b.len * elem;
+        std::memcpy(static_cast<char*>(host.inputs[i].data()) + to,
                     static_cast<const char*>(donor.inputs[i].data()) + from, bytes);
         for (size_t k = 0; k < timed.size(); ++k) {
-          KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(timed[k]->at(layouts[k], layouts[k].in[i] + from),
+          KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(timed[k]->at(layouts[k], layouts[k].in[i] + to),
                                                     static_cast<const char*>(donor_device[i].data()) + from, bytes,
                                                     cudaMemcpyDeviceToDevice, device_->stream.get()));
         }

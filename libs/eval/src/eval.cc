@@ -316,7 +316,7 @@ Result<TimingOutcome> time_case(const task::TaskSpec& spec, std::vector<std::uni
       if (n == 0) continue;
       const size_t elem = donor.inputs[i].bytes() / n;
       const detail::PerturbBlock block = detail::perturb_block(n, round, i);
-      const auto* from = static_cast<const char*>(donor.inputs[i].data()) + block.first * elem;
+      const auto* from = static_cast<const char*>(donor.inputs[i].data()) + block.source * elem;
       for (auto& c : all)
         std::memcpy(static_cast<char*>(c.tensors.inputs[i].data()) + block.first * elem, from, block.len * elem);
     }

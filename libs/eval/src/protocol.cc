@@ -68,7 +68,8 @@ void poison_outputs(TensorSet& set, int variant) {
 PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input) {
   if (elements == 0) return {};
   const size_t len = std::min(elements, std::max<size_t>(kPerturbMinElements, elements / kPerturbFraction));
-  return {mix_seed(mix_seed(kTimingSeed, round), input) % (elements - len + 1), len};
+  const uint64_t draw = mix_seed(mix_seed(kTimingSeed, round), input);
+  return {draw % (elements - len + 1), len, mix_seed(draw, 1) % (elements - len + 1)};
 }
 
 bool compare_after_round(uint64_t round) { return mix_seed(kTimingSeed + 2, round) % kCheckEveryRounds == 0; }

@@ -90,11 +90,12 @@ struct RunningWorker {
   std::thread thread;
   RunningWorker(zmq::context_t& ctx, const std::string& endpoint, const std::string& service,
                 messaging::JobHandler handler, int slots = 1, messaging::RequestHandler rh = {},
-                const std::string& worker_id = "") {
+                const std::string& worker_id = "", const std::string& gpu_name = "") {
     messaging::WorkerOptions o;
     o.endpoint = endpoint;
     o.service = service;
     o.worker_id = worker_id.empty() ? service + "-test" : worker_id;
+    o.caps.gpu_name = gpu_name;
     o.slots = slots;
     o.heartbeat_interval_s = 0.1;
     o.heartbeat_liveness = 5;
@@ -469,7 +470,7 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
   REQUIRE(eventually([&] { return ran == accepted + 1; }));
 }
 
-TEST_CASE("a follow-up that avoids a worker goes to another one of its service when one is connected", "[broker]") {
+TEST_CASE("a follow-up that avoids a worker goes to another of the same device model when one is connected", "[broker]") {
   RunningBroker b;
   // "first" hands each job on to "check", avoiding the worker "check-a" (as a confirmation avoids the
   // tester that made the first measurement).
@@ -492,20 +493,22 @@ TEST_CASE("a follow-up that avoids a worker goes to another one of its service w
     return ran_on.size();
   };
   {
-    RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 4, {}, "check-a");
-    RunningWorker bw(b.ctx, b.endpoint(), "check", record("b"), 1, {}, "check-b");
+    // check-c has another device model than check-a: a confirmation there would not count.
+    RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 4, {}, "check-a", "GPU-X");
+    RunningWorker c(b.ctx, b.endpoint(), "check", record("c"), 4, {}, "check-c", "GPU-Y");
+    RunningWorker bw(b.ctx, b.endpoint(), "check", record("b"), 1, {}, "check-b", "GPU-X");
     REQUIRE(eventually([&] {
       auto st = client.request("broker", "status", "");
       if (!st.is_ok()) return false;
       auto status = proto::decode<proto::BrokerStatus>(*st);
       int n = 0;
       for (const auto& w : status->workers) n += w.service == "check";
-      return n == 2;
+      return n == 3;
     }));
     for (int i = 0; i < 6; ++i) REQUIRE(client.submit(submit_of("first", "j" + std::to_string(i), "")).is_ok());
     REQUIRE(eventually([&] { return count() == 6; }));
     std::lock_guard l(mu);
-    // check-a is idle with 4 slots, yet every job waited for check-b.
+    // check-a and check-c are idle with 4 slots each, yet every job waited for check-b.
     for (const auto& who : ran_on) CHECK(who == "b");
   }
   // With only the avoided worker connected, it takes the job rather than let it wait forever.
