@@ -446,7 +446,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   test.reference_so = proto::Bytes{std::move(reference->so)};
   test.build = kernel->info;
   return messaging::JobOutcome::ok(
-      {proto::FollowUp{proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0}});
+      {proto::FollowUp{proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0,
+                       request.avoid_tester}});
 }
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {

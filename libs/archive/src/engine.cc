@@ -743,6 +743,9 @@ struct CampaignEngine::Impl {
     compile.backend = c.backend;
     compile.arch = arch_for(c.backend);
     compile.files = c.files;
+    // Measured again by another tester (another GPU) than the first time, when one is connected.
+    KILN_ASSIGN_OR_RETURN(auto eval, load_result(p.id, kEval));
+    if (eval) compile.avoid_tester = eval->test.worker.worker_id;
     fx.next.push_back(follow_up(proto::svc::kCompile, p.id + ":compile-confirm", proto::encode(compile)));
     return Status::ok();
   }

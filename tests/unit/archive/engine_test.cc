@@ -390,6 +390,8 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[a
   archive::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
   REQUIRE(scored.result.next.size() == 1);
   CHECK(scored.result.next[0].job_id == "c1/p0:compile-confirm");
+  // Measured again by another tester than the first time, when one is connected.
+  CHECK(decode_or_die<proto::CompileRequest>(scored.result.next[0].payload.data).avoid_tester == "tester-1");
   CHECK(f.info("c1").state == "running");
 
   proto::Candidate confirm = p0;

@@ -161,8 +161,11 @@ struct CompileRequest {
   std::string backend;  // cuda | cpu
   std::string arch;     // nvcc target (sm_90) or "native"
   FileMap files;        // the task package (reference source, task.yaml)
+  // The tester (its worker id) the test job should not go to while another is connected: a confirmation
+  // is measured by another tester than the first measurement when there is one. Empty: any.
+  std::string avoid_tester;
   template <class V> void fields(V& v) {
-    v("cand", cand); v("backend", backend); v("arch", arch); v("files", files);
+    v("cand", cand); v("backend", backend); v("arch", arch); v("files", files); v("avoid_tester", avoid_tester);
   }
 };
 
