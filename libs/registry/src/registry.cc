@@ -389,15 +389,6 @@ Result<KernelEntry> from_json(const json& j) {
   }
 }
 
-std::string gpu_slug(std::string_view name) {
-  std::string out;
-  for (char c : name) {
-    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) out.push_back(l);
-  }
-  return out.empty() ? "unknown" : out;
-}
-
 std::string shape_slug(const std::map<std::string, int64_t>& shape) {
   static const std::map<std::string, std::string> kPrefixes{
       {"hidden_size", "h"}, {"batch", "b"}, {"seq_len", "s"}, {"heads", "n"}};

@@ -14,11 +14,11 @@
 
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/registry/match.h"  // gpu_slug, the evidence levels
 
 namespace kiln::registry {
 
 inline constexpr std::string_view kRegistryFile = "verified_kernels.json";
-inline constexpr std::string_view kEvidenceOpLevel = "op_level";
 
 struct Tolerance {
   double rtol = 0;
@@ -85,8 +85,6 @@ nlohmann::json to_json(const KernelEntry& entry);
 // Strict: every Forge field and source_sha256 must be present with the right type; errors name the key.
 Result<KernelEntry> from_json(const nlohmann::json& j);
 
-// "NVIDIA H200" -> "nvidiah200": lowercase, everything outside [a-z0-9] removed ("unknown" if nothing is left).
-std::string gpu_slug(std::string_view name);
 // {B:16, H:4096} -> "b16_h4096"; keys lowercased and sorted; hidden_size->h, batch->b, seq_len->s,
 // heads->n, other keys with '_' removed; empty -> "noshape".
 std::string shape_slug(const std::map<std::string, int64_t>& shape);
