@@ -66,7 +66,20 @@ int main(int argc, char** argv) {
   auto* list_cmd = reg_cmd->add_subcommand("list", "every verified kernel");
   auto* show_cmd = reg_cmd->add_subcommand("show", "one kernel's entry");
   show_cmd->add_option("id", kernel_id, "kernel id")->required();
-  auto* verify_cmd = reg_cmd->add_subcommand("verify", "check every entry, its source file and hash");
+  auto* verify_cmd = reg_cmd->add_subcommand(
+      "verify", "check every entry, its source file and hash (an entry without source_sha256 is a warning)");
+  MatchOptions match;
+  auto* match_cmd = reg_cmd->add_subcommand(
+      "match", "the best kernel for an op, dtype, shape and GPU: exact GPU, then name containment, then the same "
+               "architecture; the exact shape, then the nearest");
+  match_cmd->add_option("op", match.op, "op name, e.g. rmsnorm")->required();
+  match_cmd->add_option("--dtype", match.dtype, "dtype, e.g. fp16")->required();
+  match_cmd->add_option("--shape", match.shape, "dims as K=V,K=V with positive integers, e.g. B=16,H=4096")
+      ->required();
+  auto* gpu_opt = match_cmd->add_option("--gpu", match.gpu, "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
+  // Also accepted after the subcommand, where a user of `match` reaches for them.
+  match_cmd->add_option("--dir", reg_dir, "registry folder (default: promoter.registry_dir)");
+  match_cmd->add_flag("--json", common.json, "machine-readable output");
 
   auto* keys_cmd = app.add_subcommand("keys", "CURVE keys for external bridges");
   keys_cmd->require_subcommand(1);
@@ -98,6 +111,10 @@ int main(int argc, char** argv) {
   if (*list_cmd) return cmd_registry_list(common, reg_dir);
   if (*show_cmd) return cmd_registry_show(common, reg_dir, kernel_id);
   if (*verify_cmd) return cmd_registry_verify(common, reg_dir);
+  if (*match_cmd) {
+    match.gpu_given = gpu_opt->count() > 0;
+    return cmd_registry_match(common, reg_dir, match);
+  }
   if (*keys_new_cmd) return cmd_keys_new(common, key_name, key_dir);
   return 1;
 }

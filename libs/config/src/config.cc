@@ -10,6 +10,7 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <variant>
@@ -424,7 +425,14 @@ void validate(const KilnConfig& c, const std::string& where) {
     v.error("scorer.campaign.tuner_block_sampling", "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
 
   v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
-  v.positive("promoter.min_speedup", c.promoter.min_speedup);
+  // Forge's promotion bar. Readers of the registry take an entry as at least 10 % faster than its
+  // reference; a lower bar would admit kernels they would wrongly trust. Higher bars are fine.
+  constexpr double kForgeMinSpeedup = 1.10;
+  if (!(c.promoter.min_speedup >= kForgeMinSpeedup)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", c.promoter.min_speedup);
+    v.error("promoter.min_speedup", std::string("expected a number >= 1.10 (Forge's promotion bar), got ") + got);
+  }
   v.port("promoter.metrics_port", c.promoter.metrics_port);
 
   const auto& l = c.llm;

@@ -148,8 +148,11 @@ KernelEntry entry_from(const json& j) {
   e.benchmark.gpu_name = bench.req_string("gpu_name");
 
   e.evidence_level = o.req_string("evidence_level");
+  if (std::string why = evidence_level_error(e.evidence_level); !why.empty()) fail("evidence_level", why);
   e.created_at = o.req_string("created_at");
-  e.source_sha256 = o.req_string("source_sha256");
+  // Forge's entries carry no source hash; they load, marked, and verify() says what is missing.
+  e.source_sha256 = o.opt_string("source_sha256");
+  e.source_verified = !e.source_sha256.empty();
   e.task_name = o.opt_string("task_name");
   e.campaign_id = o.opt_string("campaign_id");
   e.program_id = o.opt_string("program_id");
@@ -310,6 +313,8 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
   e.benchmark.warmup_iters = c.warmup_iters;
   e.benchmark.benchmark_iters = c.candidate.n;
   e.benchmark.gpu_name = confirm.device_name;
+  // Kiln times the op alone against its reference; it never integrates a kernel into a runtime or a
+  // serving stack, so op_level is all it can claim.
   e.evidence_level = std::string(kEvidenceOpLevel);
   e.created_at = iso8601_utc(wall_time_s());
   e.source_sha256 = sha;
@@ -341,7 +346,7 @@ bool is_safe_relative(const std::string& p) {
 // ------------------------------------------------------------------------------ public API
 
 json to_json(const KernelEntry& e) {
-  return json{
+  json j{
       {"kernel_id", e.kernel_id},
       {"op", e.op},
       {"language", e.language},
@@ -365,7 +370,6 @@ json to_json(const KernelEntry& e) {
         {"gpu_name", e.benchmark.gpu_name}}},
       {"evidence_level", e.evidence_level},
       {"created_at", e.created_at},
-      {"source_sha256", e.source_sha256},
       {"task_name", e.task_name},
       {"campaign_id", e.campaign_id},
       {"program_id", e.program_id},
@@ -379,6 +383,8 @@ json to_json(const KernelEntry& e) {
       {"speedup_interval", json::array({e.speedup_lo, e.speedup_hi})},
       {"params", e.params},
   };
+  if (!e.source_sha256.empty()) j["source_sha256"] = e.source_sha256;
+  return j;
 }
 
 Result<KernelEntry> from_json(const json& j) {
@@ -387,15 +393,6 @@ Result<KernelEntry> from_json(const json& j) {
   } catch (const JsonError& e) {
     return invalid_argument(e.message);
   }
-}
-
-std::string gpu_slug(std::string_view name) {
-  std::string out;
-  for (char c : name) {
-    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) out.push_back(l);
-  }
-  return out.empty() ? "unknown" : out;
 }
 
 std::string shape_slug(const std::map<std::string, int64_t>& shape) {
@@ -453,6 +450,11 @@ Result<std::vector<KernelEntry>> Registry::list() const {
   return std::move(loaded.entries);
 }
 
+Result<json> Registry::raw_entries() const {
+  KILN_ASSIGN_OR_RETURN(Loaded loaded, load(dir_));
+  return std::move(loaded.raw);
+}
+
 Result<KernelEntry> Registry::show(const std::string& id) const {
   KILN_ASSIGN_OR_RETURN(std::vector<KernelEntry> entries, list());
   for (auto& e : entries)
@@ -460,7 +462,7 @@ Result<KernelEntry> Registry::show(const std::string& id) const {
   return not_found("no kernel " + id + " in " + dir_);
 }
 
-Status Registry::verify() const {
+Status Registry::verify(std::vector<std::string>* warnings) const {
   KILN_ASSIGN_OR_RETURN(std::vector<KernelEntry> entries, list());
   std::vector<std::string> problems;
   std::set<std::string> ids;
@@ -472,9 +474,14 @@ Status Registry::verify() const {
     std::string_view version = std::string_view(e.kernel_id).substr(std::min(prefix.size(), e.kernel_id.size()));
     bool version_ok = !version.empty() && std::all_of(version.begin(), version.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     if (!e.kernel_id.starts_with(prefix) || !version_ok) problem("id does not match its fields (expected " + prefix + "<n>)");
-    if (e.language != "cuda" && e.language != "cpp") problem("language must be cuda or cpp");
+    // Kiln writes cuda and cpp; Forge's entries are triton.
+    if (e.language != "cuda" && e.language != "cpp" && e.language != "triton")
+      problem("language must be cuda, cpp or triton");
     if (!e.verification.passed) problem("verification.passed is false");
     if (!e.benchmark.passed) problem("benchmark.passed is false");
+    if (!e.source_verified && warnings)
+      warnings->push_back(e.kernel_id + ": no source_sha256: " + e.source_path +
+                          " cannot be checked against the kernel that was measured (ranked below hashed entries)");
     if (!is_safe_relative(e.source_path)) {
       problem("source_path must be relative and inside the registry");
       continue;
@@ -484,6 +491,7 @@ Status Registry::verify() const {
       problem("source " + e.source_path + " is missing");
       continue;
     }
+    if (!e.source_verified) continue;  // warned about above
     if (sha256_hex(*source) != e.source_sha256) problem("source " + e.source_path + " does not match source_sha256");
   }
   if (problems.empty()) return Status::ok();

@@ -148,6 +148,18 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_ok("broker: {metrics_port: 0}\n").broker.metrics_port == 0);
 }
 
+TEST_CASE("promoter.min_speedup below Forge's 1.10 bar is refused", "[config]") {
+  CHECK(parse_error("promoter: {min_speedup: 1.05}\n") ==
+        "test.yaml: promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 1.05");
+  CHECK(parse_error("promoter: {min_speedup: 0}\n") ==
+        "test.yaml: promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 0");
+  CHECK(parse_error("", {{"KILN_PROMOTER_MIN_SPEEDUP", "1.099"}}).ends_with(
+      "promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 1.099"));
+  CHECK(parse_ok("promoter: {min_speedup: 1.10}\n").promoter.min_speedup == Approx(1.10));
+  CHECK(parse_ok("promoter: {min_speedup: 1.5}\n").promoter.min_speedup == Approx(1.5));
+  CHECK(parse_ok("", {{"KILN_PROMOTER_MIN_SPEEDUP", "1.1"}}).promoter.min_speedup == Approx(1.10));
+}
+
 TEST_CASE("KILN_<SECTION>_<KEY> environment variables override the file", "[config]") {
   Env env{{"KILN_SCORER_MAX_IN_FLIGHT", "8"},
           {"KILN_TESTER_TIMING_MIN_TIME_S", "0.1"},

@@ -2,6 +2,10 @@
 // sources under kernels/<language>/<op>/. Forge's entry fields plus Kiln's evidence (source hash,
 // campaign and program, toolchain, timing statistics, speedup interval). One writer at a time, under an
 // exclusive flock on <dir>/.lock; readers need no lock because the JSON is replaced atomically.
+//
+// Entries written by Forge load too: they lack source_sha256 (the entry is then marked
+// source_verified = false and ranks below hashed ones), and their language may be triton. The planner
+// that picks an entry for an op, dtype, GPU and shape is in match.h.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +18,11 @@
 
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/registry/match.h"  // gpu_slug, the evidence levels
 
 namespace kiln::registry {
 
 inline constexpr std::string_view kRegistryFile = "verified_kernels.json";
-inline constexpr std::string_view kEvidenceOpLevel = "op_level";
 
 struct Tolerance {
   double rtol = 0;
@@ -63,10 +67,14 @@ struct KernelEntry {
   std::map<std::string, int64_t> shape;  // the benchmark case's dims
   Verification verification;
   Benchmark benchmark;
+  // op_level, runtime_level or endpoint_level (match.h); Kiln itself writes op_level only.
   std::string evidence_level = std::string(kEvidenceOpLevel);
   std::string created_at;  // ISO-8601 UTC
   // Kiln's extras.
   std::string source_sha256;
+  // In memory only: whether the entry carries source_sha256. Kiln always writes one; Forge's entries
+  // have none, so nothing ties their source file to the kernel that was measured (lower evidence).
+  bool source_verified = true;
   std::string task_name;
   std::string campaign_id;
   std::string program_id;
@@ -81,12 +89,11 @@ struct KernelEntry {
   std::map<std::string, std::string> params;
 };
 
+// source_sha256 is left out when the entry has none (a Forge entry), rather than written empty.
 nlohmann::json to_json(const KernelEntry& entry);
-// Strict: every Forge field and source_sha256 must be present with the right type; errors name the key.
+// Strict: every Forge field must be present with the right type and evidence_level must be one of the
+// three levels; errors name the key. source_sha256 may be missing (source_verified is then false).
 Result<KernelEntry> from_json(const nlohmann::json& j);
-
-// "NVIDIA H200" -> "nvidiah200": lowercase, everything outside [a-z0-9] removed ("unknown" if nothing is left).
-std::string gpu_slug(std::string_view name);
 // {B:16, H:4096} -> "b16_h4096"; keys lowercased and sorted; hidden_size->h, batch->b, seq_len->s,
 // heads->n, other keys with '_' removed; empty -> "noshape".
 std::string shape_slug(const std::map<std::string, int64_t>& shape);
@@ -106,9 +113,15 @@ class Registry {
 
   const std::string& dir() const { return dir_; }
   Result<std::vector<KernelEntry>> list() const;
+  // The "kernels" array as stored (keys this version does not know included), once every entry has
+  // passed from_json: what match_kernel() reads and `kiln registry match --json` prints.
+  Result<nlohmann::json> raw_entries() const;
   Result<KernelEntry> show(const std::string& kernel_id) const;
   // Every entry well-formed, ids unique and matching their fields, source present with its sha256.
-  Status verify() const;
+  // An entry without source_sha256 (Forge's) is a warning, not a failure: it is well-formed by Forge's
+  // schema and its source is still checked for presence, but its hash cannot be; one line per such
+  // entry, naming the field, goes to `warnings` when given.
+  Status verify(std::vector<std::string>* warnings = nullptr) const;
 
   // Checks the promotion rules of DESIGN §7 and, when they hold, copies the source (never executing it)
   // and adds the entry. Returns the new kernel id. A refusal is kFailedPrecondition with the reason
