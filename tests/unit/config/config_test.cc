@@ -58,6 +58,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.broker.bind == defaults.broker.bind);
   CHECK(file.broker.events_bind == defaults.broker.events_bind);
   CHECK(file.broker.max_message_bytes == defaults.broker.max_message_bytes);
+  CHECK(file.broker.max_table_mb == defaults.broker.max_table_mb);
   CHECK(file.broker.lease_timeout_s == defaults.broker.lease_timeout_s);
   CHECK(file.compiler.nvcc == defaults.compiler.nvcc);
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
@@ -73,7 +74,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 74);
+  CHECK(leaves.size() == 75);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
