@@ -351,14 +351,23 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
   run.max_output_bytes = kMaxCompilerOutputBytes;
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result, sandbox::run_sandboxed(run));
 
-  std::string log = result.stdout_text + result.stderr_text;
-  replace_all(log, scratch.path() + "/", "");
+  std::string out_text = result.stdout_text;
+  std::string err_text = result.stderr_text;
+  replace_all(out_text, scratch.path() + "/", "");
+  replace_all(err_text, scratch.path() + "/", "");
+  std::string log = out_text + err_text;
+  const size_t max_log = static_cast<size_t>(options_.max_log_bytes);
+  const auto [out_budget, err_budget] = proto::stream_budgets(out_text.size(), err_text.size(), max_log);
+  out.info.process.returncode = result.returncode();
+  out.info.process.stdout_text = trim_log(out_text, out_budget);
+  out.info.process.stderr_text = trim_log(err_text, err_budget);
+  if (!result.succeeded()) out.info.process.message = result.describe(run.timeout_s);
   out.info.compiler = backend == "cuda" ? "nvcc" : "g++";
   out.info.flags = flags_text;
   out.info.toolchain = version;
   out.info.duration_s = result.wall_s;
   if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(run.timeout_s) + "\n" + log;
-  out.info.log = trim_log(log, static_cast<size_t>(options_.max_log_bytes));
+  out.info.log = trim_log(log, max_log);
   if (backend == "cuda") {
     PtxasUsage usage = parse_ptxas_usage(log);
     out.info.registers = usage.registers;

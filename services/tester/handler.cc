@@ -148,10 +148,12 @@ std::vector<std::string> TestHandler::eval_argv() const {
 Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& request) {
   const double start = monotonic_s();
   proto::TestReport report;
+  proto::ProcessResult process;  // the child's run, once there was one
   auto finish = [&](proto::TestReport r) {
     if (r.worker.device_name.empty()) r.worker = worker_;
     r.worker.worker_id = options_.worker_id;
     r.duration_s = monotonic_s() - start;
+    r.process = process;
     return r;
   };
   auto failed = [&](std::string_view status, std::string message, std::string log = {}) {
@@ -212,6 +214,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
+  const auto [out_budget, err_budget] =
+      proto::stream_budgets(child.stdout_text.size(), child.stderr_text.size(), options_.max_log_bytes);
+  process.returncode = child.returncode();
+  process.stdout_text = tail(child.stdout_text, out_budget);
+  process.stderr_text = tail(child.stderr_text, err_budget);
+  if (!child.succeeded()) process.message = child.describe(run.timeout_s);
   if (child.timed_out) {
     return failed(proto::test_status::kTimedOut, "timed out after " + sandbox::format_seconds(run.timeout_s), log);
   }

@@ -105,6 +105,8 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK_FALSE(b.cache_hit);
   CHECK(b.kernel_sha256 == kiln::sha256_hex(test->kernel_so.data));
   CHECK(b.registers == -1);
+  CHECK(b.process.returncode == 0);
+  CHECK(b.process.message.empty());
   CHECK(f.cache_hits() == 0);
 }
 
@@ -155,6 +157,14 @@ TEST_CASE("a candidate that does not compile goes to the scorer with its log", "
   CHECK(score.error.find("/tmp/") == std::string::npos);  // scratch paths are stripped
   CHECK(score.error.size() <= 600 + 40);
   CHECK(score.error == score.build.log);
+  // The compiler's run on the wire: its return code and its streams apart, within the same cap.
+  const auto& p = score.build.process;
+  CHECK(p.returncode == 1);
+  CHECK(p.message == "exit code 1");
+  CHECK(p.stderr_text.find("error") != std::string::npos);
+  CHECK(p.stderr_text.find("/tmp/") == std::string::npos);
+  CHECK(p.stdout_text.size() + p.stderr_text.size() <= 600 + 80);
+  CHECK(kiln::proto::combined_output(p).rfind("exit code 1\n", 0) == 0);
 }
 
 TEST_CASE("a candidate that changed code outside the editable regions is not built", "[compiler][regions]") {

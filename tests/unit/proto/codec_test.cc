@@ -124,3 +124,57 @@ TEST_CASE("random bytes never crash the decoder", "[proto]") {
   }
   SUCCEED();
 }
+
+TEST_CASE("process results travel with builds and test reports", "[proto]") {
+  ScoreResult sr;
+  sr.stage = "test";
+  sr.build.ok = true;
+  sr.build.process = ProcessResult{0, "", "ptxas info: Used 32 registers\n", ""};
+  sr.test.status = "crashed";
+  sr.test.process = ProcessResult{-11, "case 1 ok\n", "runner: fault\n", "killed by SIGSEGV"};
+  auto d = decode<ScoreResult>(encode(sr));
+  REQUIRE(d.is_ok());
+  CHECK(d->build.process.returncode == 0);
+  CHECK(d->build.process.stderr_text == "ptxas info: Used 32 registers\n");
+  CHECK(d->test.process.returncode == -11);
+  CHECK(d->test.process.stdout_text == "case 1 ok\n");
+  CHECK(d->test.process.stderr_text == "runner: fault\n");
+  CHECK(d->test.process.message == "killed by SIGSEGV");
+
+  // A report from a writer before ProcessResult: no process, which reads as "nothing known".
+  auto old = decode<ScoreResult>(golden("score_result"));
+  REQUIRE(old.is_ok());
+  CHECK(old->test.process.returncode == 0);
+  CHECK(old->test.process.stdout_text.empty());
+  CHECK(old->build.process.message.empty());
+}
+
+TEST_CASE("a process result combines its output and merges with others", "[proto]") {
+  ProcessResult build{1, "compiling\n", "x.cpp:3: error: nope", "exit code 1"};
+  CHECK(combined_output(build) == "exit code 1\ncompiling\nx.cpp:3: error: nope\n");
+  CHECK(combined_output(build, false) == "compiling\nx.cpp:3: error: nope\n");
+  CHECK(combined_output(ProcessResult{}).empty());
+
+  ProcessResult ok{0, "done\n", "", ""};
+  ProcessResult killed{-9, "", "partial\n", "timed out after 30 s"};
+  ProcessResult merged = merge({{"a_reference", ok}, {"b_kernel", build}, {"c_eval", killed}});
+  CHECK(merged.returncode == 1);  // the first failure in key order
+  CHECK(merged.stdout_text == "=== a_reference ===\ndone\n=== b_kernel ===\ncompiling\n");
+  CHECK(merged.stderr_text == "=== b_kernel ===\nx.cpp:3: error: nope\n=== c_eval ===\npartial\n");
+  CHECK(merged.message == "b_kernel: exit code 1\nc_eval: timed out after 30 s");
+
+  CHECK(merge({{"a", ok}, {"b", ok}}).returncode == 0);
+  CHECK(merge({{"a", ok}, {"b", killed}}).returncode == -9);
+  ProcessResult none = merge({});
+  CHECK(none.returncode == 0);
+  CHECK(combined_output(none).empty());
+}
+
+TEST_CASE("two streams share a log budget", "[proto]") {
+  using Budget = std::pair<size_t, size_t>;
+  CHECK(stream_budgets(10, 20, 100) == Budget{10, 20});    // both fit
+  CHECK(stream_budgets(0, 500, 100) == Budget{0, 100});    // one stream takes it all
+  CHECK(stream_budgets(30, 500, 100) == Budget{30, 70});   // the short one keeps all it has
+  CHECK(stream_budgets(500, 10, 100) == Budget{90, 10});
+  CHECK(stream_budgets(500, 500, 101) == Budget{50, 51});  // half each
+}

@@ -104,6 +104,7 @@ TEST_CASE("exit code and output are captured", "[sandbox]") {
   CHECK(r.stdout_text == "out\n");
   CHECK(r.stderr_text == "err\n");
   CHECK(r.describe(10) == "exit code 7");
+  CHECK(r.returncode() == 7);
 }
 
 TEST_CASE("a crash is reported by signal", "[sandbox]") {
@@ -112,6 +113,7 @@ TEST_CASE("a crash is reported by signal", "[sandbox]") {
   auto r = run_ok(o);
   CHECK(r.term_signal == SIGSEGV);
   CHECK(r.describe(10) == "killed by SIGSEGV");
+  CHECK(r.returncode() == -SIGSEGV);
   CHECK(kiln::sandbox::signal_description(SIGSEGV) == "SIGSEGV");
   CHECK(kiln::sandbox::signal_description(SIGXFSZ) == "SIGXFSZ");
 }
@@ -126,6 +128,7 @@ TEST_CASE("a child that outlives its timeout is killed", "[sandbox]") {
   CHECK(r.term_signal == SIGKILL);
   CHECK(r.wall_s < 5);
   CHECK(r.describe(o.timeout_s) == "timed out after 0.3 s");
+  CHECK(r.returncode() == -SIGKILL);
 }
 
 TEST_CASE("the whole process group dies with the leader", "[sandbox]") {

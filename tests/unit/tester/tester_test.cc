@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -137,6 +138,23 @@ TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
   CHECK(score.test.worker.worker_id == "tester-test");
   CHECK_FALSE(score.test.worker.device_name.empty());
   CHECK(score.test.duration_s > 0);
+  // The child's run: it exited 0 (a report says what happened), and what it printed is there, apart.
+  CHECK(score.test.process.returncode == 0);
+  CHECK(score.test.process.message.empty());
+  CHECK(kiln::proto::combined_output(score.test.process).find("kiln-eval: task 'rmsnorm'") != std::string::npos);
+}
+
+TEST_CASE("the child's output on the wire stays within the log cap", "[tester]") {
+  Fixture f;
+  TesterOptions o = quick_options();
+  o.max_log_bytes = 120;
+  auto handler = make(o);
+  auto score = run_job(*handler, f.request(f.build("correct")));
+  CHECK(score.test.status == status::kOk);
+  const auto& p = score.test.process;
+  // tail() marks a cut with one line of its own ("[... N bytes dropped]").
+  CHECK(p.stdout_text.size() + p.stderr_text.size() <= 120 + 2 * 32);
+  CHECK(p.stdout_text.size() + p.stderr_text.size() > 0);
 }
 
 TEST_CASE("a confirming measurement goes to its own score job", "[tester]") {
@@ -167,6 +185,8 @@ TEST_CASE("a kernel that never returns is timed out", "[tester]") {
   CHECK(score.test.status == status::kTimedOut);
   CHECK(score.test.message == "timed out after 1 s");
   CHECK(score.test.duration_s < 10);
+  CHECK(score.test.process.returncode == -SIGKILL);
+  CHECK(score.test.process.message == "timed out after 1 s");
 }
 
 TEST_CASE("a kernel that exits the process is a result", "[tester]") {

@@ -60,6 +60,9 @@ struct SandboxResult {
   std::string filesystem_isolation;  // readonly_root | none (not requested, or not permitted here)
 
   bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }
+  // The exit code, or -N when signal N ended the leader (the subprocess convention; a run killed at its
+  // timeout reads -SIGKILL).
+  int returncode() const { return term_signal != 0 ? -term_signal : exit_code; }
   // "exit code 3", "killed by SIGSEGV", "timed out after 30 s"
   std::string describe(double timeout_s) const;
 };
