@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -279,4 +281,67 @@ TEST_CASE("a campaign submitted with a target speedup stops early", "[integratio
   CHECK(out[0]["stop_reason"].get<std::string>().find("target speedup") != std::string::npos);
   CHECK(out[0]["scored"].get<int>() < 13);
   CHECK(out[0]["proposed"].get<int>() < 12);
+}
+
+TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[integration]") {
+  // Program 0 is far faster than the reference on the first case and twice as slow on the second; the
+  // tuner's one proposal is fast on both (tests/integration/two_cases/task.yaml).
+  LocalKiln k(1);
+  auto r = k.kiln({"--json", "submit", source_dir() + "/tests/integration/two_cases", "--budget", "1", "--wait",
+                   "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["scored"] == 2);
+  const std::string cid = out[0]["campaign_id"];
+
+  auto best = k.kiln({"--json", "best", cid});
+  REQUIRE(best.exit_code == 0);
+  INFO("kiln best: " << best.out);
+  const json listed = json::parse(best.out);
+  std::map<std::string, json> programs;
+  for (const auto& p : listed["programs"]) programs[p["id"].get<std::string>()] = p;
+  REQUIRE(programs.size() == 2);
+  const json& p0 = programs.at(cid + "/p0");
+  const json& p1 = programs.at(cid + "/p1");
+  CHECK(p0["params"]["SLOW_LARGE"] == "1");
+  CHECK(p1["params"]["SLOW_LARGE"] == "0");
+  for (const json* p : {&p0, &p1}) {
+    CHECK((*p)["perf_score"] == 5);
+    REQUIRE((*p)["cases"].size() == 2);
+    CHECK((*p)["cases"][0]["dims"]["N"] == 4096);
+    CHECK((*p)["cases"][1]["dims"]["N"] == 65536);
+    // The program's speedup is the geometric mean of its cases'.
+    const double mean = std::sqrt((*p)["cases"][0]["speedup"].get<double>() * (*p)["cases"][1]["speedup"].get<double>());
+    CHECK((*p)["speedup"].get<double>() == Approx(mean).epsilon(1e-9));
+  }
+  CHECK(p0["cases"][0]["speedup"].get<double>() > 2.0);
+  CHECK(p0["cases"][1]["speedup"].get<double>() < 1.0);
+  CHECK(p1["cases"][1]["speedup"].get<double>() > 2.0);
+  CHECK(p1["combined_score"].get<double>() > p0["combined_score"].get<double>());
+
+  // Only the kernel fast on both cases reaches the registry, with both cases' numbers.
+  auto reg = registry::Registry::open(k.registry);
+  REQUIRE(reg.is_ok());
+  auto entries = reg->list();
+  REQUIRE(entries.is_ok());
+  REQUIRE(entries->size() == 1);
+  json e = registry::to_json(entries->front());
+  CHECK(e["program_id"] == cid + "/p1");
+  CHECK(std::regex_match(e["kernel_id"].get<std::string>(), std::regex("cpp_scale_[a-z0-9]+_fp32_n4096_v1")));
+  REQUIRE(e["cases"].size() == 2);
+  CHECK(e["cases"][1]["dims"]["N"] == 65536);
+  for (const auto& c : e["cases"]) CHECK(c["speedup_interval"][0].get<double>() >= 1.10);
+  CHECK(out[0]["promoted"].size() == 1);
+  for (const auto& note : out[0]["promotion_notes"]) CHECK(note.get<std::string>().find("/p0:") == std::string::npos);
+
+  // The text view lists each case under its program.
+  auto text = k.kiln({"best", cid});
+  REQUIRE(text.exit_code == 0);
+  INFO("kiln best (text): " << text.out);
+  CHECK(text.out.find("N=4096: ") != std::string::npos);
+  CHECK(text.out.find("N=65536: ") != std::string::npos);
+  CHECK(text.out.find("geometric means over the benchmark cases") != std::string::npos);
 }

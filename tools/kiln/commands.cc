@@ -51,6 +51,13 @@ std::string params_string(const std::map<std::string, std::string>& p) {
   return s.empty() ? "-" : s;
 }
 
+// "B=16,H=4096" ("default" for a case without dims).
+std::string case_dims(const std::map<std::string, int64_t>& dims) {
+  std::string s;
+  for (const auto& [k, v] : dims) s += (s.empty() ? "" : ",") + k + "=" + std::to_string(v);
+  return s.empty() ? "default" : s;
+}
+
 Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client) {
   auto body = client.request(std::string(proto::svc::kScore), "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
   if (!body.is_ok()) return body.status();
@@ -253,11 +260,20 @@ int cmd_best(const Common& c, const std::string& campaign) {
   if (c.json) {
     json progs = json::array();
     for (const auto& p : best->programs) {
+      json cases = json::array();
+      for (const auto& k : p.eval.cases)
+        cases.push_back({{"dims", k.dims}, {"speedup", k.speedup}, {"speedup_interval", {k.speedup_lo, k.speedup_hi}},
+                         {"median_us", k.median_us}, {"reference_median_us", k.reference_median_us}, {"n", k.n}});
+      auto stat = [&](const char* key) {
+        auto it = p.eval.runtime_stats.find(key);
+        return it == p.eval.runtime_stats.end() ? -1.0 : it->second;
+      };
       progs.push_back({{"id", p.id}, {"parent_id", p.parent_id}, {"generation", p.generation},
                        {"params", p.template_parameters}, {"perf_score", p.eval.perf_score},
                        {"combined_score", p.eval.combined_score}, {"runtime_ms", p.eval.runtime},
-                       {"speedup", p.eval.runtime_improvement}, {"status", p.eval.status},
-                       {"eval_log", p.eval.eval_log}, {"metadata", p.metadata}});
+                       {"speedup", p.eval.runtime_improvement},
+                       {"speedup_interval", {stat("speedup_lo"), stat("speedup_hi")}}, {"cases", cases},
+                       {"status", p.eval.status}, {"eval_log", p.eval.eval_log}, {"metadata", p.metadata}});
     }
     std::printf("%s\n", json{{"campaign", to_json(best->campaign)}, {"programs", progs}}.dump(2).c_str());
     return 0;
@@ -271,6 +287,10 @@ int cmd_best(const Common& c, const std::string& campaign) {
               (long long)ci.correct, not_evaluated.c_str());
   for (const auto& k : ci.promoted) std::printf("  promoted: %s\n", k.c_str());
   for (const auto& n : ci.promotion_notes) std::printf("  note: %s\n", n.c_str());
+  bool several_cases = false;
+  for (const auto& p : best->programs) several_cases = several_cases || p.eval.cases.size() > 1;
+  if (several_cases)
+    std::printf("\nruntime and speedup are geometric means over the benchmark cases listed under each program\n");
   std::printf("\n%-4s %-22s %-8s %-10s %-12s %-28s %s\n", "rank", "program", "score", "runtime", "speedup",
               "params", "parent");
   int rank = 1;
@@ -282,6 +302,10 @@ int cmd_best(const Common& c, const std::string& campaign) {
     std::printf("%-4d %-22s %-8.3f %-10s %-12s %-28s %s\n", rank++, p.id.c_str(), p.eval.combined_score,
                 p.eval.runtime > 0 ? rt : "-", p.eval.runtime_improvement > 0 ? sp : "-",
                 params_string(p.template_parameters).c_str(), p.parent_id.empty() ? "-" : p.parent_id.c_str());
+    // Each benchmark case under its program: the speedup above is their geometric mean.
+    for (const auto& k : p.eval.cases)
+      std::printf("       %-36s %s\n", (case_dims(k.dims) + ":").c_str(),
+                  format_speedup(k.speedup, k.speedup_lo, k.speedup_hi).c_str());
   }
   if (!best->programs.empty()) std::printf("\nbest program's evaluation:\n%s\n", best->programs[0].eval.eval_log.c_str());
   return 0;

@@ -790,9 +790,13 @@ struct CampaignEngine::Impl {
     req.source_ext = c.backend == "cuda" ? "cu" : "cpp";
     req.params = p.template_parameters;
     req.verification = eval.test.correctness;
-    // Both measurements cleared speedup_shortfall, so both have a first case.
+    // Both measurements cleared speedup_shortfall on every case, so both have a first case. The Forge
+    // fields name the first case (its dims make the kernel id); every case travels beside them, and the
+    // registry checks each again.
     req.benchmark = eval.test.performance.cases.front();
     req.confirmation = confirm.test.performance.cases.front();
+    req.benchmark_cases = eval.test.performance.cases;
+    req.confirmation_cases = confirm.test.performance.cases;
     if (req.shape.empty()) req.shape = req.benchmark.dims;
     req.timing_method = eval.test.performance.method;
     req.timing_mode = eval.test.performance.mode;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 namespace kiln::archive {
 
@@ -50,10 +52,39 @@ std::string compile_errors(std::string_view log, size_t budget) {
   return errors.empty() ? std::string(log) : errors;
 }
 
-const proto::CaseTiming* first_case(const proto::ScoreResult& r) {
+// The benchmark cases of a measurement; none unless the tester says it measured them all.
+const std::vector<proto::CaseTiming>& measured_cases(const proto::ScoreResult& r) {
+  static const std::vector<proto::CaseTiming> kNone;
   const auto& perf = r.test.performance;
-  if (!perf.measured || perf.cases.empty()) return nullptr;
-  return &perf.cases.front();
+  return perf.measured ? perf.cases : kNone;
+}
+
+// The geometric mean of `value(case)` over the cases; -1 unless every value is positive (a case that was
+// not measured leaves no mean).
+template <class F>
+double geomean(const std::vector<proto::CaseTiming>& cases, F value) {
+  if (cases.empty()) return -1;
+  double log_sum = 0;
+  for (const auto& c : cases) {
+    const double v = value(c);
+    if (!(v > 0) || !std::isfinite(v)) return -1;
+    log_sum += std::log(v);
+  }
+  return std::exp(log_sum / static_cast<double>(cases.size()));
+}
+
+// The same for a statistic of the runtime_stats summary: 0 when a case has none (nothing to average), so
+// a single case reads as its own value.
+template <class F>
+double stat_geomean(const std::vector<proto::CaseTiming>& cases, F value) {
+  return std::max(geomean(cases, value), 0.0);
+}
+
+// Why one case misses the bar; empty when it clears it.
+std::string case_shortfall(const proto::CaseTiming& c, double min_speedup) {
+  if (c.speedup >= min_speedup && c.speedup_lo >= min_speedup) return {};
+  return "speedup " + fmt("%.3f", c.speedup) + " [" + fmt("%.3f", c.speedup_lo) + ", " + fmt("%.3f", c.speedup_hi) +
+         "] below " + fmt("%.2f", min_speedup);
 }
 
 std::string timing_line(const proto::CaseTiming& c) {
@@ -138,6 +169,12 @@ std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) 
              fmt("%.3g", c.max_abs_error) + ", max rel error " + fmt("%.3g", c.max_rel_error) + ")\n";
       if (t.performance.measured) {
         for (const auto& tc : t.performance.cases) log += timing_line(tc) + "\n";
+        const auto& cases = t.performance.cases;
+        if (cases.size() > 1) {
+          const auto speedup = [](const proto::CaseTiming& k) { return k.speedup; };
+          log += "geomean speedup over " + std::to_string(cases.size()) + " cases " +
+                 fmt("%.3f", geomean(cases, speedup)) + "\n";
+        }
       } else {
         log += "not timed\n";
       }
@@ -163,28 +200,50 @@ proto::EvalResult evaluate(const proto::ScoreResult& r) {
   e.compiled = e.perf_score >= kScoreCrashed;
   e.correctness = e.perf_score == kScoreCorrect;
 
-  if (const proto::CaseTiming* c = first_case(r)) {
-    if (c->candidate.median_us > 0) e.runtime = c->candidate.median_us / 1000.0;
-    if (c->speedup > 0) e.runtime_improvement = c->speedup;
-    if (!c->baselines.empty()) {
-      const auto& b = c->baselines.front();
-      if (b.stats.median_us > 0 && c->candidate.median_us > 0)
-        e.improve_over_baseline = b.stats.median_us / c->candidate.median_us;
-      else if (b.speedup > 0)
-        e.improve_over_baseline = b.speedup;
+  const std::vector<proto::CaseTiming>& cases = measured_cases(r);
+  if (!cases.empty()) {
+    auto mean = [&](auto value) { return geomean(cases, value); };
+    const double median_us = mean([](const proto::CaseTiming& c) { return c.candidate.median_us; });
+    if (median_us > 0) e.runtime = median_us / 1000.0;
+    if (double s = mean([](const proto::CaseTiming& c) { return c.speedup; }); s > 0) e.runtime_improvement = s;
+    // The first baseline of each case, against the candidate; its own speedup when the medians are missing.
+    e.improve_over_baseline = mean([](const proto::CaseTiming& c) -> double {
+      if (c.baselines.empty()) return -1;
+      const auto& b = c.baselines.front();
+      if (b.stats.median_us > 0 && c.candidate.median_us > 0) return b.stats.median_us / c.candidate.median_us;
+      return b.speedup;
+    });
+    int64_t fewest = cases.front().candidate.n;
+    double noisiest = 0, min_lo = cases.front().speedup_lo;
+    for (const auto& c : cases) {
+      fewest = std::min(fewest, c.candidate.n);
+      noisiest = std::max(noisiest, c.candidate.cv);
+      min_lo = std::min(min_lo, c.speedup_lo);
+      proto::CaseSpeedup cs;
+      cs.dims = c.dims;
+      cs.speedup = c.speedup;
+      cs.speedup_lo = c.speedup_lo;
+      cs.speedup_hi = c.speedup_hi;
+      cs.median_us = c.candidate.median_us;
+      cs.reference_median_us = c.reference.median_us;
+      cs.n = c.candidate.n;
+      e.cases.push_back(std::move(cs));
     }
+    auto stat = [&](auto value) { return stat_geomean(cases, value); };
     e.runtime_stats = {
-        {"n", static_cast<double>(c->candidate.n)},
-        {"median_us", c->candidate.median_us},
-        {"mean_us", c->candidate.mean_us},
-        {"stdev_us", c->candidate.stdev_us},
-        {"cv", c->candidate.cv},
-        {"p10_us", c->candidate.p10_us},
-        {"p90_us", c->candidate.p90_us},
-        {"reference_median_us", c->reference.median_us},
-        {"speedup", c->speedup},
-        {"speedup_lo", c->speedup_lo},
-        {"speedup_hi", c->speedup_hi},
+        {"n", static_cast<double>(fewest)},
+        {"median_us", stat([](const proto::CaseTiming& c) { return c.candidate.median_us; })},
+        {"mean_us", stat([](const proto::CaseTiming& c) { return c.candidate.mean_us; })},
+        {"stdev_us", stat([](const proto::CaseTiming& c) { return c.candidate.stdev_us; })},
+        {"cv", noisiest},
+        {"p10_us", stat([](const proto::CaseTiming& c) { return c.candidate.p10_us; })},
+        {"p90_us", stat([](const proto::CaseTiming& c) { return c.candidate.p90_us; })},
+        {"reference_median_us", stat([](const proto::CaseTiming& c) { return c.reference.median_us; })},
+        {"speedup", stat([](const proto::CaseTiming& c) { return c.speedup; })},
+        {"speedup_lo", stat([](const proto::CaseTiming& c) { return c.speedup_lo; })},
+        {"speedup_hi", stat([](const proto::CaseTiming& c) { return c.speedup_hi; })},
+        {"min_speedup_lo", min_lo},
+        {"cases", static_cast<double>(cases.size())},
     };
   }
   // Build resources feed the hardware dimensions of the MAP-Elites grid later; -1 means unknown.
@@ -205,12 +264,16 @@ std::string speedup_shortfall(const proto::ScoreResult& r, double min_speedup) {
     if (!r.error.empty()) return status_for(r) + ": " + r.error;
     return status_line(r, status_for(r));
   }
-  const proto::CaseTiming* c = first_case(r);
-  if (!c) return "not timed";
-  if (c->speedup < min_speedup || c->speedup_lo < min_speedup)
-    return "speedup " + fmt("%.3f", c->speedup) + " [" + fmt("%.3f", c->speedup_lo) + ", " +
-           fmt("%.3f", c->speedup_hi) + "] below " + fmt("%.2f", min_speedup);
-  return {};
+  const std::vector<proto::CaseTiming>& cases = measured_cases(r);
+  if (cases.empty()) return "not timed";
+  std::string out;
+  for (const auto& c : cases) {
+    std::string why = case_shortfall(c, min_speedup);
+    if (why.empty()) continue;
+    if (!out.empty()) out += "; ";
+    out += cases.size() > 1 ? dims_text(c.dims) + ": " + why : why;
+  }
+  return out;
 }
 
 }  // namespace kiln::archive

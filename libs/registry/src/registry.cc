@@ -112,6 +112,18 @@ json stats_to(const SampleStats& s) {
   return json{{"n", s.n}, {"median_us", s.median_us}, {"p10_us", s.p10_us}, {"p90_us", s.p90_us}, {"cv", s.cv}};
 }
 
+json cases_to(const std::vector<CaseBenchmark>& cases) {
+  json out = json::array();
+  for (const CaseBenchmark& c : cases)
+    out.push_back({{"dims", c.dims},
+                   {"speedup", c.speedup},
+                   {"speedup_interval", json::array({c.speedup_lo, c.speedup_hi})},
+                   {"baseline_latency_us", c.baseline_latency_us},
+                   {"candidate_latency_us", c.candidate_latency_us},
+                   {"benchmark_iters", c.benchmark_iters}});
+  return out;
+}
+
 KernelEntry entry_from(const json& j) {
   if (!j.is_object()) fail("entry", "expected an object");
   Obj o{j, ""};
@@ -174,6 +186,26 @@ KernelEntry entry_from(const json& j) {
   if (const json* params = o.opt("params")) {
     if (!params->is_object()) fail("params", "expected an object");
     for (const auto& [k, v] : params->items()) e.params[k] = get_string(v, "params." + k);
+  }
+  if (const json* cases = o.opt("cases")) {
+    if (!cases->is_array()) fail("cases", "expected a list");
+    for (size_t i = 0; i < cases->size(); ++i) {
+      const std::string at = "cases[" + std::to_string(i) + "]";
+      if (!(*cases)[i].is_object()) fail(at, "expected an object");
+      Obj c{(*cases)[i], at};
+      CaseBenchmark cb;
+      for (const auto& [k, v] : c.req_obj("dims").j.items()) cb.dims[k] = get_int(v, at + ".dims." + k);
+      cb.speedup = c.req_number("speedup");
+      if (const json* interval = c.opt("speedup_interval")) {
+        if (!interval->is_array() || interval->size() != 2) fail(at + ".speedup_interval", "expected [lo, hi]");
+        cb.speedup_lo = get_number((*interval)[0], at + ".speedup_interval[0]");
+        cb.speedup_hi = get_number((*interval)[1], at + ".speedup_interval[1]");
+      }
+      cb.baseline_latency_us = c.opt_number("baseline_latency_us");
+      cb.candidate_latency_us = c.opt_number("candidate_latency_us");
+      cb.benchmark_iters = c.opt_int("benchmark_iters");
+      e.cases.push_back(std::move(cb));
+    }
   }
   return e;
 }
@@ -274,6 +306,20 @@ Status check_timing(const proto::CaseTiming& t, const std::string& what, double 
   return Status::ok();
 }
 
+// Every benchmark case of a measurement clears the bar (the scorer's rule, archive/scoring.h: a kernel
+// measurably slower at one of its task's shapes is not verified faster). "case B=16,H=4096: ".
+Status check_cases(const std::vector<proto::CaseTiming>& cases, const std::string& what, double min_speedup) {
+  for (const proto::CaseTiming& c : cases) {
+    std::string dims;
+    for (const auto& [k, v] : c.dims) dims += (dims.empty() ? "" : ",") + k + "=" + std::to_string(v);
+    if (dims.empty()) dims = "default";
+    if (c.candidate.n <= 0 || c.reference.n <= 0)
+      return failed_precondition(what + "case " + dims + " was not measured");
+    KILN_RETURN_IF_ERROR(check_timing(c, what + "case " + dims + ": ", min_speedup));
+  }
+  return Status::ok();
+}
+
 // The rules of DESIGN §7, in the order a reader would check them.
 Status check_rules(const proto::PromoteRequest& r, double min_speedup) {
   if (r.source.empty()) return failed_precondition("source is missing");
@@ -281,12 +327,14 @@ Status check_rules(const proto::PromoteRequest& r, double min_speedup) {
   if (r.benchmark.candidate.n <= 0 || r.benchmark.reference.n <= 0)
     return failed_precondition("benchmark did not pass: candidate and reference were not both measured");
   KILN_RETURN_IF_ERROR(check_timing(r.benchmark, "", min_speedup));
+  KILN_RETURN_IF_ERROR(check_cases(r.benchmark_cases, "", min_speedup));
   if (r.confirmation.candidate.n <= 0 || r.confirmation.reference.n <= 0)
     return failed_precondition("no confirming measurement by a second, independent test job");
   if (!r.confirm_worker.device_name.empty() && r.confirm_worker.device_name != r.worker.device_name)
     return failed_precondition("confirmation ran on \"" + r.confirm_worker.device_name + "\", not on the target \"" +
                                r.worker.device_name + "\"");
-  return check_timing(r.confirmation, "confirmation ", min_speedup);
+  KILN_RETURN_IF_ERROR(check_timing(r.confirmation, "confirmation ", min_speedup));
+  return check_cases(r.confirmation_cases, "confirmation ", min_speedup);
 }
 
 KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, const std::string& language,
@@ -330,6 +378,9 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
   e.speedup_lo = c.speedup_lo;
   e.speedup_hi = c.speedup_hi;
   e.params = r.params;
+  for (const proto::CaseTiming& t : r.confirmation_cases.empty() ? std::vector<proto::CaseTiming>{c} : r.confirmation_cases)
+    e.cases.push_back({t.dims, t.speedup, t.speedup_lo, t.speedup_hi, t.reference.median_us, t.candidate.median_us,
+                       t.candidate.n});
   return e;
 }
 
@@ -384,6 +435,7 @@ json to_json(const KernelEntry& e) {
       {"params", e.params},
   };
   if (!e.source_sha256.empty()) j["source_sha256"] = e.source_sha256;
+  if (!e.cases.empty()) j["cases"] = cases_to(e.cases);  // none for entries from before per-case numbers
   return j;
 }
 

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -737,4 +738,66 @@ TEST_CASE("queries list campaigns and the best programs with their lineage", "[a
   auto speedups = f.engine->best_speedup_by_task();
   REQUIRE(speedups.is_ok());
   CHECK(speedups->at("scale_test") == Approx(1.05));
+}
+
+namespace {
+
+// The fixture task with a second benchmark case, B=64,H=4096.
+proto::FileMap two_case_files() {
+  proto::FileMap files = kiln::testing::task_files();
+  std::string& yaml = files["task.yaml"].data;
+  const std::string one = "  cases: [{B: 16, H: 4096}]\n";
+  REQUIRE(yaml.find(one) != std::string::npos);
+  yaml.replace(yaml.find(one), one.size(), "  cases: [{B: 16, H: 4096}, {B: 64, H: 4096}]\n");
+  return files;
+}
+
+// A correct result timed on both cases of two_case_files().
+proto::ScoreResult two_cases(const proto::Candidate& c, double first, double second) {
+  proto::ScoreResult r = correct(c, first, first - 0.1, first + 0.1);
+  proto::CaseTiming big = kiln::testing::timing(second, second - 0.1, second + 0.1);
+  big.dims = {{"B", 64}, {"H", 4096}};
+  r.test.performance.cases.push_back(big);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked by both and not promoted",
+          "[archive][engine]") {
+  Fixture f;
+  std::map<std::string, int> confirms;
+  Driver d = f.driver([&](const proto::Candidate& c, bool confirm) {
+    if (confirm) ++confirms[c.program_id];
+    if (c.proposal_index == 1) return two_cases(c, 4.0, 0.5);  // 4x on the first case, 2x slower on the second
+    if (c.proposal_index == 2) return two_cases(c, 2.0, 1.8);  // faster on both
+    return two_cases(c, 1.0, 1.0);
+  });
+  d.submit("c1:start", start_payload("c1", 3, 1, two_case_files()));
+  d.run();
+
+  auto programs = f.programs("c1");
+  const proto::Program& split = programs.at("c1/p1");
+  const proto::Program& both = programs.at("c1/p2");
+  CHECK(split.eval.combined_score == Approx(5 + std::sqrt(4.0 * 0.5)));
+  CHECK(both.eval.combined_score == Approx(5 + std::sqrt(2.0 * 1.8)));
+  REQUIRE(split.eval.cases.size() == 2);
+  CHECK(split.eval.cases[1].speedup == Approx(0.5));
+  // On its first case alone p1 would lead with 9.0; over both it is behind p2.
+  proto::CampaignInfo info = f.info("c1");
+  CHECK(info.best_program_id == "c1/p2");
+  CHECK(info.best_speedup == Approx(std::sqrt(2.0 * 1.8)));
+  CHECK(info.best_speedup_lo == Approx(std::sqrt(1.9 * 1.7)));
+
+  // p1 was the best when it was scored (after p0), yet never measured again: case 2 is below the bar.
+  CHECK(confirms == std::map<std::string, int>{{"c1/p2#confirm", 1}});
+  REQUIRE(d.trace.promotions.size() == 1);
+  const proto::PromoteRequest& req = d.trace.promotions[0];
+  CHECK(req.program_id == "c1/p2");
+  CHECK(req.shape == std::map<std::string, int64_t>{{"B", 16}, {"H", 4096}});  // the first case names it
+  CHECK(req.benchmark.speedup == Approx(2.0));
+  REQUIRE(req.benchmark_cases.size() == 2);
+  REQUIRE(req.confirmation_cases.size() == 2);
+  CHECK(req.benchmark_cases[1].dims.at("B") == 64);
+  CHECK(req.confirmation_cases[1].speedup == Approx(1.8));
 }

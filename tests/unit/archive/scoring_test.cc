@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <map>
+
 #include "campaign_fixtures.h"
 
 using namespace kiln;
@@ -129,4 +132,67 @@ TEST_CASE("speedup_shortfall states why a measurement misses the promotion bar",
   CHECK(archive::speedup_shortfall(correct(cand(), 1.05, 1.0, 1.1), 1.10).find("speedup 1.050") != std::string::npos);
   CHECK(archive::speedup_shortfall(test_result(cand(), "ok"), 1.10) == "not timed");
   CHECK(archive::speedup_shortfall(test_result(cand(), "crashed"), 1.10).find("crashed") == 0);
+}
+
+namespace {
+// A measurement of two benchmark cases: `first` on B=16,H=4096 (10 us) and `second` on B=64,H=4096 (20 us).
+proto::ScoreResult two_cases(double first, double first_lo, double second, double second_lo) {
+  proto::ScoreResult r = correct(cand(), first, first_lo, first + 0.2);
+  proto::CaseTiming big = kiln::testing::timing(second, second_lo, second + 0.05, 20.0);
+  big.dims = {{"B", 64}, {"H", 4096}};
+  r.test.performance.cases.push_back(big);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("every benchmark case counts: the fitness is the geometric mean of their speedups", "[archive][scoring]") {
+  // 4x faster on the first case, 2x slower on the second.
+  proto::ScoreResult r = two_cases(4.0, 3.8, 0.5, 0.45);
+  proto::EvalResult e = archive::evaluate(r);
+  CHECK(e.runtime_improvement == Approx(std::sqrt(4.0 * 0.5)));
+  CHECK(e.combined_score == Approx(5 + std::sqrt(2.0)));
+  // The first case alone would have scored 5 + 4.
+  proto::ScoreResult first_only = r;
+  first_only.test.performance.cases.pop_back();
+  CHECK(archive::evaluate(first_only).combined_score == Approx(9.0));
+
+  CHECK(e.runtime == Approx(std::sqrt(10.0 * 20.0) / 1000.0));  // ms
+  CHECK(e.runtime_stats.at("speedup") == Approx(std::sqrt(2.0)));
+  CHECK(e.runtime_stats.at("speedup_lo") == Approx(std::sqrt(3.8 * 0.45)));
+  CHECK(e.runtime_stats.at("speedup_hi") == Approx(std::sqrt(4.2 * 0.55)));
+  CHECK(e.runtime_stats.at("min_speedup_lo") == Approx(0.45));
+  CHECK(e.runtime_stats.at("cases") == 2);
+  CHECK(e.runtime_stats.at("median_us") == Approx(std::sqrt(200.0)));
+  REQUIRE(e.cases.size() == 2);
+  CHECK(e.cases[0].dims == std::map<std::string, int64_t>{{"B", 16}, {"H", 4096}});
+  CHECK(e.cases[0].speedup == Approx(4.0));
+  CHECK(e.cases[1].dims == std::map<std::string, int64_t>{{"B", 64}, {"H", 4096}});
+  CHECK(e.cases[1].speedup == Approx(0.5));
+  CHECK(e.cases[1].speedup_lo == Approx(0.45));
+  CHECK(e.cases[1].speedup_hi == Approx(0.55));
+  CHECK(e.cases[1].median_us == Approx(20.0));
+  CHECK(e.cases[1].reference_median_us == Approx(10.0));
+  CHECK(e.cases[1].n == 20);
+
+  // Both cases are in the feedback, with the mean the fitness uses.
+  CHECK(e.eval_log.find("B=16,H=4096: median 10 us") != std::string::npos);
+  CHECK(e.eval_log.find("B=64,H=4096: median 20 us") != std::string::npos);
+  CHECK(e.eval_log.find("geomean speedup over 2 cases 1.414") != std::string::npos);
+
+  SECTION("a case without a speedup leaves no mean") {
+    r.test.performance.cases[1].speedup = 0;
+    CHECK(archive::evaluate(r).runtime_improvement == -1);
+  }
+}
+
+TEST_CASE("a kernel fast on one case and slow on another does not clear the promotion bar", "[archive][scoring]") {
+  // Its geometric mean (1.41) and the geometric mean of its lower bounds (1.31) would both clear 1.10.
+  const std::string why = archive::speedup_shortfall(two_cases(4.0, 3.8, 0.5, 0.45), 1.10);
+  CHECK(why == "B=64,H=4096: speedup 0.500 [0.450, 0.550] below 1.10");
+
+  // Every case must clear it, the lower bound included; each one that does not is named.
+  CHECK(archive::speedup_shortfall(two_cases(1.5, 1.3, 1.4, 1.2), 1.10).empty());
+  const std::string both = archive::speedup_shortfall(two_cases(1.05, 1.0, 1.3, 1.05), 1.10);
+  CHECK(both.find("B=16,H=4096: speedup 1.050") == 0);
+  CHECK(both.find("; B=64,H=4096: speedup 1.300 [1.050, 1.350] below 1.10") != std::string::npos);
 }

@@ -178,3 +178,53 @@ TEST_CASE("two streams share a log budget", "[proto]") {
   CHECK(stream_budgets(500, 10, 100) == Budget{90, 10});
   CHECK(stream_budgets(500, 500, 101) == Budget{50, 51});  // half each
 }
+
+TEST_CASE("the envelope says version 2, and version-1 messages still decode", "[proto]") {
+  auto parsed = Reader::parse(encode(Job{"j", 1, "s", {}, 0}));
+  REQUIRE(parsed.is_ok());
+  CHECK(parsed->version() == 2);
+  auto old = Reader::parse(golden("job"));
+  REQUIRE(old.is_ok());
+  CHECK(old->version() == 1);
+  CHECK(decode<Job>(golden("job")).is_ok());
+}
+
+TEST_CASE("per-case numbers round-trip", "[proto]") {
+  BestPrograms best;
+  Program p;
+  p.id = "c1/p2";
+  CaseSpeedup a;
+  a.dims = {{"B", 16}, {"H", 4096}};
+  a.speedup = 4.0;
+  a.speedup_lo = 3.8;
+  a.speedup_hi = 4.2;
+  a.median_us = 10;
+  a.reference_median_us = 40;
+  a.n = 30;
+  CaseSpeedup b = a;
+  b.dims = {{"B", 64}, {"H", 4096}};
+  b.speedup = 0.5;
+  p.eval.cases = {a, b};
+  best.programs.push_back(p);
+  auto d = decode<BestPrograms>(encode(best));
+  REQUIRE(d.is_ok());
+  REQUIRE(d->programs.size() == 1);
+  const Program& q = d->programs[0];
+  REQUIRE(q.eval.cases.size() == 2);
+  CHECK(q.eval.cases[1].dims.at("B") == 64);
+  CHECK(q.eval.cases[1].speedup == Approx(0.5));
+  CHECK(q.eval.cases[0].speedup_lo == Approx(3.8));
+  CHECK(q.eval.cases[0].reference_median_us == Approx(40));
+  CHECK(q.eval.cases[0].n == 30);
+
+  PromoteRequest req;
+  req.benchmark_cases.resize(2);
+  req.benchmark_cases[1].dims = {{"B", 64}};
+  req.confirmation_cases.resize(2);
+  req.confirmation_cases[1].speedup = 1.3;
+  auto r = decode<PromoteRequest>(encode(req));
+  REQUIRE(r.is_ok());
+  REQUIRE(r->benchmark_cases.size() == 2);
+  CHECK(r->benchmark_cases[1].dims.at("B") == 64);
+  CHECK(r->confirmation_cases.at(1).speedup == Approx(1.3));
+}

@@ -247,6 +247,61 @@ TEST_CASE("each promotion rule refuses with its reason", "[registry]") {
   CHECK(refusal(r) == "worker.device_name is empty: the target is unknown");
 }
 
+TEST_CASE("every benchmark case must clear the bar, and the entry lists them all", "[registry]") {
+  // Two cases: fast at B=16, 2x slower at B=64.
+  auto slow_case = [](double speedup, double lo, double hi) {
+    kiln::proto::CaseTiming t = timing(speedup, lo, hi);
+    t.dims = {{"B", 64}, {"H", 4096}};
+    return t;
+  };
+  auto r = good_request();
+  r.benchmark_cases = {r.benchmark, slow_case(0.5, 0.45, 0.55)};
+  r.confirmation_cases = {r.confirmation, slow_case(0.5, 0.45, 0.55)};
+  CHECK(refusal(r) == "case B=64,H=4096: speedup 0.50 < 1.10");
+  r = good_request();
+  r.benchmark_cases = {r.benchmark, slow_case(1.3, 1.2, 1.4)};
+  r.confirmation_cases = {r.confirmation, slow_case(1.3, 1.05, 1.4)};
+  CHECK(refusal(r) == "confirmation case B=64,H=4096: speedup interval lower bound 1.05 < 1.10");
+  r = good_request();
+  r.benchmark_cases = {r.benchmark, kiln::proto::CaseTiming{}};
+  CHECK(refusal(r) == "case default was not measured");
+
+  kiln::TempDir dir;
+  Registry reg = open_registry(dir.path() + "/reg");
+  r = good_request();
+  r.benchmark_cases = {r.benchmark, slow_case(1.3, 1.2, 1.4)};
+  r.confirmation_cases = {r.confirmation, slow_case(1.25, 1.15, 1.35)};
+  auto id = reg.promote(r, 1.10);
+  INFO((id.is_ok() ? std::string() : id.status().message()));
+  REQUIRE(id.is_ok());
+  CHECK(*id == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");  // the first case names the kernel
+  auto entry = reg.show(*id);
+  REQUIRE(entry.is_ok());
+  json e = kiln::registry::to_json(*entry);
+  CHECK(e["benchmark"]["speedup"] == 1.65);  // Forge's block: the first case, confirmed
+  REQUIRE(e["cases"].size() == 2);
+  CHECK(e["cases"][0]["dims"] == json{{"B", 16}, {"H", 4096}});
+  CHECK(e["cases"][0]["speedup"] == 1.65);
+  CHECK(e["cases"][1]["dims"] == json{{"B", 64}, {"H", 4096}});
+  CHECK(e["cases"][1]["speedup"] == 1.25);
+  CHECK(e["cases"][1]["speedup_interval"] == json::array({1.15, 1.35}));
+  CHECK(e["cases"][1]["candidate_latency_us"] == 24.8);
+  CHECK(e["cases"][1]["benchmark_iters"] == 40);
+  auto back = kiln::registry::from_json(e);
+  REQUIRE(back.is_ok());
+  CHECK(kiln::registry::to_json(*back) == e);
+
+  // An entry written before per-case numbers still reads, with none.
+  json old = e;
+  old.erase("cases");
+  auto read = kiln::registry::from_json(old);
+  REQUIRE(read.is_ok());
+  CHECK(read->cases.empty());
+  CHECK_FALSE(kiln::registry::to_json(*read).contains("cases"));  // shown without an invented empty list
+  old["cases"] = json::array({{{"speedup", 1.2}}});
+  CHECK(kiln::registry::from_json(old).status().message() == "cases[0].dims: missing (required)");
+}
+
 TEST_CASE("verify() finds tampered, missing and malformed entries", "[registry]") {
   kiln::TempDir dir;
   Registry reg = open_registry(dir.path());

@@ -21,7 +21,14 @@
 
 namespace kiln::proto {
 
-inline constexpr int64_t kSchemaVersion = 1;
+// The envelope's "v". Added keys leave it alone (old readers ignore them); it goes up when a key keeps
+// its type but changes meaning, so a reader or a stored record can tell which meaning it holds. Every
+// reader accepts any version >= 1.
+//   1: the first schema.
+//   2: EvalResult's timing fields (runtime, runtime_improvement, runtime_stats, improve_over_baseline)
+//      and CampaignInfo.best_speedup* summarize every benchmark case (geometric means) instead of the
+//      first one; with one case they are unchanged.
+inline constexpr int64_t kSchemaVersion = 2;
 
 // Raw bytes: encoded as msgpack bin, where std::string is encoded as str.
 struct Bytes {

@@ -398,8 +398,12 @@ struct PromoteRequest {
   std::map<std::string, std::string> params;
   std::map<std::string, int64_t> shape;  // the benchmark case's dims
   Correctness verification;
-  CaseTiming benchmark;     // the first measurement
-  CaseTiming confirmation;  // the independent second measurement
+  CaseTiming benchmark;     // the first measurement of the first benchmark case (the one `shape` names)
+  CaseTiming confirmation;  // the independent second measurement of that case
+  // Optional (v4): every benchmark case of each measurement, in task order. Each case's speedup and the
+  // lower bound of its interval must clear the bar in both (scoring.h says why every case, not a mean).
+  std::vector<CaseTiming> benchmark_cases;
+  std::vector<CaseTiming> confirmation_cases;
   std::string timing_method;
   std::string timing_mode;
   WorkerInfo worker;
@@ -411,6 +415,7 @@ struct PromoteRequest {
     v("params", params); v("shape", shape); v("verification", verification); v("benchmark", benchmark);
     v("confirmation", confirmation); v("timing_method", timing_method); v("timing_mode", timing_mode);
     v("worker", worker); v("confirm_worker", confirm_worker); v("build", build);
+    v("benchmark_cases", benchmark_cases); v("confirmation_cases", confirmation_cases);
   }
 };
 
@@ -429,13 +434,29 @@ struct PromoteOutcome {
 
 // ----------------------------------------------------------------------------- archive records
 
-// KernelFoundry's EvalResult fields (DESIGN §6).
+// One benchmark case of a program's measurement, as the scorer keeps it (v4).
+struct CaseSpeedup {
+  std::map<std::string, int64_t> dims;
+  double speedup = 0;  // reference median / candidate median
+  double speedup_lo = 0;  // its 95 % interval
+  double speedup_hi = 0;
+  double median_us = 0;  // candidate
+  double reference_median_us = 0;
+  int64_t n = 0;  // candidate samples
+  template <class V> void fields(V& v) {
+    v("dims", dims); v("speedup", speedup); v("speedup_lo", speedup_lo); v("speedup_hi", speedup_hi);
+    v("median_us", median_us); v("reference_median_us", reference_median_us); v("n", n);
+  }
+};
+
+// KernelFoundry's EvalResult fields (DESIGN §6). Since envelope "v" 2 the timing fields summarize every
+// benchmark case (archive/scoring.h); with one case they are that case's numbers, as before.
 struct EvalResult {
   bool compiled = false;
   bool correctness = false;
-  double runtime = -1;  // ms, candidate median of the first benchmark case
+  double runtime = -1;  // ms, geometric mean over the benchmark cases of the candidate's median
   std::map<std::string, double> runtime_stats;
-  double runtime_improvement = -1;  // speedup vs reference, -1 if not measured
+  double runtime_improvement = -1;  // speedup vs reference: geometric mean over the cases; -1 if not measured
   double improve_over_baseline = -1;
   int64_t perf_score = -1;  // 0..5
   std::map<std::string, double> profiler_data;
@@ -443,12 +464,14 @@ struct EvalResult {
   std::string eval_log;  // condensed feedback for proposers
   double combined_score = 0;
   std::string status;
+  // Optional (v4): every benchmark case's numbers, in task order.
+  std::vector<CaseSpeedup> cases;
   template <class V> void fields(V& v) {
     v("compiled", compiled); v("correctness", correctness); v("runtime", runtime);
     v("runtime_stats", runtime_stats); v("runtime_improvement", runtime_improvement);
     v("improve_over_baseline", improve_over_baseline); v("perf_score", perf_score);
     v("profiler_data", profiler_data); v("template_results", template_results); v("eval_log", eval_log);
-    v("combined_score", combined_score); v("status", status);
+    v("combined_score", combined_score); v("status", status); v("cases", cases);
   }
 };
 

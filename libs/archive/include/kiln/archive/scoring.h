@@ -35,18 +35,41 @@ std::string status_for(const proto::ScoreResult& result);
 // outranks any incorrect one whatever the timings say.
 double combined_score(const proto::EvalResult& eval);
 
-// The full EvalResult of one result: perf_score, runtime (candidate median of the first benchmark case,
-// ms), runtime_improvement (its speedup, -1 unmeasured), improve_over_baseline (first baseline's median
-// over the candidate's, -1 without one), runtime_stats, profiler_data (build resources), combined_score
-// and the condensed eval_log.
+// Every benchmark case counts. A task lists several benchmark cases because it runs at several shapes,
+// so a program is summarized over all of them with the geometric mean, the mean of ratios that treats a
+// 2x gain on one case and a 2x loss on another as a wash, whatever the cases' absolute times:
+//   runtime_improvement = geomean of the cases' speedups (-1 unless every case was measured), which is
+//                         also geomean(reference medians) / geomean(candidate medians);
+//   runtime             = geomean of the candidate medians (ms);
+//   runtime_stats       = the same summary: *_us keys are geomeans over the cases, "n" the fewest samples
+//                         and "cv" the noisiest case; "speedup" the geomean; "speedup_lo" / "speedup_hi" the
+//                         geomeans of the cases' bounds (an interval that holds whenever every case's own
+//                         does, so it is at least as wide as a proper interval of the geomean);
+//                         "min_speedup_lo" the lowest case's lower bound; "cases" the number of cases;
+//   improve_over_baseline = geomean over the cases of first baseline median / candidate median;
+//   cases               = every case's numbers.
+// With one case each of these is that case's number. So the fitness (combined_score) is perf_score plus
+// the geomean speedup: a kernel 4x faster on one case and 2x slower on another scores +1.41, not +4.
+//
+// The promotion decision is per case (speedup_shortfall): every case's speedup and the lower bound of
+// its 95 % interval must reach min_speedup, in the eval and in the confirming measurement. Not the
+// geomean of the lower bounds: that would register a kernel as verified faster while it is measurably
+// slower at one of the task's own shapes, which is exactly what a registry entry must rule out. Asking
+// every case to clear the bar is also the sound test of "faster at every shape": as an
+// intersection-union test its error rate is at most each case's 5 %, with no correction for the number
+// of cases (Berger 1982), whereas a mean of bounds has no stated coverage at all.
+
+// The full EvalResult of one result: perf_score, the timing summary above, profiler_data (build
+// resources), combined_score and the condensed eval_log.
 proto::EvalResult evaluate(const proto::ScoreResult& result);
 
 // Condensed feedback, at most kMaxEvalLogBytes: the compiler's error lines, or the test status with the
-// first mismatches, or a timing summary (median, speedup [lo, hi], params).
+// first mismatches, or a timing summary (median, speedup [lo, hi] per case, the geomean, params).
 std::string condensed_eval_log(const proto::ScoreResult& result, int64_t perf_score);
 
-// Why a measurement does not clear the promotion bar (correct, timed, speedup and the lower bound of its
-// interval both >= min_speedup); empty when it does.
+// Why a measurement does not clear the promotion bar (correct, timed, and for every benchmark case the
+// speedup and the lower bound of its interval both >= min_speedup); empty when it does. With several
+// cases each one that falls short is named by its dims.
 std::string speedup_shortfall(const proto::ScoreResult& result, double min_speedup);
 
 // Cuts `text` to at most `max_bytes` without splitting a UTF-8 sequence, marking the cut.

@@ -56,6 +56,18 @@ struct SampleStats {
   double cv = 0;
 };
 
+// One benchmark case of the confirming measurement (Kiln's extra): every case of the task cleared the
+// promotion bar in both measurements; Forge's `shape` and `benchmark` describe the first.
+struct CaseBenchmark {
+  std::map<std::string, int64_t> dims;
+  double speedup = 0;
+  double speedup_lo = 0;  // 95 % interval
+  double speedup_hi = 0;
+  double baseline_latency_us = 0;   // reference median
+  double candidate_latency_us = 0;  // candidate median
+  int64_t benchmark_iters = 0;      // samples taken (n)
+};
+
 struct KernelEntry {
   // Forge's fields.
   std::string kernel_id;
@@ -87,6 +99,7 @@ struct KernelEntry {
   double speedup_lo = 0;  // 95 % interval of the confirming measurement
   double speedup_hi = 0;
   std::map<std::string, std::string> params;
+  std::vector<CaseBenchmark> cases;  // every benchmark case, in task order ("cases"; absent in older entries)
 };
 
 // source_sha256 is left out when the entry has none (a Forge entry), rather than written empty.
