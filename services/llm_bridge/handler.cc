@@ -75,6 +75,7 @@ messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalReques
   r.cand.proposer = req.proposer;
   r.stage = "propose";
   r.error = error;
+  r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
   account(info, r.cand.metadata);
   return messaging::JobOutcome::ok(
       {follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))});
@@ -106,6 +107,7 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
 
   proto::CompileRequest compile;
   compile.cand = std::move(cand).value();
+  if (!info.raw_reply.empty()) compile.cand.raw_llm_code = info.raw_reply;
   account(info, compile.cand.metadata);
   // The ids are the scorer's, whatever a proposer returns.
   compile.cand.program_id = req.program_id;

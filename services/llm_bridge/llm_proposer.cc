@@ -22,6 +22,15 @@ std::string notes_of(const std::string& model, const std::string& content) {
   return "llm " + model + (text.empty() ? "" : ": " + text);
 }
 
+// The reply kept as the candidate's raw_llm_code: whole unless it is longer than the bound, then cut
+// there without splitting a UTF-8 sequence.
+std::string raw_reply_of(const std::string& content) {
+  if (content.size() <= proto::kMaxRawLlmCodeBytes) return content;
+  size_t keep = proto::kMaxRawLlmCodeBytes;
+  while (keep > 0 && (static_cast<unsigned char>(content[keep]) & 0xC0) == 0x80) --keep;
+  return content.substr(0, keep);
+}
+
 }  // namespace
 
 LlmProposerOptions llm_options_from(const config::LlmConfig& cfg) {
@@ -125,6 +134,7 @@ Result<proto::Candidate> LlmProposer::propose_with_info(const proto::ProposalReq
   ctx.gpu_name = options_.gpu_name;
   KILN_ASSIGN_OR_RETURN(std::vector<llm::Message> messages, llm::proposal_messages(req, strategy, ctx));
   KILN_ASSIGN_OR_RETURN(llm::ChatReply reply, ask(model, std::move(messages), info));
+  info.raw_reply = raw_reply_of(reply.content);
 
   // Every region is rewritten, so the rest is the task's kernel, whatever the parent was.
   KILN_ASSIGN_OR_RETURN(std::string code,

@@ -33,10 +33,19 @@ constexpr const char* kReportKeyFile = "report.key";
 constexpr size_t kReportKeyBytes = 32;
 // The child writes a report of a few kB; this only stops a candidate filling the disk.
 constexpr int64_t kMaxChildFileBytes = 256ll << 20;
+// kiln-eval with debug information is about 15 MB; a binary past this bound is not hashed at all.
+constexpr size_t kMaxEvaluatorBytes = 512u << 20;
 
 std::string number(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// A number as people read it in metadata ("0.005", "15").
+std::string short_number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
@@ -90,6 +99,22 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
                          cuda::GpuIdentity gpu)
     : options_(std::move(options)), worker_(std::move(worker)), nvml_(std::move(nvml)), gpu_(std::move(gpu)) {
   worker_.worker_id = options_.worker_id;
+  const auto& t = options_.timing;
+  run_metadata_ = {
+      {"evaluator", std::filesystem::path(options_.eval_binary).filename().string()},
+      {"kiln_version", KILN_VERSION},
+      {"timing_mode", t.mode},
+      {"timing_min_samples", std::to_string(t.min_samples)},
+      {"timing_min_time_s", short_number(t.min_time_s)},
+      {"timing_max_time_s", short_number(t.max_time_s)},
+      {"timing_max_noise", short_number(t.max_noise)},
+      {"timing_warmup_iters", std::to_string(t.warmup_iters)},
+      {"timeout_s", short_number(options_.timeout_s)},
+  };
+  // The evaluator's version as built: its binary's hash (the child is rebuilt with Kiln, and any change
+  // to how it measures changes it). Read once; a binary that cannot be read leaves the key out.
+  if (auto binary = read_file(options_.eval_binary, kMaxEvaluatorBytes); binary.is_ok())
+    run_metadata_["evaluator_sha256"] = sha256_hex(*binary);
 }
 
 Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
@@ -149,11 +174,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   const double start = monotonic_s();
   proto::TestReport report;
   proto::ProcessResult process;  // the child's run, once there was one
+  std::map<std::string, std::string> metadata = run_metadata_;
   auto finish = [&](proto::TestReport r) {
     if (r.worker.device_name.empty()) r.worker = worker_;
     r.worker.worker_id = options_.worker_id;
     r.duration_s = monotonic_s() - start;
     r.process = process;
+    r.metadata = metadata;
     return r;
   };
   auto failed = [&](std::string_view status, std::string message, std::string log = {}) {
@@ -216,6 +243,9 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
   const auto [out_budget, err_budget] =
       proto::stream_budgets(child.stdout_text.size(), child.stderr_text.size(), options_.max_log_bytes);
+  metadata["isolation_network"] = child.network_isolation;
+  metadata["isolation_pids"] = child.pid_isolation;
+  metadata["isolation_filesystem"] = child.filesystem_isolation;
   process.returncode = child.returncode();
   process.stdout_text = tail(child.stdout_text, out_budget);
   process.stderr_text = tail(child.stderr_text, err_budget);

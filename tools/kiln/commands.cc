@@ -273,7 +273,10 @@ int cmd_best(const Common& c, const std::string& campaign) {
                        {"combined_score", p.eval.combined_score}, {"runtime_ms", p.eval.runtime},
                        {"speedup", p.eval.runtime_improvement},
                        {"speedup_interval", {stat("speedup_lo"), stat("speedup_hi")}}, {"cases", cases},
-                       {"status", p.eval.status}, {"eval_log", p.eval.eval_log}, {"metadata", p.metadata}});
+                       {"status", p.eval.status}, {"eval_log", p.eval.eval_log}, {"metadata", p.metadata},
+                       {"eval_metadata", p.eval.metadata}, {"template_results", p.eval.template_results},
+                       {"complexity", p.complexity}, {"diversity", p.diversity},
+                       {"task", {{"task_id", p.task.task_id}, {"name", p.task.name}}}});
     }
     std::printf("%s\n", json{{"campaign", to_json(best->campaign)}, {"programs", progs}}.dump(2).c_str());
     return 0;

@@ -455,6 +455,16 @@ struct CampaignEngine::Impl {
 
   // ----------------------------------------------------------------------------- candidates
 
+  static proto::TaskRef task_ref(const CampaignRow& c) {
+    proto::TaskRef t;
+    t.task_id = c.task_id;
+    t.name = c.task_name;
+    t.op = c.op;
+    t.backend = c.backend;
+    t.dtype = c.dtype;
+    return t;
+  }
+
   proto::Candidate candidate_of(const CampaignRow& c, const proto::Program& p, int64_t proposal_index) const {
     proto::Candidate cand;
     cand.campaign_id = c.id;
@@ -497,6 +507,7 @@ struct CampaignEngine::Impl {
     child.generation = parent->generation + 1;
     child.iteration_found = index;
     child.language = c.backend == "cuda" ? "cuda" : "cpp";
+    child.task = task_ref(c);
     child.metadata["proposer"] = c.proposer;
     child.metadata["campaign_id"] = c.id;
     child.metadata["island"] = std::to_string(island);
@@ -601,6 +612,7 @@ struct CampaignEngine::Impl {
     p0.language = c.backend == "cuda" ? "cuda" : "cpp";
     for (const auto& [name, values] : spec->params) p0.template_parameters[name] = values.front();
     p0.is_templated = !spec->params.empty();
+    p0.task = task_ref(c);
     p0.metadata["proposer"] = std::string(kProgram0Proposer);
     p0.metadata["campaign_id"] = c.id;
     KILN_RETURN_IF_ERROR(insert_program(c, p0, 0, kProgram0Proposer));
@@ -693,6 +705,8 @@ struct CampaignEngine::Impl {
     }
     if (!r.test.worker.device_name.empty()) p.metadata["device"] = r.test.worker.device_name;
     if (!r.build.kernel_sha256.empty()) p.metadata["kernel_sha256"] = r.build.kernel_sha256;
+    if (!cand.raw_llm_code.empty()) p.raw_llm_code = truncate_utf8(cand.raw_llm_code, proto::kMaxRawLlmCodeBytes);
+    p.task = task_ref(c);
     p.eval = evaluate(r);
     p.feedback = p.eval.eval_log;
     p.timestamp = wall_time_s();
@@ -701,6 +715,9 @@ struct CampaignEngine::Impl {
     if (p.eval.runtime_improvement > 0) p.metrics["speedup"] = p.eval.runtime_improvement;
     KILN_ASSIGN_OR_RETURN(Archive * archive, archive_for(cid));
     if (std::string cell = archive->cell_of(p); !cell.empty()) p.metadata["cell"] = cell;
+    // Against the archive as it stands before this program joins it: how new its behaviour is.
+    p.complexity = static_cast<double>(code_lines(p.code));
+    p.diversity = archive->diversity_of(p);
     KILN_RETURN_IF_ERROR(store_scored_program(c, p));
     const int64_t prompt_tokens = to_count(p.metadata, "prompt_tokens");
     const int64_t completion_tokens = to_count(p.metadata, "completion_tokens");
@@ -989,6 +1006,32 @@ struct CampaignEngine::Impl {
     return ids;
   }
 
+  // EvalResult.template_results: every parameter set the campaign tried with this code and the best
+  // combined score each got, the kMaxTemplateResults best kept. Read when asked for, so it is complete.
+  Result<std::map<std::string, double>> template_results(const std::string& cid, const std::string& code) {
+    KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
+        "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored' AND code = ?"));
+    st.bind(1, cid).bind(2, code);
+    std::map<std::string, double> tried;
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(bool row, st.step());
+      if (!row) break;
+      auto rec = proto::decode<proto::Program>(st.column_blob(0));
+      if (!rec.is_ok()) return internal_error("campaign " + cid + ": stored program: " + rec.status().message());
+      const std::string key = params_string(rec->template_parameters);
+      auto [it, fresh] = tried.emplace(key, rec->eval.combined_score);
+      if (!fresh) it->second = std::max(it->second, rec->eval.combined_score);
+    }
+    if (tried.size() > proto::kMaxTemplateResults) {
+      std::vector<std::pair<double, std::string>> ranked;
+      for (const auto& [key, score] : tried) ranked.emplace_back(-score, key);
+      std::sort(ranked.begin(), ranked.end());
+      tried.clear();
+      for (size_t i = 0; i < proto::kMaxTemplateResults; ++i) tried.emplace(ranked[i].second, -ranked[i].first);
+    }
+    return tried;
+  }
+
   Result<proto::BestPrograms> best_programs(const CampaignRow& c, int64_t top) {
     proto::BestPrograms out;
     KILN_ASSIGN_OR_RETURN(out.campaign, campaign_info(c));
@@ -1033,6 +1076,9 @@ struct CampaignEngine::Impl {
         at = it == parent_of.end() ? std::string() : it->second;
       }
       p.metadata["lineage"] = lineage;
+      if (p.is_templated) {
+        KILN_ASSIGN_OR_RETURN(p.eval.template_results, template_results(c.id, p.code));
+      }
       // The strategy section's ancestry the same way: "s-b <- s-a".
       if (auto pid = p.metadata.find("prompt_id"); pid != p.metadata.end() && !pid->second.empty()) {
         std::string prompts = pid->second;

@@ -1,6 +1,7 @@
 #include "kiln/archive/features.h"
 
 #include <algorithm>
+#include <cctype>
 #include <regex>
 
 namespace kiln::archive {
@@ -175,6 +176,36 @@ std::string cell_key(const std::vector<std::string>& dimensions, const std::vect
     out += dimensions[i] + "=" + std::to_string(coords[i]);
   }
   return out;
+}
+
+int64_t code_lines(std::string_view source) {
+  const std::string code = strip_comments_and_strings(source);
+  int64_t lines = 0;
+  bool has_code = false;
+  for (char c : code) {
+    if (c == '\n') {
+      lines += has_code ? 1 : 0;
+      has_code = false;
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      has_code = true;
+    }
+  }
+  return lines + (has_code ? 1 : 0);
+}
+
+double behaviour_diversity(const std::vector<int64_t>& coords, const std::vector<std::vector<int64_t>>& others) {
+  if (coords.empty() || others.empty()) return 0;
+  const double widest = static_cast<double>(coords.size()) * static_cast<double>(kLevels - 1);
+  double total = 0;
+  for (const auto& other : others) {
+    int64_t distance = 0;
+    for (size_t i = 0; i < coords.size(); ++i) {
+      const int64_t theirs = i < other.size() ? other[i] : 0;
+      distance += coords[i] > theirs ? coords[i] - theirs : theirs - coords[i];
+    }
+    total += static_cast<double>(distance);
+  }
+  return std::min(1.0, total / static_cast<double>(others.size()) / widest);
 }
 
 }  // namespace kiln::archive

@@ -29,6 +29,17 @@ bool is_static_dimension(const std::string& d) {
 
 }  // namespace
 
+std::vector<int64_t> Archive::coordinates_of(const proto::Program& p) const {
+  return coordinates(default_dimensions(), p.code, hardware_value(p, "registers"), hardware_value(p, "shared_bytes"));
+}
+
+double Archive::diversity_of(const proto::Program& program) const {
+  std::vector<std::vector<int64_t>> others;
+  for (const proto::Program& p : elites())
+    if (p.id != program.id) others.push_back(coordinates_of(p));
+  return behaviour_diversity(coordinates_of(program), others);
+}
+
 MapElitesArchive::MapElitesArchive(MapElitesOptions options) : options_(std::move(options)) {
   if (options_.islands < 1) options_.islands = 1;
   if (options_.dimensions.empty()) options_.dimensions = default_dimensions();
@@ -36,15 +47,18 @@ MapElitesArchive::MapElitesArchive(MapElitesOptions options) : options_(std::mov
 }
 
 std::vector<int64_t> MapElitesArchive::coordinates_of(const proto::Program& p) const {
-  return coordinates(options_.dimensions, p.code, hardware_value(p, "registers"), hardware_value(p, "shared_bytes"));
+  auto analyse = [&] {
+    return coordinates(options_.dimensions, p.code, hardware_value(p, "registers"), hardware_value(p, "shared_bytes"));
+  };
+  // Only scored programs are cached: program 0's build figures arrive with its score.
+  if (p.id.empty() || p.eval.perf_score < 0) return analyse();
+  auto it = coordinates_by_id_.find(p.id);
+  if (it == coordinates_by_id_.end()) it = coordinates_by_id_.emplace(p.id, analyse()).first;
+  return it->second;
 }
 
 std::string MapElitesArchive::cell_of(const proto::Program& p) const {
-  // Only scored programs are cached: program 0's build figures arrive with its score.
-  if (p.id.empty() || p.eval.perf_score < 0) return cell_key(options_.dimensions, coordinates_of(p));
-  auto it = cells_by_id_.find(p.id);
-  if (it == cells_by_id_.end()) it = cells_by_id_.emplace(p.id, cell_key(options_.dimensions, coordinates_of(p))).first;
-  return it->second;
+  return cell_key(options_.dimensions, coordinates_of(p));
 }
 
 bool MapElitesArchive::better(const proto::Program& a, const proto::Program& b) const {

@@ -254,6 +254,24 @@ proto::EvalResult evaluate(const proto::ScoreResult& r) {
                                     {"stack_bytes", b.stack_bytes}}) {
     if (value >= 0) e.profiler_data[name] = static_cast<double>(value);
   }
+  // How it was measured and built, so the numbers can be read later without the tester's logs.
+  if (r.stage == "test") {
+    e.metadata = r.test.metadata;
+    auto put = [&](const char* key, const std::string& value) {
+      if (!value.empty()) e.metadata[key] = value;
+    };
+    const proto::WorkerInfo& w = r.test.worker;
+    put("device", w.device_name);
+    put("host", w.host);
+    put("worker_id", w.worker_id);
+    put("driver_version", w.driver_version);
+    put("runtime_version", w.runtime_version);
+    put("toolchain", w.toolchain);
+    put("timing_method", r.test.performance.method);
+    put("timing_mode", r.test.performance.mode);
+    put("build_toolchain", b.toolchain);
+    put("build_flags", b.flags);
+  }
   e.eval_log = condensed_eval_log(r, e.perf_score);
   e.combined_score = combined_score(e);
   return e;

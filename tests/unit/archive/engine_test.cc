@@ -9,6 +9,7 @@
 #include "campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/store/sqlite.h"
+#include "kiln/task/task.h"
 
 using namespace kiln;
 using kiln::testing::campaign_start;
@@ -800,4 +801,60 @@ TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked b
   REQUIRE(req.confirmation_cases.size() == 2);
   CHECK(req.benchmark_cases[1].dims.at("B") == 64);
   CHECK(req.confirmation_cases[1].speedup == Approx(1.8));
+}
+
+TEST_CASE("scored programs carry their task, complexity, diversity and the parameter sets tried",
+          "[archive][engine]") {
+  Fixture f;
+  Driver d = f.driver(plain);
+  // p2 rewrites the region with an OpenMP loop, a new behaviour; the others keep program 0's code.
+  d.set_propose([](const proto::FollowUp& job) {
+    auto req = decode_or_die<proto::ProposalRequest>(job.payload.data);
+    proto::CompileRequest c;
+    c.cand.campaign_id = "c1";
+    c.cand.program_id = req.program_id;
+    c.cand.parent_id = req.parent.program_id;
+    c.cand.generation = req.parent.generation + 1;
+    c.cand.proposal_index = req.proposal_index;
+    c.cand.proposer = "tuner";
+    c.cand.code = kiln::testing::task_files().at("kernel.cpp").data;
+    if (req.proposal_index == 2) {
+      auto code = task::replace_region(c.cand.code, "#pragma omp parallel for\n  for (int i = 0; i < 1; ++i) (void)a;\n");
+      REQUIRE(code.is_ok());
+      c.cand.code = *code;
+    }
+    c.cand.params = {{"BLOCK", std::to_string(64 * req.proposal_index)}};
+    return std::vector<proto::FollowUp>{{"compile", req.program_id + ":compile", {proto::encode(c)}, 0}};
+  });
+  d.submit("c1:start", start_payload("c1", 3, 1));
+  d.run();
+  auto programs = f.programs("c1");
+  REQUIRE(programs.size() == 4);
+
+  for (const auto& [id, p] : programs) {
+    INFO(id);
+    CHECK(p.task.task_id == "t-c1");
+    CHECK(p.task.name == "scale_test");
+    CHECK(p.task.op == "scale");
+    CHECK(p.task.backend == "cpu");
+    CHECK(p.task.dtype == "fp32");
+    CHECK(p.eval.metadata.at("device") == "Test CPU");
+  }
+  // The fixture kernel: 7 lines, two of them the region's marker comments.
+  CHECK(programs.at("c1/p0").complexity == 5);
+  CHECK(programs.at("c1/p2").complexity == 6);
+  // Program 0 met an empty archive; p2's OpenMP loop is one parallelism level from everything before it.
+  CHECK(programs.at("c1/p0").diversity == 0);
+  CHECK(programs.at("c1/p1").diversity == 0);
+  CHECK(programs.at("c1/p2").diversity == Approx(1.0 / 15.0));
+
+  // Every parameter set tried with program 0's code, and what each scored; p2's code was tried once.
+  const auto& tried = programs.at("c1/p0").eval.template_results;
+  CHECK(tried.size() == 3);
+  CHECK(tried.at("BLOCK=64 VEC=1") == Approx(programs.at("c1/p0").eval.combined_score));
+  CHECK(tried.at("BLOCK=64") == Approx(programs.at("c1/p1").eval.combined_score));
+  CHECK(tried.at("BLOCK=192") == Approx(programs.at("c1/p3").eval.combined_score));
+  CHECK(programs.at("c1/p3").eval.template_results == tried);
+  CHECK(programs.at("c1/p2").eval.template_results ==
+        std::map<std::string, double>{{"BLOCK=128", programs.at("c1/p2").eval.combined_score}});
 }

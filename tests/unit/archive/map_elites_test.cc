@@ -77,6 +77,38 @@ TEST_CASE("static levels ignore comments and strings", "[archive][map_elites]") 
         "memory=2,registers=2");
 }
 
+TEST_CASE("complexity counts code lines and diversity the distance to the archive", "[archive][map_elites]") {
+  CHECK(code_lines("") == 0);
+  CHECK(code_lines(kPlain) == 1);
+  CHECK(code_lines(kParallel) == 3);
+  // Comments, blank lines and a comment-only line do not count; a line with code and a comment does.
+  CHECK(code_lines("// header\n\n  /* a\n block */\nint x;  // x\n   \nint y;") == 2);
+
+  CHECK(behaviour_diversity({1, 2}, {}) == 0);
+  CHECK(behaviour_diversity({1, 2}, {{1, 2}, {1, 2}}) == 0);
+  CHECK(behaviour_diversity({0, 0}, {{3, 3}}) == Approx(1.0));
+  // Distances 2 and 0 over two programs, of at most 2 dimensions x 3 levels.
+  CHECK(behaviour_diversity({1, 1}, {{2, 2}, {1, 1}}) == Approx(1.0 / 6.0));
+
+  MapElitesArchive a(static_dims());
+  proto::Program plain = program("p0", kPlain, 5.0);
+  CHECK(a.diversity_of(plain) == 0);  // nothing to compare with
+  a.add(plain);
+  CHECK(a.diversity_of(plain) == 0);  // itself aside
+  proto::Program parallel = program("p1", kParallel, 6.0);
+  CHECK(a.coordinates_of(parallel) == std::vector<int64_t>{0, 0, 1});
+  CHECK(a.diversity_of(parallel) == Approx(1.0 / 9.0));  // one level away on one of three dimensions
+  a.add(parallel);
+  proto::Program vector = program("p2", kVector, 7.0);  // memory 2 (vector loads, restrict)
+  CHECK(a.diversity_of(vector) == Approx((2.0 / 9.0 + 3.0 / 9.0) / 2.0));
+
+  // The plain archive has no grid: it compares on the default dimensions.
+  EliteArchive elites;
+  elites.add(plain);
+  CHECK(elites.coordinates_of(vector).size() == default_dimensions().size());
+  CHECK(elites.diversity_of(vector) == Approx(2.0 / 15.0));
+}
+
 TEST_CASE("each cell keeps its best program", "[archive][map_elites]") {
   MapElitesArchive a(static_dims());
   CHECK(a.add(program("p1", kPlain, 6.0)));

@@ -196,3 +196,24 @@ TEST_CASE("a kernel fast on one case and slow on another does not clear the prom
   CHECK(both.find("B=16,H=4096: speedup 1.050") == 0);
   CHECK(both.find("; B=64,H=4096: speedup 1.300 [1.050, 1.350] below 1.10") != std::string::npos);
 }
+
+TEST_CASE("the evaluation records how it was measured", "[archive][scoring]") {
+  proto::ScoreResult r = correct(cand(), 1.5, 1.4, 1.6);
+  r.test.metadata = {{"evaluator", "kiln-eval"}, {"timing_min_samples", "10"}};
+  r.test.worker.driver_version = "550.1";
+  r.build.toolchain = "g++ (Debian 12.2.0-14) 12.2.0";
+  r.build.flags = "-O3";
+  proto::EvalResult e = archive::evaluate(r);
+  CHECK(e.metadata.at("evaluator") == "kiln-eval");
+  CHECK(e.metadata.at("timing_min_samples") == "10");
+  CHECK(e.metadata.at("device") == "Test CPU");
+  CHECK(e.metadata.at("worker_id") == "tester-1");
+  CHECK(e.metadata.at("driver_version") == "550.1");
+  CHECK(e.metadata.at("timing_method") == "host_clock");
+  CHECK(e.metadata.at("timing_mode") == "cold");
+  CHECK(e.metadata.at("build_toolchain") == "g++ (Debian 12.2.0-14) 12.2.0");
+  CHECK(e.metadata.at("build_flags") == "-O3");
+  CHECK_FALSE(e.metadata.count("host"));  // unknown: left out
+  // Nothing was measured for a build that failed.
+  CHECK(archive::evaluate(build_failed(cand(), "error")).metadata.empty());
+}

@@ -126,6 +126,14 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
   CHECK(p1.metadata.at("prompt_tokens") == "100");
   CHECK(p1.metadata.at("cell") == "memory=0,compute=0,parallelism=1,registers=0,shared_memory=0");
   CHECK(best->programs.front().id == "c1/p1");
+  // The model's answer as it came, before the region was taken out of it, and the task it was for.
+  CHECK(p1.raw_llm_code ==
+        "Here is a faster version.\n```cpp\n// [EVOLVE_START]\n#pragma omp parallel for\n"
+        "  for (int i = 0; i < 1; ++i) (void)a;\n// [EVOLVE_END]\n```\n");
+  CHECK(p1.task.name == "scale_test");
+  CHECK(p1.task.task_id == "t-c1");
+  CHECK(p1.task.op == "scale");
+  CHECK(by_id["c1/p0"].raw_llm_code.empty());  // program 0 was never proposed
 
   CHECK(by_id["c1/p2"].eval.perf_score == 1);
   CHECK(by_id["c1/p2"].eval.eval_log.find("COMPILE_ERROR") != std::string::npos);
@@ -142,6 +150,10 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
 
   CHECK(by_id["c1/p6"].eval.perf_score == 0);
   CHECK(by_id["c1/p6"].eval.eval_log.find("no fenced code block") != std::string::npos);
+  // Nothing could be extracted, and what the model said instead is kept.
+  CHECK(by_id["c1/p6"].raw_llm_code == "Try vectorizing the loop.");
+  CHECK(by_id["c1/p3"].raw_llm_code.find("[EVOLVE_START]") != std::string::npos);  // the truncated reply
+  CHECK(by_id["c1/p5"].raw_llm_code.empty());  // no reply at all
 
   // Tokens: five answered kernel requests and two strategy rewrites (p3, p6).
   CHECK(server.rewrites() == 2);

@@ -228,3 +228,35 @@ TEST_CASE("per-case numbers round-trip", "[proto]") {
   CHECK(r->benchmark_cases[1].dims.at("B") == 64);
   CHECK(r->confirmation_cases.at(1).speedup == Approx(1.3));
 }
+
+TEST_CASE("the programs' added fields round-trip", "[proto]") {
+  BestPrograms best;
+  Program p;
+  p.id = "c1/p2";
+  p.complexity = 12;
+  p.diversity = 0.25;
+  p.task = TaskRef{"00ff", "rmsnorm", "rmsnorm", "cpu", "fp32"};
+  p.raw_llm_code = "Here it is:\n```cpp\nint x;\n```\n";
+  p.eval.template_results = {{"BLOCK=64", 6.5}, {"BLOCK=128", 5.9}};
+  p.eval.metadata = {{"evaluator", "kiln-eval"}, {"device", "AMD EPYC"}};
+  best.programs.push_back(p);
+  auto d = decode<BestPrograms>(encode(best));
+  REQUIRE(d.is_ok());
+  REQUIRE(d->programs.size() == 1);
+  const Program& q = d->programs[0];
+  CHECK(q.complexity == 12);
+  CHECK(q.diversity == Approx(0.25));
+  CHECK(q.task.task_id == "00ff");
+  CHECK(q.task.backend == "cpu");
+  CHECK(q.raw_llm_code == p.raw_llm_code);
+  CHECK(q.eval.template_results == p.eval.template_results);
+  CHECK(q.eval.metadata == p.eval.metadata);
+
+  ScoreResult sr;
+  sr.cand.raw_llm_code = "raw";
+  sr.test.metadata = {{"timing_mode", "cold"}};
+  auto s = decode<ScoreResult>(encode(sr));
+  REQUIRE(s.is_ok());
+  CHECK(s->cand.raw_llm_code == "raw");
+  CHECK(s->test.metadata.at("timing_mode") == "cold");
+}

@@ -142,6 +142,19 @@ TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
   CHECK(score.test.process.returncode == 0);
   CHECK(score.test.process.message.empty());
   CHECK(kiln::proto::combined_output(score.test.process).find("kiln-eval: task 'rmsnorm'") != std::string::npos);
+  // How it was measured, from the tester itself.
+  const auto& m = score.test.metadata;
+  CHECK(m.at("evaluator") == "kiln-eval");
+  CHECK(m.at("evaluator_sha256").size() == 64);
+  CHECK_FALSE(m.at("kiln_version").empty());
+  CHECK(m.at("timing_mode") == "warm");
+  CHECK(m.at("timing_min_samples") == "5");
+  CHECK(m.at("timing_min_time_s") == "0.02");
+  CHECK(m.at("timing_max_time_s") == "0.5");
+  CHECK(m.at("timeout_s") == "60");
+  CHECK_FALSE(m.at("isolation_network").empty());
+  CHECK_FALSE(m.at("isolation_pids").empty());
+  CHECK_FALSE(m.at("isolation_filesystem").empty());
 }
 
 TEST_CASE("the child's output on the wire stays within the log cap", "[tester]") {

@@ -79,6 +79,10 @@ struct CampaignStart {
   }
 };
 
+// A reply travels with its candidate through compile and test and is stored with the program: bounded, as
+// an LLM's answer is a few kB (max_tokens) and anything longer is not a reply worth keeping whole.
+inline constexpr size_t kMaxRawLlmCodeBytes = 64u << 10;
+
 // One candidate as it moves through propose -> compile -> test -> score.
 struct Candidate {
   std::string campaign_id;
@@ -99,10 +103,14 @@ struct Candidate {
   // region in order, instead of `code` (which is then empty). The compiler splices them into the task's
   // kernel and sends the result on as `code`, with `regions` cleared.
   std::vector<std::string> regions;
+  // Optional (v4): what an LLM proposer answered, as it came, before the code was extracted from it (at
+  // most kMaxRawLlmCodeBytes; empty for the tuner). Kept with the program as Program.raw_llm_code.
+  std::string raw_llm_code;
   template <class V> void fields(V& v) {
     v("campaign_id", campaign_id); v("program_id", program_id); v("parent_id", parent_id);
     v("generation", generation); v("proposal_index", proposal_index); v("proposer", proposer);
     v("code", code); v("params", params); v("notes", notes); v("metadata", metadata); v("regions", regions);
+    v("raw_llm_code", raw_llm_code);
   }
 };
 
@@ -346,10 +354,16 @@ struct TestReport {
   // Optional (v4): the evaluation child's run, its streams apart (`log` is the two of them together);
   // within the tester's max_log_bytes together. Written by the tester, never by the child.
   ProcessResult process;
+  // Optional (v4): how the tester ran the evaluation, written by the tester: "evaluator" (kiln-eval |
+  // kiln-eval-cuda), "evaluator_sha256" (of its binary: the evaluator's version as built), "kiln_version",
+  // the timing options ("timing_mode", "timing_min_samples", "timing_min_time_s", "timing_max_time_s",
+  // "timing_max_noise", "timing_warmup_iters"), "timeout_s" and the sandbox's isolation ("isolation_network",
+  // "isolation_pids", "isolation_filesystem").
+  std::map<std::string, std::string> metadata;
   template <class V> void fields(V& v) {
     v("status", status); v("message", message); v("correctness", correctness);
     v("performance", performance); v("worker", worker); v("log", log); v("duration_s", duration_s);
-    v("process", process);
+    v("process", process); v("metadata", metadata);
   }
 };
 
@@ -460,18 +474,42 @@ struct EvalResult {
   double improve_over_baseline = -1;
   int64_t perf_score = -1;  // 0..5
   std::map<std::string, double> profiler_data;
+  // For a templated program: every parameter set tried with its code in its campaign ("BLOCK=256 VEC=4")
+  // -> the best combined_score it got, at most kMaxTemplateResults of the best. The tuner tries one set
+  // per program, so a kernel's sets are spread over the programs sharing its code; the scorer fills this
+  // when it answers a query (kiln best), so it covers the campaign so far, and leaves it out of the
+  // stored record.
   std::map<std::string, double> template_results;
   std::string eval_log;  // condensed feedback for proposers
   double combined_score = 0;
   std::string status;
   // Optional (v4): every benchmark case's numbers, in task order.
   std::vector<CaseSpeedup> cases;
+  // Optional (v4): how it was measured: the tester's TestReport.metadata plus "device", "host",
+  // "worker_id", "driver_version", "runtime_version", "toolchain", "timing_method", "timing_mode",
+  // "build_toolchain" and "build_flags" (those known). Empty when no test ran.
+  std::map<std::string, std::string> metadata;
   template <class V> void fields(V& v) {
     v("compiled", compiled); v("correctness", correctness); v("runtime", runtime);
     v("runtime_stats", runtime_stats); v("runtime_improvement", runtime_improvement);
     v("improve_over_baseline", improve_over_baseline); v("perf_score", perf_score);
     v("profiler_data", profiler_data); v("template_results", template_results); v("eval_log", eval_log);
-    v("combined_score", combined_score); v("status", status); v("cases", cases);
+    v("combined_score", combined_score); v("status", status); v("cases", cases); v("metadata", metadata);
+  }
+};
+
+inline constexpr size_t kMaxTemplateResults = 64;
+
+// The task a program belongs to (the seeds' Program.task holds the whole task; the package is stored
+// once per campaign, so a program names it).
+struct TaskRef {
+  std::string task_id;  // sha256 of the package files
+  std::string name;
+  std::string op;
+  std::string backend;
+  std::string dtype;
+  template <class V> void fields(V& v) {
+    v("task_id", task_id); v("name", name); v("op", op); v("backend", backend); v("dtype", dtype);
   }
 };
 
@@ -486,6 +524,9 @@ struct Program {
   double timestamp = 0;
   int64_t iteration_found = 0;
   std::map<std::string, double> metrics;
+  // Both from the archive's feature code (archive/features.h): complexity is the number of code lines
+  // (comments and blank lines aside) of the kernel; diversity is how far its behaviour coordinates lie
+  // from the programs the archive held when it was scored (mean distance, 0-1).
   double complexity = 0;
   double diversity = 0;
   bool is_templated = false;
@@ -493,13 +534,16 @@ struct Program {
   std::map<std::string, std::string> metadata;
   EvalResult eval;
   std::string feedback;
+  // Optional (v4).
+  TaskRef task;
+  std::string raw_llm_code;  // Candidate.raw_llm_code
   template <class V> void fields(V& v) {
     v("id", id); v("code", code); v("is_program0", is_program0); v("language", language);
     v("parent_id", parent_id); v("generation", generation); v("timestamp", timestamp);
     v("iteration_found", iteration_found); v("metrics", metrics); v("complexity", complexity);
     v("diversity", diversity); v("is_templated", is_templated);
     v("template_parameters", template_parameters); v("metadata", metadata); v("eval", eval);
-    v("feedback", feedback);
+    v("feedback", feedback); v("task", task); v("raw_llm_code", raw_llm_code);
   }
 };
 

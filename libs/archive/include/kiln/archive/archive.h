@@ -66,6 +66,12 @@ class Archive {
     (void)program;
     return {};
   }
+  // Behaviour coordinates of a program (features.h coordinates()). The plain archive keeps no grid and
+  // answers on the default dimensions.
+  virtual std::vector<int64_t> coordinates_of(const proto::Program& program) const;
+  // Program.diversity: behaviour_diversity (features.h) of `program` against the programs kept now,
+  // itself aside.
+  double diversity_of(const proto::Program& program) const;
 };
 
 struct EliteOptions {
@@ -121,7 +127,7 @@ class MapElitesArchive final : public Archive {
   size_t cells_filled() const override;
   std::string cell_of(const proto::Program& program) const override;
 
-  std::vector<int64_t> coordinates_of(const proto::Program& program) const;
+  std::vector<int64_t> coordinates_of(const proto::Program& program) const override;
   int64_t migrations() const { return migrations_; }
   // The cell keys of one island (tests).
   std::vector<std::string> island_cells(int64_t island) const;
@@ -137,9 +143,9 @@ class MapElitesArchive final : public Archive {
   MapElitesOptions options_;
   std::vector<Grid> islands_;
   std::map<std::string, uint64_t> order_;  // program id -> when first offered (ties)
-  // program id -> cell key: the static analysis runs a few dozen regexes, and a program's code and build
-  // never change once it is scored.
-  mutable std::map<std::string, std::string> cells_by_id_;
+  // program id -> coordinates: the static analysis runs a few dozen regexes, and a program's code and
+  // build never change once it is scored.
+  mutable std::map<std::string, std::vector<int64_t>> coordinates_by_id_;
   uint64_t next_order_ = 0;
   int64_t additions_ = 0;
   int64_t migrations_ = 0;

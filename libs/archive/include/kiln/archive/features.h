@@ -62,4 +62,15 @@ std::vector<int64_t> coordinates(const std::vector<std::string>& dimensions, std
 // "memory=2,compute=1,parallelism=3"
 std::string cell_key(const std::vector<std::string>& dimensions, const std::vector<int64_t>& coords);
 
+// Program.complexity: the lines of a source that hold code once comments are stripped (blank and
+// comment-only lines do not count). A size measure, as KernelFoundry's complexity, that a comment cannot
+// inflate.
+int64_t code_lines(std::string_view source);
+
+// Program.diversity: how far a program's coordinates lie from those of `others` (the programs it is
+// compared with): the mean L1 distance, over `others`, divided by the largest distance the grid allows
+// (dimensions x (kLevels - 1)). 0 when there is nothing to compare with or all share its cell, 1 when
+// every other program sits in the opposite corner.
+double behaviour_diversity(const std::vector<int64_t>& coords, const std::vector<std::vector<int64_t>>& others);
+
 }  // namespace kiln::archive

@@ -60,7 +60,8 @@ double combined_score(const proto::EvalResult& eval);
 // of cases (Berger 1982), whereas a mean of bounds has no stated coverage at all.
 
 // The full EvalResult of one result: perf_score, the timing summary above, profiler_data (build
-// resources), combined_score and the condensed eval_log.
+// resources), metadata (how it was measured), combined_score and the condensed eval_log. Leaves
+// template_results to the campaign (it depends on the other programs).
 proto::EvalResult evaluate(const proto::ScoreResult& result);
 
 // Condensed feedback, at most kMaxEvalLogBytes: the compiler's error lines, or the test status with the

@@ -23,6 +23,9 @@ struct ProposalInfo {
   std::map<std::string, std::string> metadata;
   // The proposer counted its own kiln_llm_requests_total (one per HTTP attempt).
   bool requests_counted = false;
+  // The model's answer as it came, before code extraction (at most proto::kMaxRawLlmCodeBytes): the
+  // candidate's raw_llm_code, kept also when nothing could be extracted from it.
+  std::string raw_reply;
 };
 
 class Proposer {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +70,9 @@ class TestHandler {
 
   TesterOptions options_;
   proto::WorkerInfo worker_;  // this host (and GPU), for reports the child could not write
+  // TestReport.metadata common to every evaluation: the evaluation child and its hash, Kiln's version,
+  // the timing options and the timeout.
+  std::map<std::string, std::string> run_metadata_;
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
   cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
   std::shared_ptr<GpuMonitor> monitor_;
