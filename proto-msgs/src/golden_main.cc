@@ -1,5 +1,7 @@
-// Writes the golden sample of each message into a folder (proto-msgs/golden/). The samples are
-// committed; tests decode them, so a change that breaks old readers fails a test.
+// Writes the golden sample of each message into a folder. The samples in proto-msgs/golden/ are
+// committed; tests decode them, so a change that breaks old readers fails a test. Each committed sample is
+// what the Kiln of its time wrote (the envelope version inside says which): write into an empty folder and
+// copy only a new sample over, never regenerate the old ones.
 #include <cstdio>
 #include <string>
 
@@ -79,6 +81,21 @@ int main(int argc, char** argv) {
   sr.test.performance.mode = "cold";
   sr.test.performance.cases.push_back(ct);
   rc |= write(dir, "score_result", encode(sr));
+
+  // Envelope version 2 (codec.h): two benchmark cases, the processes that ran, how it was measured and an
+  // LLM's raw reply. The samples above were written by version 1 and are kept as they were.
+  ScoreResult sr2 = sr;
+  sr2.cand.raw_llm_code = "Here it is:\n```cpp\n// [EVOLVE_START]\n// [EVOLVE_END]\n```\n";
+  CaseTiming big = ct;
+  big.dims = {{"B", 64}, {"H", 4096}};
+  big.speedup = 0.5;
+  big.speedup_lo = 0.45;
+  big.speedup_hi = 0.55;
+  sr2.test.performance.cases.push_back(big);
+  sr2.build.process = ProcessResult{0, "", "ptxas info: Used 32 registers\n", ""};
+  sr2.test.process = ProcessResult{0, "", "kiln-eval: task 'rmsnorm'\n", ""};
+  sr2.test.metadata = {{"evaluator", "kiln-eval"}, {"timing_mode", "cold"}};
+  rc |= write(dir, "score_result_v2", encode(sr2));
 
   CampaignStart cs;
   cs.campaign_id = "c1";

@@ -75,6 +75,17 @@ TEST_CASE("golden samples decode", "[proto]") {
   CHECK(cs->files.at("task.yaml").data == "name: rmsnorm\n");
   CHECK(peek_string(golden("campaign_start"), "kind").value() == "campaign.start");
 
+  auto sr2 = decode<ScoreResult>(golden("score_result_v2"));
+  REQUIRE(sr2.is_ok());
+  CHECK(Reader::parse(golden("score_result_v2"))->version() == 2);
+  REQUIRE(sr2->test.performance.cases.size() == 2);
+  CHECK(sr2->test.performance.cases[1].dims.at("B") == 64);
+  CHECK(sr2->test.performance.cases[1].speedup_lo == Approx(0.45));
+  CHECK(sr2->build.process.stderr_text == "ptxas info: Used 32 registers\n");
+  CHECK(sr2->test.process.returncode == 0);
+  CHECK(sr2->test.metadata.at("evaluator") == "kiln-eval");
+  CHECK(sr2->cand.raw_llm_code.find("[EVOLVE_START]") != std::string::npos);
+
   auto dl = decode<DeadLetter>(golden("dead_letter"));
   REQUIRE(dl.is_ok());
   CHECK(dl->attempts == 3);
