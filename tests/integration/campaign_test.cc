@@ -36,7 +36,7 @@ struct LocalKiln {
   std::string registry = dir.path() + "/registry";
   std::unique_ptr<Background> up;
 
-  explicit LocalKiln(int compilers = 2) {
+  explicit LocalKiln(int compilers = 2, int testers = 1) {
     std::ofstream(config) << "broker:\n"
                           << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
                           << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
@@ -53,7 +53,7 @@ struct LocalKiln {
                           << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
                           << "scorer: {metrics_port: 0, max_in_flight: 3}\n"
                           << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
-                          << "up: {compilers: " << compilers << ", testers: 1}\n";
+                          << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
     up = std::make_unique<Background>(
         std::vector<std::string>{bin_dir() + "/kiln", "--config", config, "up", "--state-dir", dir.path() + "/state"},
         dir.path() + "/up.log");
@@ -94,7 +94,9 @@ pid_t pid_of_worker(const std::string& worker_id) {
 }  // namespace
 
 TEST_CASE("a campaign runs through every real process to the verified-kernel registry", "[integration]") {
-  LocalKiln k;
+  // Two testers: the confirmation of a promising kernel runs on the other one, and the registry entry
+  // carries both measurements.
+  LocalKiln k(2, 2);
   // Watch the broker's /metrics while the campaign runs: queue depth per service must show up.
   std::atomic<bool> done{false};
   std::set<std::string> services_seen;
@@ -133,6 +135,24 @@ TEST_CASE("a campaign runs through every real process to the verified-kernel reg
   CHECK(e["benchmark"]["speedup"].get<double>() >= 1.10);
   CHECK(e["evidence_level"] == "op_level");
   CHECK(reg->verify().is_ok());
+  // Each tester's measurement, then their merge; both testers run on this one CPU, and the entry says so.
+  INFO("evidence: " << e["evidence"].dump());
+  const json& measured = e["evidence"]["measurements"];
+  REQUIRE(measured.size() == 2);
+  CHECK(measured[0]["purpose"] == "eval");
+  CHECK(measured[1]["purpose"] == "confirm");
+  CHECK(measured[0]["worker_id"] != measured[1]["worker_id"]);
+  for (const auto& m : measured) {
+    CHECK(m["worker_id"].get<std::string>().rfind("tester-", 0) == 0);
+    CHECK(m["speedup_interval"][0].get<double>() >= 1.10);
+  }
+  const json& merged = e["evidence"]["merged"];
+  CHECK(merged["testers"] == 2);
+  CHECK(merged["devices"] == 1);
+  CHECK(merged["note"] == "one device: 2 testers shared one device for all 2 measurements");
+  CHECK(merged["speedup"].get<double>() ==
+        Approx(std::sqrt(measured[0]["speedup"].get<double>() * measured[1]["speedup"].get<double>())));
+  CHECK(merged["speedup_interval"][0].get<double>() >= 1.10);
 
   // `kiln registry list` and `kiln best` read what the campaign left.
   auto list = k.kiln({"registry", "--dir", k.registry, "list"});

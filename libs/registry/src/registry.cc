@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
@@ -124,6 +125,63 @@ json cases_to(const std::vector<CaseBenchmark>& cases) {
   return out;
 }
 
+json measurements_to(const std::vector<Measurement>& ms, const MergedEvidence& merged) {
+  json list = json::array();
+  for (const Measurement& m : ms)
+    list.push_back({{"purpose", m.purpose},
+                    {"worker_id", m.worker_id},
+                    {"host", m.host},
+                    {"device", m.device},
+                    {"gpu_uuid", m.gpu_uuid},
+                    {"speedup", m.speedup},
+                    {"speedup_interval", json::array({m.speedup_lo, m.speedup_hi})},
+                    {"cases", m.cases},
+                    {"benchmark_iters", m.benchmark_iters}});
+  return {{"measurements", std::move(list)},
+          {"merged",
+           {{"speedup", merged.speedup},
+            {"speedup_interval", json::array({merged.speedup_lo, merged.speedup_hi})},
+            {"testers", merged.testers},
+            {"devices", merged.devices},
+            {"note", merged.note}}}};
+}
+
+std::pair<double, double> interval_from(const Obj& o, const std::string& at) {
+  const json* interval = o.opt("speedup_interval");
+  if (interval == nullptr) return {0, 0};
+  if (!interval->is_array() || interval->size() != 2) fail(at + ".speedup_interval", "expected [lo, hi]");
+  return {get_number((*interval)[0], at + ".speedup_interval[0]"), get_number((*interval)[1], at + ".speedup_interval[1]")};
+}
+
+void evidence_from(const json& v, KernelEntry& e) {
+  if (!v.is_object()) fail("evidence", "expected an object");
+  Obj ev{v, "evidence"};
+  const json& list = field(v, "evidence", "measurements");
+  if (!list.is_array()) fail("evidence.measurements", "expected a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = "evidence.measurements[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) fail(at, "expected an object");
+    Obj m{list[i], at};
+    Measurement out;
+    out.purpose = m.req_string("purpose");
+    out.worker_id = m.req_string("worker_id");
+    out.host = m.opt_string("host");
+    out.device = m.opt_string("device");
+    out.gpu_uuid = m.opt_string("gpu_uuid");
+    out.speedup = m.req_number("speedup");
+    std::tie(out.speedup_lo, out.speedup_hi) = interval_from(m, at);
+    out.cases = m.opt_int("cases");
+    out.benchmark_iters = m.opt_int("benchmark_iters");
+    e.measurements.push_back(std::move(out));
+  }
+  Obj merged = ev.req_obj("merged");
+  e.merged.speedup = merged.req_number("speedup");
+  std::tie(e.merged.speedup_lo, e.merged.speedup_hi) = interval_from(merged, "evidence.merged");
+  e.merged.testers = merged.req_int("testers");
+  e.merged.devices = merged.req_int("devices");
+  e.merged.note = merged.opt_string("note");
+}
+
 KernelEntry entry_from(const json& j) {
   if (!j.is_object()) fail("entry", "expected an object");
   Obj o{j, ""};
@@ -207,6 +265,7 @@ KernelEntry entry_from(const json& j) {
       e.cases.push_back(std::move(cb));
     }
   }
+  if (const json* evidence = o.opt("evidence")) evidence_from(*evidence, e);
   return e;
 }
 
@@ -337,6 +396,30 @@ Status check_rules(const proto::PromoteRequest& r, double min_speedup) {
   return check_cases(r.confirmation_cases, "confirmation ", min_speedup);
 }
 
+// One measurement from the cases it timed (the single case when the request predates per-case lists).
+Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w, const proto::CaseTiming& first,
+                           const std::vector<proto::CaseTiming>& all) {
+  const std::vector<proto::CaseTiming>& cases = all.empty() ? std::vector<proto::CaseTiming>{first} : all;
+  Measurement m;
+  m.purpose = std::string(purpose);
+  m.worker_id = w.worker_id;
+  m.host = w.host;
+  m.device = w.device_name;
+  m.gpu_uuid = w.gpu_uuid;
+  double log_sum = 0;
+  m.speedup_lo = cases.front().speedup_lo;
+  m.speedup_hi = cases.front().speedup_hi;
+  for (const proto::CaseTiming& c : cases) {
+    log_sum += std::log(c.speedup);
+    m.speedup_lo = std::min(m.speedup_lo, c.speedup_lo);
+    m.speedup_hi = std::max(m.speedup_hi, c.speedup_hi);
+    m.benchmark_iters += c.candidate.n;
+  }
+  m.speedup = std::exp(log_sum / static_cast<double>(cases.size()));
+  m.cases = static_cast<int64_t>(cases.size());
+  return m;
+}
+
 KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, const std::string& language,
                       const std::string& source_path, const std::string& sha) {
   const proto::CaseTiming& c = r.confirmation;
@@ -381,6 +464,9 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
   for (const proto::CaseTiming& t : r.confirmation_cases.empty() ? std::vector<proto::CaseTiming>{c} : r.confirmation_cases)
     e.cases.push_back({t.dims, t.speedup, t.speedup_lo, t.speedup_hi, t.reference.median_us, t.candidate.median_us,
                        t.candidate.n});
+  e.measurements.push_back(measurement_of("eval", r.worker, r.benchmark, r.benchmark_cases));
+  e.measurements.push_back(measurement_of("confirm", confirm, r.confirmation, r.confirmation_cases));
+  e.merged = merge_measurements(e.measurements);
   return e;
 }
 
@@ -436,7 +522,34 @@ json to_json(const KernelEntry& e) {
   };
   if (!e.source_sha256.empty()) j["source_sha256"] = e.source_sha256;
   if (!e.cases.empty()) j["cases"] = cases_to(e.cases);  // none for entries from before per-case numbers
+  if (!e.measurements.empty()) j["evidence"] = measurements_to(e.measurements, e.merged);
   return j;
+}
+
+MergedEvidence merge_measurements(const std::vector<Measurement>& measurements) {
+  MergedEvidence out;
+  if (measurements.empty()) return out;
+  std::set<std::string> testers;
+  std::set<std::string> devices;
+  double log_sum = 0;
+  out.speedup_lo = measurements.front().speedup_lo;
+  out.speedup_hi = measurements.front().speedup_hi;
+  for (const Measurement& m : measurements) {
+    log_sum += std::log(m.speedup);
+    out.speedup_lo = std::min(out.speedup_lo, m.speedup_lo);
+    out.speedup_hi = std::max(out.speedup_hi, m.speedup_hi);
+    testers.insert(m.worker_id);
+    devices.insert(m.gpu_uuid.empty() ? m.host + "/" + m.device : m.gpu_uuid);
+  }
+  out.speedup = std::exp(log_sum / static_cast<double>(measurements.size()));
+  out.testers = static_cast<int64_t>(testers.size());
+  out.devices = static_cast<int64_t>(devices.size());
+  const std::string n = std::to_string(measurements.size());
+  if (out.devices == 1 && out.testers == 1)
+    out.note = "one device: one tester on one device made all " + n + " measurements (no other tester of that device model was connected)";
+  else if (out.devices == 1)
+    out.note = "one device: " + std::to_string(out.testers) + " testers shared one device for all " + n + " measurements";
+  return out;
 }
 
 Result<KernelEntry> from_json(const json& j) {

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -394,4 +395,80 @@ TEST_CASE("open() rejects a file where the directory should be", "[registry]") {
   CHECK_FALSE(Registry::open(dir.path() + "/file").is_ok());
   CHECK_FALSE(Registry::open("").is_ok());
   CHECK(Registry::open("relative/dir").is_ok());
+}
+
+TEST_CASE("the entry carries each tester's measurement and their merge, and says when one device made them",
+          "[registry]") {
+  using Catch::Detail::Approx;
+  kiln::TempDir dir;
+  Registry reg = open_registry(dir.path() + "/reg");
+  auto r = good_request();
+  r.worker.worker_id = "tester-a";
+  r.worker.host = "node1";
+  r.worker.gpu_uuid = "GPU-aaaa";
+  r.confirm_worker = r.worker;
+  r.confirm_worker.worker_id = "tester-b";
+  r.confirm_worker.gpu_uuid = "GPU-bbbb";
+  // Two cases in the first measurement: its speedup is their geometric mean, its interval spans both.
+  kiln::proto::CaseTiming second = timing(1.21, 1.12, 1.30);
+  second.dims = {{"B", 64}, {"H", 4096}};
+  r.benchmark_cases = {r.benchmark, second};
+  auto id = reg.promote(r, 1.10);
+  REQUIRE(id.is_ok());
+  auto entry = reg.show(*id);
+  REQUIRE(entry.is_ok());
+  REQUIRE(entry->measurements.size() == 2);
+  const auto& eval = entry->measurements[0];
+  CHECK(eval.purpose == "eval");
+  CHECK(eval.worker_id == "tester-a");
+  CHECK(eval.host == "node1");
+  CHECK(eval.device == "NVIDIA H200");
+  CHECK(eval.gpu_uuid == "GPU-aaaa");
+  CHECK(eval.cases == 2);
+  CHECK(eval.speedup == Approx(std::sqrt(1.69 * 1.21)));
+  CHECK(eval.speedup_lo == 1.12);
+  CHECK(eval.speedup_hi == 1.80);
+  CHECK(eval.benchmark_iters == 80);
+  const auto& confirm = entry->measurements[1];
+  CHECK(confirm.purpose == "confirm");
+  CHECK(confirm.worker_id == "tester-b");
+  CHECK(confirm.speedup == 1.65);
+  CHECK(confirm.cases == 1);
+  CHECK(entry->merged.testers == 2);
+  CHECK(entry->merged.devices == 2);
+  CHECK(entry->merged.note.empty());
+  CHECK(entry->merged.speedup == Approx(std::sqrt(eval.speedup * 1.65)));
+  CHECK(entry->merged.speedup_lo == 1.12);
+  CHECK(entry->merged.speedup_hi == 1.80);
+  json e = kiln::registry::to_json(*entry);
+  CHECK(e["evidence"]["measurements"][1]["speedup_interval"] == json::array({1.55, 1.75}));
+  CHECK(e["evidence"]["merged"]["testers"] == 2);
+  auto back = kiln::registry::from_json(e);
+  REQUIRE(back.is_ok());
+  CHECK(kiln::registry::to_json(*back) == e);
+
+  // Devices are told apart by GPU uuid, else by host and model: two CPU testers on one host share one.
+  std::vector<kiln::registry::Measurement> ms = entry->measurements;
+  ms[0].gpu_uuid = ms[1].gpu_uuid = "";
+  auto merged = kiln::registry::merge_measurements(ms);
+  CHECK(merged.testers == 2);
+  CHECK(merged.devices == 1);
+  CHECK(merged.note == "one device: 2 testers shared one device for all 2 measurements");
+  ms[1].worker_id = ms[0].worker_id;
+  CHECK(kiln::registry::merge_measurements(ms).note ==
+        "one device: one tester on one device made all 2 measurements (no other tester of that device model was "
+        "connected)");
+  ms[1].host = "node2";
+  CHECK(kiln::registry::merge_measurements(ms).devices == 2);
+  CHECK(kiln::registry::merge_measurements({}).testers == 0);
+
+  // Older and Forge entries have no evidence block; a malformed one is named.
+  json old = e;
+  old.erase("evidence");
+  auto read = kiln::registry::from_json(old);
+  REQUIRE(read.is_ok());
+  CHECK(read->measurements.empty());
+  CHECK_FALSE(kiln::registry::to_json(*read).contains("evidence"));
+  old["evidence"] = {{"measurements", json::array({{{"purpose", "eval"}}})}, {"merged", json::object()}};
+  CHECK(kiln::registry::from_json(old).status().message() == "evidence.measurements[0].worker_id: missing (required)");
 }

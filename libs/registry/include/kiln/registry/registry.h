@@ -68,6 +68,39 @@ struct CaseBenchmark {
   int64_t benchmark_iters = 0;      // samples taken (n)
 };
 
+// One tester's measurement of the promoted kernel (Kiln's extra, the seed's results_per_gpu): the first
+// measurement ("eval") and the independent confirmation ("confirm"), each with the worker and device that
+// made it. A measurement's numbers summarise every benchmark case it timed.
+struct Measurement {
+  std::string purpose;  // eval | confirm
+  std::string worker_id;
+  std::string host;
+  std::string device;    // device model (the CPU model for the CPU backend)
+  std::string gpu_uuid;  // empty on the CPU backend
+  double speedup = 0;     // geometric mean of the cases' speedups
+  double speedup_lo = 0;  // the lowest lower bound of the cases' 95 % intervals
+  double speedup_hi = 0;  // the highest upper bound
+  int64_t cases = 0;
+  int64_t benchmark_iters = 0;  // samples of the candidate, summed over the cases
+};
+
+// The measurements merged (the seed's TestResult.merge): the geometric mean of their speedups, the
+// lowest lower and highest upper bound of any of them (every measurement cleared the bar, so the merged
+// lower bound did too), and how many testers and distinct devices (GPU uuid, else host and model) they
+// came from. `note` says so when one device made every measurement: its speedup was then never seen on a
+// second device.
+struct MergedEvidence {
+  double speedup = 0;
+  double speedup_lo = 0;
+  double speedup_hi = 0;
+  int64_t testers = 0;
+  int64_t devices = 0;
+  std::string note;
+};
+
+// Merges measurements by the rules above; an empty list gives all zeros and no note.
+MergedEvidence merge_measurements(const std::vector<Measurement>& measurements);
+
 struct KernelEntry {
   // Forge's fields.
   std::string kernel_id;
@@ -100,6 +133,9 @@ struct KernelEntry {
   double speedup_hi = 0;
   std::map<std::string, std::string> params;
   std::vector<CaseBenchmark> cases;  // every benchmark case, in task order ("cases"; absent in older entries)
+  // "evidence": {"measurements": [...], "merged": {...}}; absent in Forge's and older entries.
+  std::vector<Measurement> measurements;
+  MergedEvidence merged;
 };
 
 // source_sha256 is left out when the entry has none (a Forge entry), rather than written empty.
