@@ -70,9 +70,9 @@ EOF
 }
 
 {
-  for cycles in 20000 200000 2000000; do
+  for cycles in ${CYCLES:-20000 200000 2000000}; do
     measure "$eval_bin" runner "$cycles"
-    if [ -n "${OLD_EVAL:-}" ]; then measure "$(realpath "$OLD_EVAL")" in_process "$cycles"; fi
+    if [ -n "${OLD_EVAL:-}" ]; then measure "$(realpath "$OLD_EVAL")" "${OLD_LABEL:-in_process}" "$cycles"; fi
   done
 } > "$work/rows.txt"
 

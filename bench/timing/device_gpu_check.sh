@@ -21,7 +21,7 @@ for step in "$@"; do
   case $step in
     tests) KILN_GPU_TESTS=1 timeout 330 build/bin/test_gpu -d yes ${GPU_FILTER:-} > "$out/gpu_tests.log" 2>&1
            echo "test_gpu exit $?"; grep -E "speedup|passed|failed|FAILED|with expansion|seconds:|sandbox" "$out/gpu_tests.log" | head -70 ;;
-    bench) timeout 170 bash bench/timing/cuda_runner.sh build/bin/kiln-eval-cuda "${RUNS:-5}" > "$out/cuda_runner.json" 2> "$out/cuda_runner.log"
+    bench) timeout ${BENCH_TIMEOUT:-170} bash bench/timing/cuda_runner.sh build/bin/kiln-eval-cuda "${RUNS:-5}" > "$out/cuda_runner.json" 2> "$out/cuda_runner.log"
            echo "bench exit $?"; cat "$out/cuda_runner.log" | cut -c1-160 | head -40 ;;
     trust) for t in ${TRUST_TESTS:-test_trust test_trust_timing}; do timeout 90 build/bin/$t > "$out/$t.log" 2>&1; echo "$t exit $?"; grep -E "passed|failed" "$out/$t.log" | tail -3; done ;;
   esac
