@@ -4,6 +4,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/report/report.h"
 
 namespace kiln::scorer {
 
@@ -94,6 +95,12 @@ std::string resolve_db_path(const std::string& db_path, const std::string& state
   return state_dir + (state_dir.back() == '/' ? "" : "/") + db_path;
 }
 
+Result<std::string> ScorerHandler::report_html(const std::string& campaign_id, const std::string& registry_dir,
+                                              double promotion_bar) {
+  KILN_ASSIGN_OR_RETURN(proto::BestPrograms best, engine_->best(proto::CampaignQuery{campaign_id, report::kMaxReportPrograms}));
+  return report::render_html(report::make_input(std::move(best), registry_dir, promotion_bar));
+}
+
 Result<service::ServiceHandlers> make_scorer_handlers(const service::ServiceContext& ctx) {
   if (!ctx.config) return invalid_argument("scorer: no configuration");
   const config::KilnConfig& cfg = *ctx.config;
@@ -126,6 +133,13 @@ Result<service::ServiceHandlers> make_scorer_handlers(const service::ServiceCont
   // One slot: the engine serializes jobs anyway, and parent choices depend on the order results arrive.
   h.slots = 1;
   h.service = std::string(proto::svc::kScore);
+  // Each campaign's report, for a browser pointed at this port (kiln report writes the same page).
+  const std::string registry_dir = cfg.promoter.registry_dir;
+  const double bar = cfg.promoter.min_speedup;
+  h.pages.push_back({R"(/campaigns/([A-Za-z0-9._:-]{1,128})/report)", "text/html; charset=utf-8",
+                     [handler, registry_dir, bar](const std::vector<std::string>& captures) -> Result<std::string> {
+                       return handler->report_html(captures.at(0), registry_dir, bar);
+                     }});
   return h;
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ struct LocalKiln {
   int broker_port = free_tcp_port();
   int events_port = free_tcp_port();
   int metrics_port = free_tcp_port();
+  int scorer_port = free_tcp_port();
   std::string config = dir.path() + "/kiln.yaml";
   std::string registry = dir.path() + "/registry";
   std::unique_ptr<Background> up;
@@ -51,7 +53,7 @@ struct LocalKiln {
                           // Warm and a little longer: these tests check the pipeline and promotion, not cache
                           // flushing, and a confident interval must not hinge on one slow generation.
                           << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
-                          << "scorer: {metrics_port: 0, max_in_flight: 3}\n"
+                          << "scorer: {metrics_port: " << scorer_port << ", max_in_flight: 3}\n"
                           << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
                           << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
     up = std::make_unique<Background>(
@@ -364,4 +366,82 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   CHECK(text.out.find("N=4096: ") != std::string::npos);
   CHECK(text.out.find("N=65536: ") != std::string::npos);
   CHECK(text.out.find("geometric means over the benchmark cases") != std::string::npos);
+}
+
+TEST_CASE("kiln report renders a real campaign that a headless browser shows without script errors",
+          "[integration][report]") {
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) FAIL("chromium is missing: `make deps` installs it");
+  LocalKiln k(1);
+  auto r = k.kiln({"--json", "submit", fast_task(), "--budget", "4", "--wait", "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json campaign = json::parse(r.out).at(0);
+  const std::string cid = campaign["campaign_id"];
+  auto best = k.kiln({"--json", "best", cid});
+  REQUIRE(best.exit_code == 0);
+  const json listed = json::parse(best.out);
+
+  // The page is written where asked, kept under build/ for a person to look at.
+  const std::string out_dir = bin_dir() + "/../report";
+  const std::string page = out_dir + "/campaign-report.html";
+  auto written = k.kiln({"report", cid, "-o", page});
+  INFO("kiln report: " << written.out << written.err);
+  REQUIRE(written.exit_code == 0);
+  REQUIRE(std::filesystem::exists(page));
+  auto html = read_file(page);
+  REQUIRE(html.is_ok());
+  CHECK(html->find("http://") == std::string::npos);  // self-contained: nothing fetched from anywhere
+  CHECK(html->find("https://") == std::string::npos);
+
+  // A real browser: the DOM after the page's script ran, and a screenshot.
+  const std::string profile = k.dir.path() + "/chromium";
+  const std::vector<std::string> browser = {chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                            "--no-first-run", "--user-data-dir=" + profile};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = browser;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("file://" + std::filesystem::absolute(page).string());
+    return argv;
+  };
+  auto dom = run_process(with({"--dump-dom"}), 120);
+  INFO("chromium stderr: " << dom.err.substr(0, 2000));
+  REQUIRE(dom.exit_code == 0);
+  const std::string& d = dom.out;
+  CHECK(d.find("data-ready=\"1\"") != std::string::npos);  // the script ran to its end
+  CHECK(d.find("data-errors") == std::string::npos);       // and window.onerror never fired
+  for (const char* id : {"campaign", "progress", "map", "lineage", "candidates", "registry"})
+    CHECK(d.find(std::string("<section id=\"") + id + "\"") != std::string::npos);
+  // The campaign's real numbers, as `kiln best` reports them.
+  char speedup[32];
+  std::snprintf(speedup, sizeof speedup, "%.2fx", listed["campaign"]["best_speedup"].get<double>());
+  std::smatch m;
+  REQUIRE(std::regex_search(d, m, std::regex(R"re(<div id="best-speedup">([^<]*)</div>)re")));
+  CHECK(m[1].str().find(speedup) != std::string::npos);
+  CHECK(m[1].str().find(listed["campaign"]["best_program_id"].get<std::string>()) != std::string::npos);
+  REQUIRE(std::regex_search(d, m, std::regex(R"re(<div id="scored">([0-9]+) \(([0-9]+) correct\)</div>)re")));
+  CHECK(std::stoll(m[1].str()) == campaign["scored"].get<int64_t>());
+  const std::regex row(R"re(<tr id="p-[^"]+" data-status="([a-z_]+)")re");
+  size_t rows = 0;
+  for (std::sregex_iterator it(d.begin(), d.end(), row), end; it != end; ++it) ++rows;
+  CHECK(rows == campaign["scored"].get<size_t>());
+  CHECK(d.find("class=\"cell\"") != std::string::npos);  // the map has at least one filled cell
+  CHECK(d.find("id=\"best-line\"") != std::string::npos);
+  for (const auto& id : campaign["promoted"]) CHECK(d.find(id.get<std::string>()) != std::string::npos);
+
+  const std::string shot = out_dir + "/campaign-report.png";
+  std::filesystem::remove(shot);
+  auto png = run_process(with({"--screenshot=" + shot, "--window-size=1280,2400", "--hide-scrollbars"}), 120);
+  CHECK(png.exit_code == 0);
+  CHECK(std::filesystem::exists(shot));
+  CHECK(std::filesystem::file_size(shot) > 10000);
+
+  // The scorer serves the same page; an unknown campaign is not a page.
+  const std::string served = http_get(k.scorer_port, "/campaigns/" + cid + "/report");
+  CHECK(served.find("<section id=\"candidates\"") != std::string::npos);
+  CHECK(served.find(cid) != std::string::npos);
+  CHECK(http_get(k.scorer_port, "/campaigns/no-such-campaign/report").empty());
+  // `kiln best` points at it.
+  auto text = k.kiln({"best", cid});
+  CHECK(text.out.find("report: kiln report " + cid) != std::string::npos);
 }

@@ -246,6 +246,7 @@ int cmd_status(const Common& c, const std::string& campaign) {
   } else if (!shown.empty()) {
     std::printf("\n%-26s", "campaign");
     print_results_table(shown);
+    std::printf("\n%s\n", report_hint(c, campaign.empty() ? std::string("<campaign>") : campaign).c_str());
   }
   return 0;
 }
@@ -311,6 +312,7 @@ int cmd_best(const Common& c, const std::string& campaign) {
                   format_speedup(k.speedup, k.speedup_lo, k.speedup_hi).c_str());
   }
   if (!best->programs.empty()) std::printf("\nbest program's evaluation:\n%s\n", best->programs[0].eval.eval_log.c_str());
+  std::printf("\n%s\n", report_hint(c, campaign).c_str());
   return 0;
 }
 

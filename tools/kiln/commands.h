@@ -52,6 +52,14 @@ struct MatchOptions {
 int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptions& o);
 int cmd_keys_new(const Common& c, const std::string& name, const std::string& dir);
 
+// `kiln report CAMPAIGN [-o FILE]`: writes the campaign's HTML report (default kiln-report-<id>.html in
+// the current folder) and prints its absolute path.
+int cmd_report(const Common& c, const std::string& campaign, const std::string& path);
+Result<std::string> write_report(const Common& c, const std::string& campaign, const std::string& path);
+std::string default_report_path(const std::string& campaign);
+// "report: kiln report <id>, or http://<scorer host>:<port>/campaigns/<id>/report" for text output.
+std::string report_hint(const Common& c, const std::string& campaign);
+
 struct UpOptions {
   std::string state_dir;  // empty: config up.state_dir
   bool demo = false;

@@ -50,6 +50,11 @@ int main(int argc, char** argv) {
   auto* best_cmd = app.add_subcommand("best", "the best kernels of a campaign with their evidence");
   best_cmd->add_option("campaign", campaign, "campaign id")->required();
 
+  std::string report_out;
+  auto* report_cmd = app.add_subcommand("report", "a campaign as one self-contained HTML page");
+  report_cmd->add_option("campaign", campaign, "campaign id")->required();
+  report_cmd->add_option("-o,--out", report_out, "where to write it (default kiln-report-<campaign>.html)");
+
   auto* task_cmd = app.add_subcommand("task", "task packages");
   task_cmd->require_subcommand(1);
   std::string task_dir, task_name, task_parent = ".";
@@ -106,6 +111,7 @@ int main(int argc, char** argv) {
   if (*sub_cmd) return cmd_submit(common, sub);
   if (*status_cmd) return cmd_status(common, campaign);
   if (*best_cmd) return cmd_best(common, campaign);
+  if (*report_cmd) return cmd_report(common, campaign, report_out);
   if (*validate_cmd) return cmd_task_validate(common, task_dir);
   if (*new_cmd) return cmd_task_new(common, task_name, task_parent);
   if (*list_cmd) return cmd_registry_list(common, reg_dir);

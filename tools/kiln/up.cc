@@ -161,6 +161,14 @@ int cmd_up(const Common& c, const UpOptions& o) {
         print_results_table(mine);
       }
     }
+    // One report per campaign, next to the state it was read from.
+    for (const auto& id : ids) {
+      auto path = write_report(c, id, (fs::path(state) / "reports" / (id + ".html")).string());
+      if (path.is_ok())
+        std::printf("report: %s\n", path->c_str());
+      else
+        std::fprintf(stderr, "kiln: report of %s: %s\n", id.c_str(), path.status().message().c_str());
+    }
     std::printf("registry: %s/verified_kernels.json (kiln registry list)\n", cfg.promoter.registry_dir.c_str());
   }
   sup.stop();

@@ -28,7 +28,8 @@ struct MetricsServer::Impl {
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::shared_ptr<prometheus::Registry> registry,
-                                                            const std::string& host, int port) {
+                                                            const std::string& host, int port,
+                                                            const std::vector<Page>& pages) {
   if (!registry) return invalid_argument("metrics: no registry");
   if (port < 0 || port > 65535) return invalid_argument("metrics: port " + std::to_string(port) + " out of range");
   std::unique_ptr<MetricsServer> self(new MetricsServer());
@@ -47,6 +48,19 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::shared_ptr<prom
   impl.server.Get("/metrics", [reg](const httplib::Request&, httplib::Response& res) {
     res.set_content(render(*reg), kContentType);
   });
+  for (const Page& page : pages) {
+    impl.server.Get(page.pattern, [page](const httplib::Request& req, httplib::Response& res) {
+      std::vector<std::string> captures;
+      for (size_t i = 1; i < req.matches.size(); ++i) captures.push_back(req.matches[i].str());
+      Result<std::string> body = page.render ? page.render(captures) : not_found("no page");
+      if (body.is_ok()) {
+        res.set_content(std::move(body).value(), page.content_type);
+      } else {
+        res.status = body.status().code() == StatusCode::kNotFound ? 404 : 500;
+        res.set_content(body.status().message() + "\n", "text/plain; charset=utf-8");
+      }
+    });
+  }
 
   if (port == 0) {
     impl.port = impl.server.bind_to_any_port(host);

@@ -75,7 +75,7 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
     return 1;
   }
   int port = metrics_port >= 0 ? metrics_port : configured_metrics_port(*cfg, spec.service, spec.default_metrics_port);
-  auto server = metrics::MetricsServer::start(ctx.metrics, metrics_host, port);
+  auto server = metrics::MetricsServer::start(ctx.metrics, metrics_host, port, handlers->pages);
   if (!server.is_ok()) {
     spdlog::error("metrics: {}", server.status().message());
     return 1;

@@ -94,3 +94,34 @@ TEST_CASE("promtool accepts the exposition", "[metrics]") {
   INFO(out);
   CHECK(rc == 0);
 }
+
+TEST_CASE("pages beside /metrics answer their captures, 404 for not_found and 500 for other errors", "[metrics]") {
+  kiln::metrics::Page page;
+  page.pattern = R"(/campaigns/([a-z0-9-]+)/report)";
+  page.render = [](const std::vector<std::string>& captures) -> kiln::Result<std::string> {
+    if (captures.at(0) == "gone") return kiln::not_found("unknown campaign 'gone'");
+    if (captures.at(0) == "broken") return kiln::internal_error("database is locked");
+    return "<p>" + captures.at(0) + "</p>";
+  };
+  auto server = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", 0, {page});
+  REQUIRE(server.is_ok());
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto ok = client.Get("/campaigns/c-1/report");
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  CHECK(ok->body == "<p>c-1</p>");
+  CHECK(ok->get_header_value("Content-Type") == "text/html; charset=utf-8");
+  auto gone = client.Get("/campaigns/gone/report");
+  REQUIRE(gone);
+  CHECK(gone->status == 404);
+  CHECK(gone->body == "unknown campaign 'gone'\n");
+  auto broken = client.Get("/campaigns/broken/report");
+  REQUIRE(broken);
+  CHECK(broken->status == 500);
+  auto outside = client.Get("/campaigns/c-1/report/extra");  // the pattern covers the whole path
+  REQUIRE(outside);
+  CHECK(outside->status == 404);
+  auto metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+}

@@ -7,8 +7,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/core/status.h"
 
@@ -16,10 +18,20 @@ namespace kiln::metrics {
 
 // Serves GET /metrics for one registry on 0.0.0.0:<port> from a background thread; port 0 picks a free
 // port. Stops on destruction.
+// A page served beside /metrics: GET on a path matching `pattern` (a regular expression over the whole
+// path) answers render(the pattern's capture groups). A not_found error is a 404, any other a 500, each
+// with the error's line as text.
+struct Page {
+  std::string pattern;
+  std::string content_type = "text/html; charset=utf-8";
+  std::function<Result<std::string>(const std::vector<std::string>& captures)> render;
+};
+
 class MetricsServer {
  public:
   static Result<std::unique_ptr<MetricsServer>> start(std::shared_ptr<prometheus::Registry> registry,
-                                                      const std::string& host, int port);
+                                                      const std::string& host, int port,
+                                                      const std::vector<Page>& pages = {});
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

@@ -8,10 +8,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
+#include "kiln/metrics/metrics.h"
 #include "kiln/proto/wire.h"
 
 namespace kiln::service {
@@ -31,6 +33,7 @@ struct ServiceHandlers {
   int slots = 1;
   std::string service;  // overrides the spec's service name when set (e.g. test.cuda vs test.cpu)
   std::function<void()> on_stop;  // optional
+  std::vector<metrics::Page> pages;  // served beside /metrics (optional)
 };
 
 struct ServiceSpec {

@@ -39,6 +39,10 @@ class ScorerHandler {
 
   archive::CampaignEngine& engine() { return *engine_; }
 
+  // The campaign's HTML report (kiln/report/report.h), with the registry entries read from
+  // `registry_dir`; not_found for an unknown campaign. Safe to call from any thread.
+  Result<std::string> report_html(const std::string& campaign_id, const std::string& registry_dir, double promotion_bar);
+
  private:
   ScorerHandler(std::unique_ptr<archive::CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics);
   void publish_best_speedups();
