@@ -313,7 +313,17 @@ void lineage(std::ostringstream& h, const ReportInput& in, const std::vector<con
       const auto diff = line_diff(regions_text(chain[i - 1]->code), regions_text(p.code));
       size_t changed = 0;
       for (const auto& l : diff) changed += l[0] != ' ';
-      h << "<details><summary>" << changed << " lines changed in the editable regions</summary><pre class=\"diff\">";
+      // The tuner changes parameters, not code: say which.
+      std::string params;
+      const auto& before = chain[i - 1]->template_parameters;
+      for (const auto& [k, v] : p.template_parameters) {
+        auto was = before.find(k);
+        if (was == before.end() || was->second != v)
+          params += (params.empty() ? "" : ", ") + escape_html(k) + " " +
+                    (was == before.end() ? "-" : escape_html(was->second)) + " &rarr; " + escape_html(v);
+      }
+      h << "<details><summary>" << changed << " lines changed in the editable regions"
+        << (params.empty() ? "" : "; parameters " + params) << "</summary><pre class=\"diff\">";
       for (const auto& l : diff) {
         const char* cls = l[0] == '+' ? "add" : l[0] == '-' ? "del" : "ctx";
         h << "<span class=\"" << cls << "\">" << escape_html(l) << "</span>\n";

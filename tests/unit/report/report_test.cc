@@ -49,6 +49,8 @@ kiln::report::ReportInput sample() {
                       program("scale-abc/p0", "", 1.5, "slow();\n", "memory=0,compute=0,parallelism=0"),
                       program("scale-abc/p1", "scale-abc/p0", 0, "broken(\n", "memory=0,compute=1,parallelism=0",
                               "build_failed")};
+  in.best.programs[0].template_parameters = {{"THREADS", "2"}};
+  in.best.programs[1].template_parameters = {{"THREADS", "1"}};
   in.generated_at = "2026-12-01T00:00:00Z";
   return in;
 }
@@ -91,6 +93,7 @@ TEST_CASE("the report has every section with the campaign's numbers, escaped", "
   CHECK(p0 < p2);
   CHECK(html.find("<span class=\"del\">- slow();</span>") != std::string::npos);
   CHECK(html.find("<span class=\"add\">+ fast();</span>") != std::string::npos);
+  CHECK(html.find("2 lines changed in the editable regions; parameters THREADS 1 &rarr; 2") != std::string::npos);
   // The promoted kernel is listed although its entry is not readable here, with the notes.
   CHECK(html.find("cpp_scale_x_fp32_n4_v1") != std::string::npos);
   CHECK(html.find("entry not readable here") != std::string::npos);
