@@ -146,11 +146,13 @@ json measurements_to(const std::vector<Measurement>& ms, const MergedEvidence& m
             {"note", merged.note}}}};
 }
 
+// An optional "speedup_interval": [lo, hi] of the object at `at` ("" for the entry itself); {0, 0} when absent.
 std::pair<double, double> interval_from(const Obj& o, const std::string& at) {
   const json* interval = o.opt("speedup_interval");
   if (interval == nullptr) return {0, 0};
-  if (!interval->is_array() || interval->size() != 2) fail(at + ".speedup_interval", "expected [lo, hi]");
-  return {get_number((*interval)[0], at + ".speedup_interval[0]"), get_number((*interval)[1], at + ".speedup_interval[1]")};
+  const std::string path = at.empty() ? "speedup_interval" : at + ".speedup_interval";
+  if (!interval->is_array() || interval->size() != 2) fail(path, "expected [lo, hi]");
+  return {get_number((*interval)[0], path + "[0]"), get_number((*interval)[1], path + "[1]")};
 }
 
 void evidence_from(const json& v, KernelEntry& e) {
@@ -236,11 +238,7 @@ KernelEntry entry_from(const json& j) {
     e.candidate_stats = stats_from(t.opt("candidate"), "timing.candidate");
     e.reference_stats = stats_from(t.opt("reference"), "timing.reference");
   }
-  if (const json* interval = o.opt("speedup_interval")) {
-    if (!interval->is_array() || interval->size() != 2) fail("speedup_interval", "expected [lo, hi]");
-    e.speedup_lo = get_number((*interval)[0], "speedup_interval[0]");
-    e.speedup_hi = get_number((*interval)[1], "speedup_interval[1]");
-  }
+  std::tie(e.speedup_lo, e.speedup_hi) = interval_from(o, "");
   if (const json* params = o.opt("params")) {
     if (!params->is_object()) fail("params", "expected an object");
     for (const auto& [k, v] : params->items()) e.params[k] = get_string(v, "params." + k);
@@ -254,11 +252,7 @@ KernelEntry entry_from(const json& j) {
       CaseBenchmark cb;
       for (const auto& [k, v] : c.req_obj("dims").j.items()) cb.dims[k] = get_int(v, at + ".dims." + k);
       cb.speedup = c.req_number("speedup");
-      if (const json* interval = c.opt("speedup_interval")) {
-        if (!interval->is_array() || interval->size() != 2) fail(at + ".speedup_interval", "expected [lo, hi]");
-        cb.speedup_lo = get_number((*interval)[0], at + ".speedup_interval[0]");
-        cb.speedup_hi = get_number((*interval)[1], at + ".speedup_interval[1]");
-      }
+      std::tie(cb.speedup_lo, cb.speedup_hi) = interval_from(c, at);
       cb.baseline_latency_us = c.opt_number("baseline_latency_us");
       cb.candidate_latency_us = c.opt_number("candidate_latency_us");
       cb.benchmark_iters = c.opt_int("benchmark_iters");
