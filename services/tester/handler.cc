@@ -14,6 +14,7 @@
 #include "kiln/core/hash.h"
 #include "kiln/core/time.h"
 #include "kiln/cuda/nvml.h"
+#include "kiln/cuda/profile.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/tool.h"
 #include "kiln/sandbox/sandbox.h"
@@ -31,6 +32,12 @@ constexpr const char* kResultFile = "result.msgpack";
 // code runs.
 constexpr const char* kReportKeyFile = "report.key";
 constexpr size_t kReportKeyBytes = 32;
+// The profiling run's report and ncu's CSV, in the same scratch directory; at most this many kernel
+// launches are profiled (ncu replays each one many times).
+constexpr const char* kProfileResultFile = "profile.msgpack";
+constexpr const char* kProfileCsvFile = "ncu.csv";
+constexpr int kProfileMaxKernels = 16;
+constexpr size_t kMaxProfileCsvBytes = 4u << 20;
 // The child writes a report of a few kB; this only stops a candidate filling the disk.
 constexpr int64_t kMaxChildFileBytes = 256ll << 20;
 // kiln-eval with debug information is about 15 MB; a binary past this bound is not hashed at all.
@@ -85,6 +92,9 @@ TesterOptions options_from_config(const config::TesterConfig& config) {
   o.memory_limit_mb = config.memory_limit_mb;
   o.pin_cores = config.pin_cores;
   o.timing = config.timing;
+  o.profile = config.profile;
+  o.ncu = config.ncu;
+  o.profile_timeout_s = config.profile_timeout_s;
   return o;
 }
 
@@ -170,6 +180,91 @@ std::vector<std::string> TestHandler::eval_argv() const {
           std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
 }
 
+sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, std::vector<std::string> argv,
+                                                   double timeout_s) const {
+  sandbox::SandboxOptions run;
+  run.argv = std::move(argv);
+  run.working_dir = scratch;
+  run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch, "TMPDIR=" + scratch, "LC_ALL=C"};
+  // Where the tester itself found its shared libraries (a deployment that ships them beside Kiln); it is
+  // no secret, and the child is built from the same tree.
+  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
+    run.env.push_back(std::string("LD_LIBRARY_PATH=") + lib_path);
+  }
+  run.timeout_s = timeout_s;
+  run.cpu_time_s = options_.cpu_time_limit_s;
+  if (options_.backend == "cuda") {
+    // The child sees exactly this tester's GPU, by uuid (indices differ between NVML and CUDA orderings).
+    run.env.push_back("CUDA_VISIBLE_DEVICES=" + gpu_.uuid);
+  } else if (options_.memory_limit_mb > 0) {
+    // Not for CUDA: its context reserves far more address space than it uses, so RLIMIT_AS breaks it.
+    run.address_space_bytes = options_.memory_limit_mb << 20;
+  }
+  run.file_size_bytes = kMaxChildFileBytes;
+  run.max_output_bytes = options_.max_log_bytes;
+  run.isolate_network = true;
+  // Both children fork one runner per contestant and each runner confines itself before loading a kernel
+  // (no new processes, signals to itself only), so process creation is refused to the candidate there
+  // rather than here. The CPU child may not write outside its scratch directory; the CUDA child keeps a
+  // writable root, because under a read-only one the CUDA runtime fails to initialize
+  // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
+  run.readonly_root = options_.readonly_root.value_or(options_.backend == "cpu");
+  run.deny_process_creation = options_.deny_process_creation.value_or(false);
+  for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
+  return run;
+}
+
+void TestHandler::profile(const std::string& scratch, proto::TestReport& report) const {
+  if (options_.backend != "cuda" || options_.profile != "ncu" || report.status != proto::test_status::kOk) return;
+  const double start = monotonic_s();
+  auto skipped = [&](const std::string& why) {
+    report.profile_summary = "profiling skipped: " + why;
+    report.log += (report.log.empty() || report.log.back() == '\n' ? "" : "\n") + report.profile_summary + "\n";
+  };
+  if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
+  // A fresh key: only a report the child signed is read for the profiled process.
+  const std::string key = random_bytes(kReportKeyBytes);
+  if (key.size() != kReportKeyBytes ||
+      !write_file_atomic(scratch + "/" + kReportKeyFile, key).is_ok())
+    return skipped("no report key");
+  ::chmod((scratch + "/" + kReportKeyFile).c_str(), 0600);
+  std::vector<std::string> argv = eval_argv();
+  for (auto& a : argv)
+    if (a == kResultFile) a = kProfileResultFile;
+  argv.push_back("--profile");
+  const std::string csv = std::string(kProfileCsvFile);
+  sandbox::SandboxOptions run =
+      child_sandbox(scratch, cuda::ncu_argv(options_.ncu, csv, kProfileMaxKernels, argv), options_.profile_timeout_s);
+  auto child = sandbox::run_sandboxed(run);
+  if (!child.is_ok()) return skipped(child.status().message());
+  if (!child->succeeded()) {
+    // ncu's own reason (no permission for the counters: ERR_NVGPUCTRPERM) is in its output.
+    std::string why = child->describe(run.timeout_s);
+    const std::string out = child->stdout_text + child->stderr_text;
+    if (auto at = out.find("ERR_NVGPUCTRPERM"); at != std::string::npos)
+      why = "ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM)";
+    return skipped(why);
+  }
+  auto bytes = read_file(scratch + "/" + kProfileResultFile);
+  auto mac = read_file(eval::report_mac_path(scratch + "/" + kProfileResultFile));
+  if (!bytes.is_ok() || !mac.is_ok() || !eval::report_authentic(key, *bytes, *mac))
+    return skipped("the profiling run wrote no authentic report");
+  auto profiled = proto::decode<proto::TestReport>(*bytes);
+  if (!profiled.is_ok() || profiled->status != proto::test_status::kOk)
+    return skipped("the profiling run failed: " + (profiled.is_ok() ? profiled->message : profiled.status().message()));
+  const auto pid = profiled->metadata.find("profile_pid");
+  auto text = read_file(scratch + "/" + csv, kMaxProfileCsvBytes);
+  if (pid == profiled->metadata.end() || !text.is_ok()) return skipped("ncu wrote no results");
+  auto parsed = cuda::parse_ncu_csv(*text, std::atoll(pid->second.c_str()));
+  if (!parsed.is_ok()) return skipped(parsed.status().message());
+  report.profile = std::move(parsed->metrics);
+  report.profile["profile_s"] = monotonic_s() - start;
+  auto where = profiled->metadata.find("profile_case");
+  report.profile_summary =
+      "profile" + (where == profiled->metadata.end() ? std::string() : " on " + where->second) + ": " + parsed->summary;
+  report.log += (report.log.empty() || report.log.back() == '\n' ? "" : "\n") + report.profile_summary + "\n";
+}
+
 Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& request) {
   const double start = monotonic_s();
   proto::TestReport report;
@@ -209,35 +304,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   KILN_RETURN_IF_ERROR(write_file_atomic(scratch.path() + "/" + kReportKeyFile, key).with_context("tester: report key"));
   ::chmod((scratch.path() + "/" + kReportKeyFile).c_str(), 0600);
 
-  sandbox::SandboxOptions run;
-  run.argv = eval_argv();
-  run.working_dir = scratch.path();
-  run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch.path(), "TMPDIR=" + scratch.path(), "LC_ALL=C"};
-  // Where the tester itself found its shared libraries (a deployment that ships them beside Kiln); it is
-  // no secret, and the child is built from the same tree.
-  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
-    run.env.push_back(std::string("LD_LIBRARY_PATH=") + lib_path);
-  }
-  run.timeout_s = options_.timeout_s;
-  run.cpu_time_s = options_.cpu_time_limit_s;
-  if (options_.backend == "cuda") {
-    // The child sees exactly this tester's GPU, by uuid (indices differ between NVML and CUDA orderings).
-    run.env.push_back("CUDA_VISIBLE_DEVICES=" + gpu_.uuid);
-  } else if (options_.memory_limit_mb > 0) {
-    // Not for CUDA: its context reserves far more address space than it uses, so RLIMIT_AS breaks it.
-    run.address_space_bytes = options_.memory_limit_mb << 20;
-  }
-  run.file_size_bytes = kMaxChildFileBytes;
-  run.max_output_bytes = options_.max_log_bytes;
-  run.isolate_network = true;
-  // Both children fork one runner per contestant and each runner confines itself before loading a kernel
-  // (no new processes, signals to itself only), so process creation is refused to the candidate there
-  // rather than here. The CPU child may not write outside its scratch directory; the CUDA child keeps a
-  // writable root, because under a read-only one the CUDA runtime fails to initialize
-  // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
-  run.readonly_root = options_.readonly_root.value_or(options_.backend == "cpu");
-  run.deny_process_creation = options_.deny_process_creation.value_or(false);
-  for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
+  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(), options_.timeout_s);
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
@@ -276,6 +343,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return unavailable("the evaluator could not evaluate: " + report.message);
   }
   report.log = log;
+  profile(scratch.path(), report);
   return finish(std::move(report));
 }
 

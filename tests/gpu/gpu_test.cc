@@ -52,6 +52,35 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed in its own r
   }
 }
 
+TEST_CASE("a correct candidate carries Nsight Compute's profile, taken after the verdict", "[gpu]") {
+  KILN_REQUIRE_GPU_TESTS();
+  Rig rig(120, 0.2, {}, {}, "ncu");
+  for (const char* task : {"cuda_softmax", "cuda_sgemm"}) {
+    auto r = rig.evaluate(task);
+    INFO(task << ": " << summary(r));
+    REQUIRE(r.status == "ok");
+    WARN(task << ": " << r.profile_summary);
+    REQUIRE(r.profile_summary.rfind("profile on ", 0) == 0);
+    CHECK(r.log.find(r.profile_summary) != std::string::npos);
+    CHECK(r.profile.at("kernels") >= 1);
+    CHECK(r.profile.at("duration_us") > 0);
+    for (const char* pct : {"dram_pct", "sm_pct", "occupancy_pct"}) {
+      CHECK(r.profile.at(pct) >= 0);
+      CHECK(r.profile.at(pct) <= 100);
+    }
+    CHECK(r.profile.at("registers_per_thread") > 0);
+    CHECK(r.profile.at("profile_s") > 0);
+    WARN(task << ": profiling took " << r.profile.at("profile_s") << " s, the evaluation " << r.duration_s << " s");
+  }
+  // A candidate that fails gets no profile run.
+  auto bad = rig.evaluate("cuda_softmax", R"(#include "kiln/kernel_abi.h"
+extern "C" KILN_EXPORT int kiln_entry(const kiln_args*) { return 3; }
+)");
+  CHECK(bad.status != "ok");
+  CHECK(bad.profile.empty());
+  CHECK(bad.profile_summary.empty());
+}
+
 TEST_CASE("an out-of-bounds kernel becomes crashed with the CUDA error, and the tester keeps serving", "[gpu]") {
   KILN_REQUIRE_GPU_TESTS();
   Rig rig;

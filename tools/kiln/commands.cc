@@ -275,7 +275,8 @@ int cmd_best(const Common& c, const std::string& campaign) {
                        {"speedup", p.eval.runtime_improvement},
                        {"speedup_interval", {stat("speedup_lo"), stat("speedup_hi")}}, {"cases", cases},
                        {"status", p.eval.status}, {"eval_log", p.eval.eval_log}, {"metadata", p.metadata},
-                       {"eval_metadata", p.eval.metadata}, {"template_results", p.eval.template_results},
+                       {"eval_metadata", p.eval.metadata}, {"profiler_data", p.eval.profiler_data},
+                       {"template_results", p.eval.template_results},
                        {"complexity", p.complexity}, {"diversity", p.diversity},
                        {"task", {{"task_id", p.task.task_id}, {"name", p.task.name}}}});
     }

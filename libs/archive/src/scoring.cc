@@ -178,6 +178,8 @@ std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) 
       } else {
         log += "not timed\n";
       }
+      // Nsight Compute's view, when the tester took one: what the proposer can act on next.
+      if (!t.profile_summary.empty()) log += t.profile_summary + "\n";
     } else if (perf_score >= kScoreWrongShape) {
       log += std::to_string(c.mismatches) + " mismatches, max abs error " + fmt("%.3g", c.max_abs_error) +
              ", max rel error " + fmt("%.3g", c.max_rel_error) + " (rtol " + fmt("%.3g", c.rtol) + ", atol " +
@@ -254,6 +256,8 @@ proto::EvalResult evaluate(const proto::ScoreResult& r) {
                                     {"stack_bytes", b.stack_bytes}}) {
     if (value >= 0) e.profiler_data[name] = static_cast<double>(value);
   }
+  // The tester's Nsight Compute profile (kiln/cuda/profile.h keys), beside ptxas's numbers.
+  for (const auto& [name, value] : r.test.profile) e.profiler_data["ncu_" + name] = value;
   // How it was measured and built, so the numbers can be read later without the tester's logs.
   if (r.stage == "test") {
     e.metadata = r.test.metadata;

@@ -81,6 +81,9 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.timing.max_time_s", &c.tester.timing.max_time_s},
       {"tester.timing.warmup_iters", &c.tester.timing.warmup_iters},
       {"tester.metrics_port", &c.tester.metrics_port},
+      {"tester.profile", &c.tester.profile},
+      {"tester.ncu", &c.tester.ncu},
+      {"tester.profile_timeout_s", &c.tester.profile_timeout_s},
       {"scorer.db_path", &c.scorer.db_path},
       {"scorer.default_budget", &c.scorer.default_budget},
       {"scorer.max_in_flight", &c.scorer.max_in_flight},
@@ -390,6 +393,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   for (size_t i = 0; i < t.pin_cores.size(); ++i)
     v.at_least("tester.pin_cores[" + std::to_string(i) + "]", t.pin_cores[i], 0);
   v.one_of("tester.timing.mode", t.timing.mode, {"cold", "warm"});
+  v.one_of("tester.profile", t.profile, {"ncu", "off"});
+  v.positive("tester.profile_timeout_s", t.profile_timeout_s);
   v.at_least("tester.timing.min_samples", t.timing.min_samples, 1);
   v.non_negative("tester.timing.min_time_s", t.timing.min_time_s);
   v.positive("tester.timing.max_noise", t.timing.max_noise);

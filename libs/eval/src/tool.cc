@@ -30,7 +30,7 @@ void print_usage(const char* name) {
   std::fprintf(stderr,
                "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
-               "       [--max-noise X] [--warmup N] [--no-timing]\n",
+               "       [--max-noise X] [--warmup N] [--no-timing] [--profile]\n",
                name);
 }
 
@@ -40,6 +40,10 @@ Result<Args> parse_args(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--no-timing") {
       a.eval.measure = false;
+      continue;
+    }
+    if (flag == "--profile") {
+      a.eval.profile_run = true;
       continue;
     }
     if (flag == "--help" || flag == "-h") return invalid_argument("");

@@ -335,10 +335,29 @@ void lineage(std::ostringstream& h, const ReportInput& in, const std::vector<con
   h << "</ol></section>\n";
 }
 
+// Nsight Compute's numbers of a candidate (profiler_data "ncu_*"), short: "dram 81 %, sm 12 %, occupancy
+// 48 %: memory bound (0.9 s)"; "-" without a profile.
+std::string profile_text(const Program& p) {
+  auto get = [&](const char* key) {
+    auto it = p.eval.profiler_data.find(std::string("ncu_") + key);
+    return it == p.eval.profiler_data.end() ? -1.0 : it->second;
+  };
+  if (get("kernels") < 0) return "-";
+  std::string out;
+  for (const auto& [key, label] : {std::pair<const char*, const char*>{"dram_pct", "dram"}, {"sm_pct", "sm"},
+                                   {"occupancy_pct", "occupancy"}, {"l2_hit_pct", "L2 hit"}}) {
+    if (const double v = get(key); v >= 0) out += (out.empty() ? "" : ", ") + std::string(label) + " " + fmt("%.0f %%", v);
+  }
+  const double limiter = get("limiter");
+  out += limiter == 1 ? ": memory bound" : limiter == 2 ? ": compute bound" : limiter == 0 ? ": latency bound" : "";
+  if (const double s = get("profile_s"); s >= 0) out += " (" + fmt("%.1f s", s) + ")";
+  return out;
+}
+
 void candidates(std::ostringstream& h, const std::vector<const Program*>& programs) {
   h << "<section id=\"candidates\"><h2>Every candidate (" << programs.size() << ")</h2><table><thead><tr>"
     << "<th>program</th><th>verdict</th><th>speedup [95 % interval]</th><th>reason</th><th>registers</th>"
-    << "<th>shared</th><th>spills</th><th>parent</th></tr></thead><tbody>";
+    << "<th>shared</th><th>spills</th><th>profile (ncu)</th><th>parent</th></tr></thead><tbody>";
   auto resource = [](const Program& p, const char* key) {
     auto it = p.eval.profiler_data.find(key);
     return it == p.eval.profiler_data.end() ? std::string("-") : fmt("%.0f", it->second);
@@ -352,7 +371,8 @@ void candidates(std::ostringstream& h, const std::vector<const Program*>& progra
       << "</td><td class=\"num speedup\">"
       << speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi")) << "</td><td>"
       << escape_html(reason_of(p)) << "</td><td class=\"num\">" << resource(p, "registers") << "</td><td class=\"num\">"
-      << resource(p, "shared_bytes") << "</td><td class=\"num\">" << resource(p, "spill_bytes") << "</td><td>"
+      << resource(p, "shared_bytes") << "</td><td class=\"num\">" << resource(p, "spill_bytes")
+      << "</td><td class=\"profile\">" << escape_html(profile_text(p)) << "</td><td>"
       << (p.parent_id.empty() ? "-" : program_link(p.parent_id)) << "</td></tr>";
   }
   h << "</tbody></table></section>\n";

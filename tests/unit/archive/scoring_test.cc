@@ -217,3 +217,18 @@ TEST_CASE("the evaluation records how it was measured", "[archive][scoring]") {
   // Nothing was measured for a build that failed.
   CHECK(archive::evaluate(build_failed(cand(), "error")).metadata.empty());
 }
+
+TEST_CASE("a tester's Nsight Compute profile reaches profiler_data and the proposer's eval_log", "[archive][scoring]") {
+  proto::ScoreResult r = correct(cand(), 2.0, 1.9, 2.1);
+  r.test.profile = {{"kernels", 1}, {"dram_pct", 81}, {"limiter", 1}, {"profile_s", 2.5}};
+  r.test.profile_summary = "profile on N=4096: 1 kernel, 120.3 us: dram 81 %, sm 12 % of peak: memory bound";
+  proto::EvalResult e = archive::evaluate(r);
+  CHECK(e.profiler_data.at("ncu_dram_pct") == 81);
+  CHECK(e.profiler_data.at("ncu_limiter") == 1);
+  CHECK(e.profiler_data.at("ncu_profile_s") == 2.5);
+  CHECK(e.eval_log.find(r.test.profile_summary + "\n") != std::string::npos);
+  // A verdict is unchanged by it: the same result without a profile scores the same.
+  proto::ScoreResult plain = correct(cand(), 2.0, 1.9, 2.1);
+  CHECK(archive::evaluate(plain).combined_score == e.combined_score);
+  CHECK(archive::evaluate(plain).eval_log.find("profile") == std::string::npos);
+}

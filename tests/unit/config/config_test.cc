@@ -63,6 +63,9 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.compiler.nvcc == defaults.compiler.nvcc);
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
   CHECK(file.tester.pin_cores == defaults.tester.pin_cores);
+  CHECK(file.tester.profile == defaults.tester.profile);
+  CHECK(file.tester.ncu == defaults.tester.ncu);
+  CHECK(file.tester.profile_timeout_s == defaults.tester.profile_timeout_s);
   CHECK(file.scorer.min_speedup == defaults.scorer.min_speedup);
   CHECK(file.promoter.metrics_port == defaults.promoter.metrics_port);
   CHECK(file.up.log_level == defaults.up.log_level);
@@ -74,7 +77,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 75);
+  CHECK(leaves.size() == 78);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -138,6 +141,8 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("tester: {timeout_s: -1.5}\n") == "test.yaml: tester.timeout_s: expected a number > 0, got -1.5");
   CHECK(parse_error("tester: {timing: {mode: hot}}\n") == "test.yaml: tester.timing.mode: expected cold | warm, got \"hot\"");
   CHECK(parse_error("tester: {backend: tpu}\n") == "test.yaml: tester.backend: expected cpu | cuda, got \"tpu\"");
+  CHECK(parse_error("tester: {profile: nsys}\n") == "test.yaml: tester.profile: expected ncu | off, got \"nsys\"");
+  CHECK(parse_error("tester: {profile_timeout_s: 0}\n").find("tester.profile_timeout_s") != std::string::npos);
   CHECK(parse_error("llm_bridge: {kind: oracle}\n") == "test.yaml: llm_bridge.kind: expected tuner | llm, got \"oracle\"");
   CHECK(parse_error("broker: {bind: localhost}\n") ==
         "test.yaml: broker.bind: expected a ZeroMQ endpoint like tcp://127.0.0.1:5555, got \"localhost\"");

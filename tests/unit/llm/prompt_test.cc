@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "../archive/campaign_fixtures.h"
+#include "kiln/archive/scoring.h"
 #include "kiln/llm/hardware.h"
 
 using namespace kiln;
@@ -95,4 +96,21 @@ TEST_CASE("strategy rewrites ask with the fitness history and take the fenced se
   CHECK_FALSE(llm::strategy_from_reply(reply).is_ok());
   CHECK(llm::strategy_id("a") == llm::strategy_id("a"));
   CHECK(llm::strategy_id("a") != llm::strategy_id("b"));
+}
+
+TEST_CASE("the parent's Nsight Compute profile reaches the next proposal's prompt", "[llm][profile]") {
+  proto::Candidate parent;
+  parent.campaign_id = "c1";
+  parent.program_id = "c1/p3";
+  proto::ScoreResult scored = kiln::testing::test_result(parent, "ok", 2.0, 1.9, 2.1);
+  scored.test.profile = {{"kernels", 1}, {"dram_pct", 81}, {"sm_pct", 12}, {"limiter", 1}};
+  scored.test.profile_summary = "profile on B=16,H=4096: 1 kernel, 120.3 us: dram 81 %, sm 12 % of peak: memory bound";
+  proto::ProposalRequest req;
+  req.files = kiln::testing::task_files();
+  req.parent.program_id = "c1/p3";
+  req.parent.code = req.files["kernel.cpp"].data;
+  req.parent_eval_log = archive::evaluate(scored).eval_log;  // what the scorer stores and sends
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cuda", "NVIDIA H200"});
+  REQUIRE(msgs.is_ok());
+  CHECK((*msgs)[1].content.find(scored.test.profile_summary) != std::string::npos);
 }

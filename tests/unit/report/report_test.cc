@@ -23,6 +23,9 @@ kiln::proto::Program program(const std::string& id, const std::string& parent, d
   p.eval.runtime_stats = {{"speedup_lo", speedup * 0.9}, {"speedup_hi", speedup * 1.1}};
   p.eval.eval_log = status == "ok" ? "timing: fine" : "error: expected ';' <here>";
   p.eval.profiler_data = {{"registers", 32}, {"spill_bytes", 0}};
+  if (status == "ok")
+    p.eval.profiler_data.insert({{"ncu_kernels", 1}, {"ncu_dram_pct", 81.2}, {"ncu_sm_pct", 12}, {"ncu_limiter", 1},
+                                 {"ncu_profile_s", 2.5}});
   p.metadata = {{"cell", cell}, {"island", "0"}, {"proposer", "tuner"}, {"device", "Test CPU"}};
   return p;
 }
@@ -99,6 +102,8 @@ TEST_CASE("the report has every section with the campaign's numbers, escaped", "
   CHECK(html.find("entry not readable here") != std::string::npos);
   CHECK(html.find("scale-abc/p1: speedup 1.02 &lt; 1.10") != std::string::npos);
   CHECK(html.find("promotion bar 1.10x") != std::string::npos);
+  CHECK(html.find("<td class=\"profile\">dram 81 %, sm 12 %: memory bound (2.5 s)</td>") != std::string::npos);
+  CHECK(html.find("<td class=\"profile\">-</td>") != std::string::npos);  // the build failure has none
   CHECK(html.find("http") == std::string::npos);  // nothing to fetch
 }
 

@@ -360,10 +360,16 @@ struct TestReport {
   // "timing_max_noise", "timing_warmup_iters"), "timeout_s" and the sandbox's isolation ("isolation_network",
   // "isolation_pids", "isolation_filesystem").
   std::map<std::string, std::string> metadata;
+  // Optional: Nsight Compute's view of the candidate's kernels on the first benchmark case, taken by the
+  // tester after the verdict in a separate run (never part of the timing); see kiln/cuda/profile.h for
+  // the keys. `profile_summary` is one line a proposer can read ("profile on N=4096: 1 kernel, 120.3 us: dram
+  // 81 %, sm 12 % of peak; ...: memory bound"), or why there is none ("profiling skipped: ...").
+  std::map<std::string, double> profile;
+  std::string profile_summary;
   template <class V> void fields(V& v) {
     v("status", status); v("message", message); v("correctness", correctness);
     v("performance", performance); v("worker", worker); v("log", log); v("duration_s", duration_s);
-    v("process", process); v("metadata", metadata);
+    v("process", process); v("metadata", metadata); v("profile", profile); v("profile_summary", profile_summary);
   }
 };
 

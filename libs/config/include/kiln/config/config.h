@@ -61,6 +61,10 @@ struct TesterConfig {
   std::vector<int64_t> pin_cores;  // empty: no pinning
   TimingConfig timing;
   int metrics_port = 9473;
+  // Profiler feedback for correct CUDA candidates: "ncu" (Nsight Compute, when found at `ncu`) or "off".
+  std::string profile = "ncu";
+  std::string ncu = "/usr/local/cuda/bin/ncu";
+  double profile_timeout_s = 120;
 };
 
 // The MAP-Elites archive (DESIGN §6; defaults after KernelFoundry).

@@ -33,6 +33,10 @@ struct TimingOptions {
 struct EvalOptions {
   TimingOptions timing;
   bool measure = true;        // false: correctness only
+  // A profiling run (CUDA only, under Nsight Compute): the candidate is called once on the first benchmark
+  // case and nothing else runs a kernel; no verdict. The report's metadata "profile_pid" names the process
+  // whose kernels are the candidate's.
+  bool profile_run = false;
   uint64_t bootstrap_seed = 20240601;  // the speedup interval is reproducible for the same samples
   // Memory of this process (a report key) that the runners zero in their copy before loading a kernel.
   std::vector<std::pair<void*, size_t>> wipe_in_runners;

@@ -15,6 +15,7 @@
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/sandbox/sandbox.h"
 #include "kiln/proto/wire.h"
 #include "kiln/service/service.h"
 #include "kiln/tester/gpu_monitor.h"
@@ -37,6 +38,10 @@ struct TesterOptions {
   // root; see docs/threat-model.md).
   std::optional<bool> readonly_root;
   std::optional<bool> deny_process_creation;
+  // Profiler feedback (cuda): after a correct verdict, a separate run of the evaluation child under ncu.
+  std::string profile = "ncu";  // ncu | off
+  std::string ncu = "/usr/local/cuda/bin/ncu";
+  double profile_timeout_s = 120;
 };
 
 // tester.* from the config.
@@ -67,6 +72,11 @@ class TestHandler {
  private:
   TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu);
   std::vector<std::string> eval_argv() const;
+  // The sandbox every run of the evaluation child gets (scratch, environment, limits, confinement).
+  sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv, double timeout_s) const;
+  // Profiler feedback for a correct CUDA verdict: the child once more, under ncu, calling only the
+  // candidate. Fills report.profile and profile_summary; any trouble is a line in profile_summary.
+  void profile(const std::string& scratch, proto::TestReport& report) const;
 
   TesterOptions options_;
   proto::WorkerInfo worker_;  // this host (and GPU), for reports the child could not write

@@ -82,6 +82,7 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
 
   const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }
   // Set once the process has died; every later call fails the same way.
   const RunnerDeath* death() const { return dead_ ? &death_ : nullptr; }
 
