@@ -79,6 +79,13 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args*) { return 3; }
   CHECK(bad.status != "ok");
   CHECK(bad.profile.empty());
   CHECK(bad.profile_summary.empty());
+  // Without ncu the verdict stands and the log says why there is no profile.
+  Rig without(120, 0.2, {}, {}, "ncu", "/nonexistent/ncu");
+  auto plain = without.evaluate("cuda_softmax");
+  REQUIRE(plain.status == "ok");
+  CHECK(plain.profile.empty());
+  CHECK(plain.profile_summary == "profiling skipped: no ncu at /nonexistent/ncu");
+  CHECK(plain.log.find("profiling skipped: no ncu at /nonexistent/ncu") != std::string::npos);
 }
 
 TEST_CASE("an out-of-bounds kernel becomes crashed with the CUDA error, and the tester keeps serving", "[gpu]") {

@@ -44,7 +44,8 @@ struct Rig {
   std::unique_ptr<kiln::tester::TestHandler> tester;
 
   explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
-               std::optional<bool> deny_process_creation = {}, const std::string& profile = "off") {
+               std::optional<bool> deny_process_creation = {}, const std::string& profile = "off",
+               const std::string& ncu = kiln::tester::TesterOptions{}.ncu) {
     kiln::compiler::CompilerOptions c;
     c.cache_dir = cache.path() + "/cache";
     auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
@@ -60,6 +61,7 @@ struct Rig {
     t.readonly_root = readonly_root;
     t.deny_process_creation = deny_process_creation;
     t.profile = profile;  // the profiling run costs seconds; only the profiling test asks for it
+    t.ncu = ncu;
     auto th = kiln::tester::TestHandler::create(t);
     INFO(th.status().message());
     REQUIRE(th.is_ok());

@@ -445,3 +445,34 @@ TEST_CASE("kiln report renders a real campaign that a headless browser shows wit
   auto text = k.kiln({"best", cid});
   CHECK(text.out.find("report: kiln report " + cid) != std::string::npos);
 }
+
+TEST_CASE("kiln up --demo writes a report per campaign next to its results table", "[integration][report]") {
+  TempDir dir{"kiln-demo"};
+  const std::string tasks = dir.path() + "/tasks";
+  std::filesystem::create_directories(tasks);
+  std::filesystem::copy(fast_task(), tasks + "/fast_cpu", std::filesystem::copy_options::recursive);
+  const std::string config = dir.path() + "/kiln.yaml";
+  std::ofstream(config) << "broker:\n"
+                        << "  bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
+                        << "  events_bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
+                        << "  metrics_port: 0\n"
+                        << "ingest: {metrics_port: 0}\nllm_bridge: {metrics_port: 0}\ncompiler: {metrics_port: 0}\n"
+                        << "tester:\n  metrics_port: 0\n"
+                        << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
+                        << "scorer: {metrics_port: 0}\n"
+                        << "promoter: {metrics_port: 0, registry_dir: " << dir.path() << "/registry}\n"
+                        << "up: {compilers: 1, testers: 1}\n";
+  auto r = run_process({bin_dir() + "/kiln", "--config", config, "up", "--demo", "--tasks", tasks, "--budget", "2",
+                        "--state-dir", dir.path() + "/state", "--timeout", "240"},
+                       300);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("report: (/[^\\n]+\\.html)")));
+  const std::string page = m[1].str();
+  CHECK(page.rfind(dir.path() + "/state/reports/", 0) == 0);
+  auto html = read_file(page);
+  REQUIRE(html.is_ok());
+  CHECK(html->find("<section id=\"candidates\"") != std::string::npos);
+  CHECK(html->find("fast") != std::string::npos);
+}
