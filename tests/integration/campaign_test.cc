@@ -396,7 +396,7 @@ TEST_CASE("kiln report renders a real campaign that a headless browser shows wit
 
   // A real browser: the DOM after the page's script ran, and a screenshot.
   const std::string profile = k.dir.path() + "/chromium";
-  const std::vector<std::string> browser = {chromium, "--headless", "--no-sandbox", "--disable-gpu",
+  const std::vector<std::string> browser = {chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                                             "--no-first-run", "--user-data-dir=" + profile};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = browser;
