@@ -9,7 +9,7 @@ mkdir -p "$out"
 root=$PWD
 # The binaries carry the absolute source and build paths they were configured with.
 src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build-cuda/CMakeCache.txt 2>/dev/null)
-src=${src:-/work/main}
+src=${src:-$root}
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
 cd "$src" || exit 1
 # Kiln uses no NVLink multicast; keep it off for anything else the machine runs.

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # On a GPU host, from binaries built elsewhere and packed with their runtime libraries into
-# build-gpu/kit.tar.xz (.gpu-rt/ and build-gpu/bin/): the GPU suite (KILN_GPU_TESTS=1), the CUDA runner's
-# A/A bench, and the CPU trust battery. Logs and JSON go to $OUT (or ./gpu-out).
+# build-gpu/kit.tar.xz (.gpu-rt/ and build-gpu/bin/, by bench/timing/make_gpu_kit.sh): the GPU suite
+# (KILN_GPU_TESTS=1), the CUDA runner's A/A bench, and the CPU trust battery. Logs and JSON go to $OUT (or ./gpu-out).
 #   bash bench/timing/device_gpu_check.sh [tests] [bench] [trust]
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 root=$PWD
 tar xJf build-gpu/kit.tar.xz
-# The binaries carry the absolute source and build paths they were configured with.
-src=/work/main
+# The binaries carry the absolute source and build paths they were configured with (make_gpu_kit.sh
+# records the source folder in the kit).
+src=$(cat build-gpu/source_dir 2>/dev/null || echo "$root")
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
 mkdir -p "$root/build" && ln -sfn "$root/build-gpu/bin" "$root/build/bin"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
