@@ -81,6 +81,35 @@ Status write_request_files(const std::string& dir, const proto::TestRequest& req
   return write_file_atomic(dir + "/" + kReferenceFile, request.reference_so.data);
 }
 
+// A fresh key for one run of the evaluation child, in `dir` where it reads (and removes) it: only a report
+// the child wrote with it is believed (a candidate that writes a report file of its own cannot sign it).
+Result<std::string> write_report_key(const std::string& dir) {
+  std::string key = random_bytes(kReportKeyBytes);
+  if (key.size() != kReportKeyBytes) return internal_error("no random bytes for the report key");
+  const std::string path = dir + "/" + kReportKeyFile;
+  KILN_RETURN_IF_ERROR(write_file_atomic(path, key).with_context("report key"));
+  ::chmod(path.c_str(), 0600);
+  return key;
+}
+
+// The report the child wrote to `dir`/`file` and signed with `key`; the error says what was wrong with it.
+Result<proto::TestReport> read_signed_report(const std::string& dir, const char* file, const std::string& key) {
+  const std::string path = dir + "/" + file;
+  auto bytes = read_file(path);
+  if (!bytes.is_ok()) return not_found("exited without writing a result");
+  auto mac = read_file(eval::report_mac_path(path));
+  if (!mac.is_ok() || !eval::report_authentic(key, *bytes, *mac))
+    return failed_precondition("the result was not written by the evaluator (its authentication failed)");
+  auto decoded = proto::decode<proto::TestReport>(*bytes);
+  if (!decoded.is_ok()) return invalid_argument("unreadable result: " + decoded.status().message());
+  return decoded;
+}
+
+// Adds a line to a report's log, on a line of its own.
+void append_log_line(proto::TestReport& report, const std::string& line) {
+  report.log += (report.log.empty() || report.log.back() == '\n' ? "" : "\n") + line + "\n";
+}
+
 }  // namespace
 
 TesterOptions options_from_config(const config::TesterConfig& config) {
@@ -171,10 +200,10 @@ void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> regist
   if (nvml_ && registry && !monitor_) monitor_ = std::make_shared<GpuMonitor>(nvml_, gpu_, std::move(registry));
 }
 
-std::vector<std::string> TestHandler::eval_argv() const {
+std::vector<std::string> TestHandler::eval_argv(const char* result_file) const {
   const auto& t = options_.timing;
   return {options_.eval_binary, "--task",      kTaskDir,        "--kernel",    kKernelFile,
-          "--reference",        kReferenceFile, "--out",        kResultFile,   "--mode",
+          "--reference",        kReferenceFile, "--out",        result_file,   "--mode",
           t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
           "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
           std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
@@ -219,18 +248,13 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
   const double start = monotonic_s();
   auto skipped = [&](const std::string& why) {
     report.profile_summary = "profiling skipped: " + why;
-    report.log += (report.log.empty() || report.log.back() == '\n' ? "" : "\n") + report.profile_summary + "\n";
+    append_log_line(report, report.profile_summary);
   };
   if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
-  // A fresh key: only a report the child signed is read for the profiled process.
-  const std::string key = random_bytes(kReportKeyBytes);
-  if (key.size() != kReportKeyBytes ||
-      !write_file_atomic(scratch + "/" + kReportKeyFile, key).is_ok())
-    return skipped("no report key");
-  ::chmod((scratch + "/" + kReportKeyFile).c_str(), 0600);
-  std::vector<std::string> argv = eval_argv();
-  for (auto& a : argv)
-    if (a == kResultFile) a = kProfileResultFile;
+  // Only a report the child signed is read for the profiled process.
+  auto key = write_report_key(scratch);
+  if (!key.is_ok()) return skipped(key.status().message());
+  std::vector<std::string> argv = eval_argv(kProfileResultFile);
   argv.push_back("--profile");
   const std::string csv = std::string(kProfileCsvFile);
   sandbox::SandboxOptions run =
@@ -245,13 +269,9 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
       why = "ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM)";
     return skipped(why);
   }
-  auto bytes = read_file(scratch + "/" + kProfileResultFile);
-  auto mac = read_file(eval::report_mac_path(scratch + "/" + kProfileResultFile));
-  if (!bytes.is_ok() || !mac.is_ok() || !eval::report_authentic(key, *bytes, *mac))
-    return skipped("the profiling run wrote no authentic report");
-  auto profiled = proto::decode<proto::TestReport>(*bytes);
-  if (!profiled.is_ok() || profiled->status != proto::test_status::kOk)
-    return skipped("the profiling run failed: " + (profiled.is_ok() ? profiled->message : profiled.status().message()));
+  auto profiled = read_signed_report(scratch, kProfileResultFile, *key);
+  if (!profiled.is_ok()) return skipped("the profiling run: " + profiled.status().message());
+  if (profiled->status != proto::test_status::kOk) return skipped("the profiling run failed: " + profiled->message);
   const auto pid = profiled->metadata.find("profile_pid");
   auto text = read_file(scratch + "/" + csv, kMaxProfileCsvBytes);
   if (pid == profiled->metadata.end() || !text.is_ok()) return skipped("ncu wrote no results");
@@ -262,7 +282,7 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
   auto where = profiled->metadata.find("profile_case");
   report.profile_summary =
       "profile" + (where == profiled->metadata.end() ? std::string() : " on " + where->second) + ": " + parsed->summary;
-  report.log += (report.log.empty() || report.log.back() == '\n' ? "" : "\n") + report.profile_summary + "\n";
+  append_log_line(report, report.profile_summary);
 }
 
 Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& request) {
@@ -297,14 +317,11 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   TempDir scratch("kiln-test");
   KILN_RETURN_IF_ERROR(write_request_files(scratch.path(), request).with_context("tester: scratch dir"));
 
-  // A fresh key per evaluation: only a report the child wrote with it is believed (a candidate that writes
-  // a report file of its own cannot sign it).
-  const std::string key = random_bytes(kReportKeyBytes);
-  if (key.size() != kReportKeyBytes) return internal_error("tester: no random bytes for the report key");
-  KILN_RETURN_IF_ERROR(write_file_atomic(scratch.path() + "/" + kReportKeyFile, key).with_context("tester: report key"));
-  ::chmod((scratch.path() + "/" + kReportKeyFile).c_str(), 0600);
+  auto report_key = write_report_key(scratch.path());
+  if (!report_key.is_ok()) return report_key.status().with_context("tester");
+  const std::string& key = *report_key;
 
-  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(), options_.timeout_s);
+  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile), options_.timeout_s);
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
@@ -326,18 +343,10 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   if (child.exit_code != 0) {
     return failed(proto::test_status::kCrashed, "crashed: exit code " + std::to_string(child.exit_code), log);
   }
-  auto bytes = read_file(scratch.path() + "/" + kResultFile);
-  if (!bytes.is_ok()) return failed(proto::test_status::kCrashed, "crashed: exited without writing a result", log);
-  auto mac = read_file(eval::report_mac_path(scratch.path() + "/" + kResultFile));
-  if (!mac.is_ok() || !eval::report_authentic(key, *bytes, *mac)) {
-    return failed(proto::test_status::kCrashed,
-                  "crashed: the result was not written by the evaluator (its authentication failed)", log);
-  }
-  auto decoded = proto::decode<proto::TestReport>(*bytes);
-  if (!decoded.is_ok()) {
-    return failed(proto::test_status::kCrashed, "crashed: unreadable result: " + decoded.status().message(), log);
-  }
-  report = std::move(decoded).value();
+  auto signed_report = read_signed_report(scratch.path(), kResultFile, key);
+  if (!signed_report.is_ok())
+    return failed(proto::test_status::kCrashed, "crashed: " + signed_report.status().message(), log);
+  report = std::move(signed_report).value();
   if (report.status == proto::test_status::kEvaluatorError) {
     // kiln-eval says, in a report it signed, that it could not evaluate here: not the candidate's verdict.
     return unavailable("the evaluator could not evaluate: " + report.message);

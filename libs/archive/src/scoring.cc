@@ -6,18 +6,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "kiln/core/strings.h"
+
 namespace kiln::archive {
 
 namespace {
 
 constexpr size_t kMaxMismatchLines = 5;
 constexpr std::string_view kCutMark = "\n[...]";
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
 
 std::string dims_text(const std::map<std::string, int64_t>& dims) {
   std::string out;
@@ -83,17 +79,17 @@ double stat_geomean(const std::vector<proto::CaseTiming>& cases, F value) {
 // Why one case misses the bar; empty when it clears it.
 std::string case_shortfall(const proto::CaseTiming& c, double min_speedup) {
   if (c.speedup >= min_speedup && c.speedup_lo >= min_speedup) return {};
-  return "speedup " + fmt("%.3f", c.speedup) + " [" + fmt("%.3f", c.speedup_lo) + ", " + fmt("%.3f", c.speedup_hi) +
-         "] below " + fmt("%.2f", min_speedup);
+  return "speedup " + format_value("%.3f", c.speedup) + " [" + format_value("%.3f", c.speedup_lo) + ", " + format_value("%.3f", c.speedup_hi) +
+         "] below " + format_value("%.2f", min_speedup);
 }
 
 std::string timing_line(const proto::CaseTiming& c) {
-  std::string line = dims_text(c.dims) + ": median " + fmt("%.4g", c.candidate.median_us) + " us (reference " +
-                     fmt("%.4g", c.reference.median_us) + " us), speedup " + fmt("%.3f", c.speedup) + " [" +
-                     fmt("%.3f", c.speedup_lo) + ", " + fmt("%.3f", c.speedup_hi) + "], n=" +
-                     std::to_string(c.candidate.n) + ", cv " + fmt("%.3g", c.candidate.cv);
+  std::string line = dims_text(c.dims) + ": median " + format_value("%.4g", c.candidate.median_us) + " us (reference " +
+                     format_value("%.4g", c.reference.median_us) + " us), speedup " + format_value("%.3f", c.speedup) + " [" +
+                     format_value("%.3f", c.speedup_lo) + ", " + format_value("%.3f", c.speedup_hi) + "], n=" +
+                     std::to_string(c.candidate.n) + ", cv " + format_value("%.3g", c.candidate.cv);
   for (const auto& b : c.baselines)
-    line += "; " + b.name + " " + fmt("%.4g", b.stats.median_us) + " us (x" + fmt("%.3f", b.speedup) + ")";
+    line += "; " + b.name + " " + format_value("%.4g", b.stats.median_us) + " us (x" + format_value("%.3f", b.speedup) + ")";
   return line;
 }
 
@@ -166,14 +162,14 @@ std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) 
     log = status_line(r, status_for(r)) + "\n";
     if (perf_score == kScoreCorrect) {
       log += "correct on " + std::to_string(c.tested_shapes.size()) + " shapes (max abs error " +
-             fmt("%.3g", c.max_abs_error) + ", max rel error " + fmt("%.3g", c.max_rel_error) + ")\n";
+             format_value("%.3g", c.max_abs_error) + ", max rel error " + format_value("%.3g", c.max_rel_error) + ")\n";
       if (t.performance.measured) {
         for (const auto& tc : t.performance.cases) log += timing_line(tc) + "\n";
         const auto& cases = t.performance.cases;
         if (cases.size() > 1) {
           const auto speedup = [](const proto::CaseTiming& k) { return k.speedup; };
           log += "geomean speedup over " + std::to_string(cases.size()) + " cases " +
-                 fmt("%.3f", geomean(cases, speedup)) + "\n";
+                 format_value("%.3f", geomean(cases, speedup)) + "\n";
         }
       } else {
         log += "not timed\n";
@@ -181,9 +177,9 @@ std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) 
       // Nsight Compute's view, when the tester took one: what the proposer can act on next.
       if (!t.profile_summary.empty()) log += t.profile_summary + "\n";
     } else if (perf_score >= kScoreWrongShape) {
-      log += std::to_string(c.mismatches) + " mismatches, max abs error " + fmt("%.3g", c.max_abs_error) +
-             ", max rel error " + fmt("%.3g", c.max_rel_error) + " (rtol " + fmt("%.3g", c.rtol) + ", atol " +
-             fmt("%.3g", c.atol) + ")\n";
+      log += std::to_string(c.mismatches) + " mismatches, max abs error " + format_value("%.3g", c.max_abs_error) +
+             ", max rel error " + format_value("%.3g", c.max_rel_error) + " (rtol " + format_value("%.3g", c.rtol) + ", atol " +
+             format_value("%.3g", c.atol) + ")\n";
       size_t n = std::min(c.first_mismatches.size(), kMaxMismatchLines);
       for (size_t i = 0; i < n; ++i) log += "  " + c.first_mismatches[i] + "\n";
     } else if (!t.log.empty()) {

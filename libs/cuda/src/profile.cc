@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kiln/core/strings.h"
+
 namespace kiln::cuda {
 namespace {
 
@@ -55,12 +57,6 @@ double number(const std::string& cell) {
   char* end = nullptr;
   const double v = std::strtod(digits.c_str(), &end);
   return end && *end == '\0' ? v : -1;
-}
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
 }
 
 }  // namespace
@@ -153,7 +149,7 @@ Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid) {
   std::erase_if(m, [](const auto& kv) { return kv.second < 0; });
   auto pct = [&](const char* key, const char* label) {
     auto it = m.find(key);
-    return it == m.end() ? std::string() : std::string(label) + " " + fmt("%.0f", it->second) + " %";
+    return it == m.end() ? std::string() : std::string(label) + " " + format_value("%.0f", it->second) + " %";
   };
   // "dram 81 %, sm 12 % of peak; occupancy 48 %; L1 hit 0 %, L2 hit 62 %; 40 registers/thread, ..."
   auto group = [](std::initializer_list<std::string> items, const std::string& tail = "") {
@@ -166,11 +162,11 @@ Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid) {
   for (const std::string& g : {group({pct("dram_pct", "dram"), pct("sm_pct", "sm")}, " of peak"),
                                group({pct("occupancy_pct", "occupancy")}),
                                group({pct("l1_hit_pct", "L1 hit"), pct("l2_hit_pct", "L2 hit")}),
-                               group({registers >= 0 ? fmt("%.0f", registers) + " registers/thread" : std::string(),
-                                      fmt("%.0f", shared) + " B shared/block"})})
+                               group({registers >= 0 ? format_value("%.0f", registers) + " registers/thread" : std::string(),
+                                      format_value("%.0f", shared) + " B shared/block"})})
     if (!g.empty()) parts += (parts.empty() ? "" : "; ") + g;
   const std::string kernels = rows.size() == 1 ? "1 kernel" : std::to_string(rows.size()) + " kernels";
-  p.summary = kernels + ", " + fmt("%.1f", total_ns / 1e3) + " us: " + parts + ": " + limiter;
+  p.summary = kernels + ", " + format_value("%.1f", total_ns / 1e3) + " us: " + parts + ": " + limiter;
   if (rows.size() > 1) p.summary += "; longest: " + longest->name.substr(0, 80);
   return p;
 }

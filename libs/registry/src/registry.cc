@@ -390,6 +390,21 @@ Status check_rules(const proto::PromoteRequest& r, double min_speedup) {
   return check_cases(r.confirmation_cases, "confirmation ", min_speedup);
 }
 
+// Speedups summarized: their geometric mean, the lowest lower and the highest upper interval bound.
+struct SpeedupSpan {
+  double log_sum = 0;
+  double lo = 0;
+  double hi = 0;
+  size_t n = 0;
+  void add(double speedup, double speedup_lo, double speedup_hi) {
+    log_sum += std::log(speedup);
+    lo = n == 0 ? speedup_lo : std::min(lo, speedup_lo);
+    hi = n == 0 ? speedup_hi : std::max(hi, speedup_hi);
+    ++n;
+  }
+  double geomean() const { return std::exp(log_sum / static_cast<double>(n)); }
+};
+
 // One measurement from the cases it timed (the single case when the request predates per-case lists).
 Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w, const proto::CaseTiming& first,
                            const std::vector<proto::CaseTiming>& all) {
@@ -400,16 +415,14 @@ Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w,
   m.host = w.host;
   m.device = w.device_name;
   m.gpu_uuid = w.gpu_uuid;
-  double log_sum = 0;
-  m.speedup_lo = cases.front().speedup_lo;
-  m.speedup_hi = cases.front().speedup_hi;
+  SpeedupSpan span;
   for (const proto::CaseTiming& c : cases) {
-    log_sum += std::log(c.speedup);
-    m.speedup_lo = std::min(m.speedup_lo, c.speedup_lo);
-    m.speedup_hi = std::max(m.speedup_hi, c.speedup_hi);
+    span.add(c.speedup, c.speedup_lo, c.speedup_hi);
     m.benchmark_iters += c.candidate.n;
   }
-  m.speedup = std::exp(log_sum / static_cast<double>(cases.size()));
+  m.speedup = span.geomean();
+  m.speedup_lo = span.lo;
+  m.speedup_hi = span.hi;
   m.cases = static_cast<int64_t>(cases.size());
   return m;
 }
@@ -525,17 +538,15 @@ MergedEvidence merge_measurements(const std::vector<Measurement>& measurements) 
   if (measurements.empty()) return out;
   std::set<std::string> testers;
   std::set<std::string> devices;
-  double log_sum = 0;
-  out.speedup_lo = measurements.front().speedup_lo;
-  out.speedup_hi = measurements.front().speedup_hi;
+  SpeedupSpan span;
   for (const Measurement& m : measurements) {
-    log_sum += std::log(m.speedup);
-    out.speedup_lo = std::min(out.speedup_lo, m.speedup_lo);
-    out.speedup_hi = std::max(out.speedup_hi, m.speedup_hi);
+    span.add(m.speedup, m.speedup_lo, m.speedup_hi);
     testers.insert(m.worker_id);
     devices.insert(m.gpu_uuid.empty() ? m.host + "/" + m.device : m.gpu_uuid);
   }
-  out.speedup = std::exp(log_sum / static_cast<double>(measurements.size()));
+  out.speedup = span.geomean();
+  out.speedup_lo = span.lo;
+  out.speedup_hi = span.hi;
   out.testers = static_cast<int64_t>(testers.size());
   out.devices = static_cast<int64_t>(devices.size());
   const std::string n = std::to_string(measurements.size());

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/core/strings.h"
 #include "kiln/core/time.h"
 #include "kiln/task/task.h"
 
@@ -15,12 +16,6 @@ namespace kiln::report {
 namespace {
 
 using proto::Program;
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
 
 double stat(const Program& p, const char* key, double fallback = -1) {
   auto it = p.eval.runtime_stats.find(key);
@@ -31,10 +26,18 @@ bool measured(const Program& p) { return p.eval.runtime_improvement > 0; }
 
 std::string speedup_text(double s, double lo, double hi) {
   if (!(s > 0)) return "-";
-  std::string out = fmt("%.2fx", s);
-  if (lo > 0 && hi > 0) out += " [" + fmt("%.2f", lo) + ", " + fmt("%.2f", hi) + "]";
+  std::string out = format_value("%.2fx", s);
+  if (lo > 0 && hi > 0) out += " [" + format_value("%.2f", lo) + ", " + format_value("%.2f", hi) + "]";
   return out;
 }
+
+// A program's speedup with its 95 % interval, "-" when it was not measured.
+std::string program_speedup(const Program& p) {
+  return speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi"));
+}
+
+// Correct and timed: a point on the progress chart and a candidate for the best so far.
+bool correct_and_measured(const Program& p) { return measured(p) && p.eval.perf_score == 5; }
 
 std::string meta(const Program& p, const char* key) {
   auto it = p.metadata.find(key);
@@ -137,7 +140,7 @@ void header(std::ostringstream& h, const ReportInput& in, const std::vector<cons
   row("proposer", c.proposer.empty() ? "-" : c.proposer);
   row("model", join(models));
   row("tokens", std::to_string(c.prompt_tokens) + " prompt, " + std::to_string(c.completion_tokens) + " completion");
-  row("wall time", wall > 0 ? fmt("%.1f s", wall) : "-");
+  row("wall time", wall > 0 ? format_value("%.1f s", wall) : "-");
   row("stop", c.stop_reason.empty() ? (c.state == "done" ? "budget spent" : "running") : c.stop_reason);
   row("best", (c.best_program_id.empty() ? "-" : c.best_program_id) + "  " +
                   speedup_text(c.best_speedup, c.best_speedup_lo, c.best_speedup_hi), "best-speedup");
@@ -156,7 +159,7 @@ void progress(std::ostringstream& h, const ReportInput& in, std::vector<const Pr
   for (const auto& e : in.entries) promoted_programs.insert(e.program_id);
   double top = in.promotion_bar;
   for (const Program* p : order)
-    if (measured(*p) && p->eval.perf_score == 5) top = std::max(top, p->eval.runtime_improvement);
+    if (correct_and_measured(*p)) top = std::max(top, p->eval.runtime_improvement);
   top *= 1.1;
   const double W = 900, H = 260, L = 50, B = 30, T = 10;
   const size_t n = std::max<size_t>(order.size(), 1);
@@ -166,30 +169,30 @@ void progress(std::ostringstream& h, const ReportInput& in, std::vector<const Pr
     << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"100%\" role=\"img\">";
   h << "<line x1=\"" << L << "\" y1=\"" << y(0) << "\" x2=\"" << W - 10 << "\" y2=\"" << y(0) << "\" stroke=\"#8a94a6\"/>";
   for (double t : {0.0, top / 2, top / 1.1}) {
-    h << "<text x=\"4\" y=\"" << y(t) + 4 << "\">" << fmt("%.2fx", t) << "</text>";
+    h << "<text x=\"4\" y=\"" << y(t) + 4 << "\">" << format_value("%.2fx", t) << "</text>";
   }
   h << "<line x1=\"" << L << "\" y1=\"" << y(in.promotion_bar) << "\" x2=\"" << W - 10 << "\" y2=\""
     << y(in.promotion_bar) << "\" stroke=\"#b3261e\" stroke-dasharray=\"5 4\"/>"
     << "<text x=\"" << W - 200 << "\" y=\"" << y(in.promotion_bar) - 4 << "\" fill=\"#b3261e\">promotion bar "
-    << fmt("%.2fx", in.promotion_bar) << "</text>";
+    << format_value("%.2fx", in.promotion_bar) << "</text>";
   std::string path;
   double best = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const Program& p = *order[i];
-    if (measured(p) && p.eval.perf_score == 5) best = std::max(best, p.eval.runtime_improvement);
-    if (best > 0) path += (path.empty() ? "M" : " L") + fmt("%.1f", x(i)) + "," + fmt("%.1f", y(best));
+    if (correct_and_measured(p)) best = std::max(best, p.eval.runtime_improvement);
+    if (best > 0) path += (path.empty() ? "M" : " L") + format_value("%.1f", x(i)) + "," + format_value("%.1f", y(best));
   }
   if (!path.empty()) h << "<path id=\"best-line\" d=\"" << path << "\" fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"2\"/>";
   for (size_t i = 0; i < order.size(); ++i) {
     const Program& p = *order[i];
     const bool ok = p.eval.perf_score == 5;
     const double s = measured(p) ? p.eval.runtime_improvement : 0;
-    h << "<circle cx=\"" << fmt("%.1f", x(i)) << "\" cy=\"" << fmt("%.1f", y(s)) << "\" r=\"4\" fill=\""
+    h << "<circle cx=\"" << format_value("%.1f", x(i)) << "\" cy=\"" << format_value("%.1f", y(s)) << "\" r=\"4\" fill=\""
       << (ok ? "#1f5fbf" : "#c9ced8") << "\" data-program=\"" << anchor(p.id) << "\" style=\"cursor:pointer\">"
       << "<title>" << escape_html(p.id) << ": " << escape_html(p.eval.status) << " "
-      << speedup_text(s, stat(p, "speedup_lo"), stat(p, "speedup_hi")) << "</title></circle>";
+      << program_speedup(p) << "</title></circle>";
     if (promoted_programs.count(p.id))
-      h << "<circle class=\"promoted\" cx=\"" << fmt("%.1f", x(i)) << "\" cy=\"" << fmt("%.1f", y(s))
+      h << "<circle class=\"promoted\" cx=\"" << format_value("%.1f", x(i)) << "\" cy=\"" << format_value("%.1f", y(s))
         << "\" r=\"8\" fill=\"none\" stroke=\"#11813a\" stroke-width=\"2\"><title>promoted</title></circle>";
   }
   h << "<text x=\"" << L << "\" y=\"" << H - 8 << "\">candidates in the order scored (" << order.size()
@@ -223,8 +226,8 @@ void map_section(std::ostringstream& h, const std::vector<const Program*>& progr
   }
   h << "<p class=\"muted\">Each square is a cell (" << escape_html(dims[0]) << " across, " << escape_html(dims[1])
     << " down" << (dims.size() > 2 ? ", one grid per value of the others" : "")
-    << "); colour = the best fitness (perf_score + speedup) in it, from " << fmt("%.2f", lo) << " to "
-    << fmt("%.2f", hi) << ". Click a cell for its elite.</p><div class=\"grids\">";
+    << "); colour = the best fitness (perf_score + speedup) in it, from " << format_value("%.2f", lo) << " to "
+    << format_value("%.2f", hi) << ". Click a cell for its elite.</p><div class=\"grids\">";
   constexpr int kLevels = 4, S = 26;
   for (const auto& [island, cells] : islands) {
     // Group the cells by the values of the dims past the first two.
@@ -255,8 +258,8 @@ void map_section(std::ostringstream& h, const std::vector<const Program*>& progr
           h << "<rect class=\"cell\" x=\"" << px << "\" y=\"" << py << "\" width=\"" << S - 2 << "\" height=\"" << S - 2
             << "\" fill=\"" << colour(t) << "\" stroke=\"#5a6478\" data-program=\"" << anchor(p.id)
             << "\" style=\"cursor:pointer\"><title>" << escape_html(dims[0]) << "=" << gx << ", " << escape_html(dims[1])
-            << "=" << gy << ": " << escape_html(p.id) << ", fitness " << fmt("%.3f", p.eval.combined_score) << ", "
-            << speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi"))
+            << "=" << gy << ": " << escape_html(p.id) << ", fitness " << format_value("%.3f", p.eval.combined_score) << ", "
+            << program_speedup(p)
             << "</title></rect>";
         }
       h << "</svg></div>";
@@ -303,7 +306,7 @@ void lineage(std::ostringstream& h, const ReportInput& in, const std::vector<con
     const Program& p = *chain[i];
     h << "<li data-step=\"" << i << "\">" << program_link(p.id) << " <span class=\"muted\">gen " << p.generation
       << ", " << escape_html(meta(p, "proposer")) << "</span> " << escape_html(p.eval.status) << " "
-      << speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi"));
+      << program_speedup(p);
     if (!p.template_parameters.empty()) {
       std::string params;
       for (const auto& [k, v] : p.template_parameters) params += (params.empty() ? "" : " ") + k + "=" + v;
@@ -346,11 +349,11 @@ std::string profile_text(const Program& p) {
   std::string out;
   for (const auto& [key, label] : {std::pair<const char*, const char*>{"dram_pct", "dram"}, {"sm_pct", "sm"},
                                    {"occupancy_pct", "occupancy"}, {"l2_hit_pct", "L2 hit"}}) {
-    if (const double v = get(key); v >= 0) out += (out.empty() ? "" : ", ") + std::string(label) + " " + fmt("%.0f %%", v);
+    if (const double v = get(key); v >= 0) out += (out.empty() ? "" : ", ") + std::string(label) + " " + format_value("%.0f %%", v);
   }
   const double limiter = get("limiter");
   out += limiter == 1 ? ": memory bound" : limiter == 2 ? ": compute bound" : limiter == 0 ? ": latency bound" : "";
-  if (const double s = get("profile_s"); s >= 0) out += " (" + fmt("%.1f s", s) + ")";
+  if (const double s = get("profile_s"); s >= 0) out += " (" + format_value("%.1f s", s) + ")";
   return out;
 }
 
@@ -360,7 +363,7 @@ void candidates(std::ostringstream& h, const std::vector<const Program*>& progra
     << "<th>shared</th><th>spills</th><th>profile (ncu)</th><th>parent</th></tr></thead><tbody>";
   auto resource = [](const Program& p, const char* key) {
     auto it = p.eval.profiler_data.find(key);
-    return it == p.eval.profiler_data.end() ? std::string("-") : fmt("%.0f", it->second);
+    return it == p.eval.profiler_data.end() ? std::string("-") : format_value("%.0f", it->second);
   };
   for (const Program* pp : programs) {
     const Program& p = *pp;
@@ -369,7 +372,7 @@ void candidates(std::ostringstream& h, const std::vector<const Program*>& progra
       << escape_html(p.id) << "<details><summary>log</summary><pre>" << escape_html(p.eval.eval_log)
       << "</pre></details></td><td class=\"" << (ok ? "ok" : "bad") << "\">" << escape_html(p.eval.status)
       << "</td><td class=\"num speedup\">"
-      << speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi")) << "</td><td>"
+      << program_speedup(p) << "</td><td>"
       << escape_html(reason_of(p)) << "</td><td class=\"num\">" << resource(p, "registers") << "</td><td class=\"num\">"
       << resource(p, "shared_bytes") << "</td><td class=\"num\">" << resource(p, "spill_bytes")
       << "</td><td class=\"profile\">" << escape_html(profile_text(p)) << "</td><td>"
