@@ -54,7 +54,8 @@ Result<proto::Ack> Client::submit(const proto::Submit& submit, double timeout_s)
     if (!env.is_ok()) return env.status();
     auto ack = proto::decode<proto::Ack>(env->body);
     if (!ack.is_ok()) return ack.status().with_context("bad ACK from broker");
-    if (ack->job_id == submit.job_id) return ack;
+    // An ACK that names no job but an error answers this SUBMIT: the broker refused it unread (too large).
+    if (ack->job_id == submit.job_id || (ack->job_id.empty() && !ack->error.empty())) return ack;
   }
 }
 

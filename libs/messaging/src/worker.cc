@@ -182,6 +182,18 @@ struct Worker::Impl {
       reconnect_now = true;
     } else if (env.command == kHeartbeat) {
       // any message counts; nothing else to do
+    } else if (env.command == kAck) {
+      // The broker refused our READY or a RESULT (whose job it has released already): say why, once.
+      auto ack = proto::decode<proto::Ack>(env.body);
+      if (!ack.is_ok()) {
+        stats.rejected_frames++;
+        return;
+      }
+      if (!ack->error.empty()) {
+        stats.refusals++;
+        spdlog::warn("worker {}: the broker refused {}: {}", opt.worker_id,
+                     ack->job_id.empty() ? std::string("a message") : "the result for " + ack->job_id, ack->error);
+      }
     } else {
       stats.rejected_frames++;
     }

@@ -117,8 +117,12 @@ struct Ack {
   bool accepted = false;
   bool duplicate = false;
   std::string error;
+  // The refusal is temporary (e.g. the broker's job table cannot take writes): the same SUBMIT may be
+  // sent again later. False for refusals that retrying cannot fix (a bad service name, a bad message).
+  bool retryable = false;
   template <class V> void fields(V& v) {
     v("job_id", job_id); v("accepted", accepted); v("duplicate", duplicate); v("error", error);
+    v("retryable", retryable);
   }
 };
 

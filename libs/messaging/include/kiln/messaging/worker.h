@@ -33,6 +33,8 @@ struct WorkerStats {
   std::atomic<int64_t> requests_answered{0};
   std::atomic<int64_t> reconnects{0};
   std::atomic<int64_t> rejected_frames{0};
+  // ACKs with an error: the broker refused this worker's READY or one of its RESULTs (and said why).
+  std::atomic<int64_t> refusals{0};
 };
 
 class Worker {
