@@ -61,13 +61,47 @@ bool valid_service_name(std::string_view s) {
   return true;
 }
 
+// Worker ids appear in logs and status replies: printable ASCII, bounded.
+constexpr size_t kMaxWorkerId = 128;
+
+bool valid_worker_id(std::string_view s) {
+  if (s.empty() || s.size() > kMaxWorkerId) return false;
+  for (unsigned char c : s)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+// The broker's sockets take frames up to this many times max_message_bytes, so a frame somewhat over the
+// limit is read, counted and answered rather than silently dropped with its connection by ZeroMQ.
+constexpr int64_t kTransportSlack = 2;
+
 // Why a message was rejected: the label of kiln_broker_rejected_frames_total, a fixed set whatever the
-// message said.
-enum class Rejection { kMalformed, kBadReady, kBadResult, kBadSubmit, kBadRequest, kBadReply, kForbidden, kRevoked };
+// message said (each series exists from the start, at 0).
+enum class Rejection {
+  kMalformed,         // frame count, protocol tag or command
+  kOversized,         // a body over max_message_bytes
+  kInvalidName,       // a service name (or worker id) outside the allowed length and charset
+  kTooManyServices,   // a new service past kMaxServices
+  kBadReady,
+  kBadResult,
+  kBadSubmit,
+  kBadRequest,
+  kBadReply,
+  kForbidden,         // a bridge doing what bridges may not
+  kRevoked,           // a bridge no longer on the allowlist
+  kStoreUnavailable,  // a SUBMIT refused because the job table cannot take writes
+};
+constexpr Rejection kAllRejections[] = {
+    Rejection::kMalformed, Rejection::kOversized, Rejection::kInvalidName, Rejection::kTooManyServices,
+    Rejection::kBadReady,  Rejection::kBadResult, Rejection::kBadSubmit,   Rejection::kBadRequest,
+    Rejection::kBadReply,  Rejection::kForbidden, Rejection::kRevoked,     Rejection::kStoreUnavailable};
 
 std::string_view rejection_label(Rejection r) {
   switch (r) {
     case Rejection::kMalformed: return "malformed";
+    case Rejection::kOversized: return "oversized";
+    case Rejection::kInvalidName: return "invalid_name";
+    case Rejection::kTooManyServices: return "too_many_services";
     case Rejection::kBadReady: return "bad_ready";
     case Rejection::kBadResult: return "bad_result";
     case Rejection::kBadSubmit: return "bad_submit";
@@ -75,43 +109,13 @@ std::string_view rejection_label(Rejection r) {
     case Rejection::kBadReply: return "bad_reply";
     case Rejection::kForbidden: return "forbidden";
     case Rejection::kRevoked: return "revoked";
+    case Rejection::kStoreUnavailable: return "store_unavailable";
   }
   return "malformed";
 }
 
-// Logs at most kBurst lines per interval, then one line with how many it left out: a flood of bad frames
-// must not become a flood of log lines.
-class ThrottledLog {
- public:
-  static constexpr int kBurst = 20;
-  static constexpr double kInterval_s = 10;
-  // True if this event may be logged now.
-  bool admit(double now) {
-    roll(now);
-    if (logged_ < kBurst) {
-      ++logged_;
-      return true;
-    }
-    ++suppressed_;
-    return false;
-  }
-  // Ends the interval when it is over, logging how many events were left out.
-  void roll(double now) {
-    if (now - window_start_ < kInterval_s) return;
-    if (suppressed_ > 0)
-      spdlog::warn("{} more {} in the last {:.0f} s were not logged", suppressed_, what_, now - window_start_);
-    window_start_ = now;
-    logged_ = 0;
-    suppressed_ = 0;
-  }
-  explicit ThrottledLog(std::string what) : what_(std::move(what)) {}
-
- private:
-  std::string what_;
-  double window_start_ = -1e300;
-  int logged_ = 0;
-  int64_t suppressed_ = 0;
-};
+// The job-table writes, the label of kiln_broker_store_write_failures_total.
+constexpr std::string_view kStoreOps[] = {"insert", "lease", "requeue", "complete"};
 
 struct LiveJob {
   std::string id;
@@ -172,8 +176,8 @@ struct Broker::Impl {
   struct stat allowlist_stat {};
   bool allowlist_exists = false;
   std::map<std::string, double> denied_logged;  // raw key -> when last logged
-  ThrottledLog reject_log{"rejected messages"};
-  ThrottledLog store_log{"job-table errors"};
+  log::ThrottledLog reject_log{"rejected messages", opt.log_limits, monotonic_s};
+  log::ThrottledLog store_log{"job-table errors", opt.log_limits, monotonic_s};
   BrokerCounters counters;
   uint64_t event_seq = 0;
   uint64_t next_forward_id = 1;
@@ -182,6 +186,14 @@ struct Broker::Impl {
   std::map<std::string, ServiceQueue> services;
   std::unordered_map<std::string, WorkerRec> workers;  // by identity
   std::unordered_map<std::string, PendingRequest> requests;  // by forwarded request id
+  // Jobs to dead-letter whose record could not be written (the table refused writes): retried on every
+  // timer tick, so none is lost from memory or leased again past max_attempts.
+  struct PendingDeath {
+    LiveJob job;
+    std::string reason;
+    bool worker_retry = false;
+  };
+  std::vector<PendingDeath> pending_deaths;
 
   // Metrics (DESIGN §8).
   std::shared_ptr<prometheus::Registry> registry;
@@ -192,6 +204,8 @@ struct Broker::Impl {
   prometheus::Family<prometheus::Counter>* requeued_total;
   prometheus::Family<prometheus::Counter>* dead_total;
   prometheus::Family<prometheus::Counter>* rejected_total;
+  prometheus::Family<prometheus::Counter>* store_failures_total;
+  prometheus::Gauge* store_writable;
   prometheus::Family<prometheus::Counter>* disconnects_total;
   prometheus::Family<prometheus::Counter>* duplicates_total;
   prometheus::Family<prometheus::Histogram>* duration;
@@ -210,6 +224,11 @@ struct Broker::Impl {
     requeued_total = &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(*registry);
     dead_total = &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(*registry);
     rejected_total = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected, by reason").Register(*registry);
+    for (Rejection r : kAllRejections) rejected_total->Add({{"reason", std::string(rejection_label(r))}});
+    store_failures_total = &BuildCounter().Name("kiln_broker_store_write_failures_total").Help("Job-table writes that failed (disk or table full), by operation").Register(*registry);
+    for (std::string_view op : kStoreOps) store_failures_total->Add({{"op", std::string(op)}});
+    store_writable = &BuildGauge().Name("kiln_broker_store_writable").Help("1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs are refused meanwhile)").Register(*registry).Add({});
+    store_writable->Set(1);
     disconnects_total = &BuildCounter().Name("kiln_broker_disconnects_total").Help("Connections closed, by endpoint: peers leaving, and peers ZeroMQ dropped for a frame over max_message_bytes").Register(*registry);
     duplicates_total = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(*registry);
     duration = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(*registry);
@@ -244,8 +263,9 @@ struct Broker::Impl {
 
   void reject(const std::string& peer, Rejection reason, const std::string& why) {
     counters.rejected_frames++;
-    rejected_total->Add({{"reason", std::string(rejection_label(reason))}}).Increment();
-    if (reject_log.admit(monotonic_s())) spdlog::warn("rejected message from {}: {}", printable_peer(peer), why);
+    const std::string_view label = rejection_label(reason);
+    rejected_total->Add({{"reason", std::string(label)}}).Increment();
+    reject_log.warn(label, "rejected message from {} ({}): {}", printable_peer(peer), label, why);
   }
 
   // A new service name must be valid, and there may be only so many.
@@ -256,9 +276,30 @@ struct Broker::Impl {
       return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) + " services");
     return Status::ok();
   }
+  static Rejection rejection_for_service(const Status& st) {
+    return st.code() == StatusCode::kResourceExhausted ? Rejection::kTooManyServices : Rejection::kInvalidName;
+  }
 
-  void log_store_error(const std::string& what, const Status& st) {
-    if (store_log.admit(monotonic_s())) spdlog::error("job table: {}: {}", what, st.message());
+  // Every job-table write reports here. A failure (full disk, full table) is counted and logged, the
+  // first one of a run at once and the rest throttled, and marks the table unwritable: new jobs are
+  // refused with a retryable error until a write succeeds again, which ends the refusals by itself.
+  bool store_ok(std::string_view op, const std::string& what, const Status& st) {
+    if (st.is_ok()) {
+      if (!counters.store_writable.exchange(true)) {
+        store_writable->Set(1);
+        spdlog::info("job table: writes succeed again ({} {}); taking new jobs", op, what);
+      }
+      return true;
+    }
+    counters.store_write_failures++;
+    store_failures_total->Add({{"op", std::string(op)}}).Increment();
+    if (counters.store_writable.exchange(false)) {
+      store_writable->Set(0);
+      spdlog::error("job table: {} failed: {}; refusing new jobs until writes succeed again", what, st.message());
+    } else {
+      store_log.error(op, "job table: {} failed: {}", what, st.message());
+    }
+    return false;
   }
 
   void publish(const std::string& job_id, const std::string& service, std::string_view state, int attempt) {
@@ -324,8 +365,8 @@ struct Broker::Impl {
       kill(job, reason, worker_retry);
       return;
     }
-    Status st = table.requeue(job.id, next_attempt, reason);
-    if (!st.is_ok()) spdlog::error("requeue {}: {}", job.id, st.message());
+    // A failed write leaves the row leased: a restarted broker requeues it, so the in-memory queue goes on.
+    store_ok("requeue", "requeue " + job.id, table.requeue(job.id, next_attempt, reason));
     counters.requeued++;
     requeued_total->Add({{"service", job.service}, {"reason", reason_label(reason)}}).Increment();
     spdlog::info("job {} requeued (attempt {} of {}): {}", job.id, next_attempt, opt.max_attempts, reason);
@@ -339,6 +380,8 @@ struct Broker::Impl {
     if (reason.rfind("deadline", 0) == 0) return "deadline";
     if (reason.rfind("worker disconnected", 0) == 0) return "worker_disconnected";
     if (reason.rfind("unreachable", 0) == 0) return "unreachable";
+    if (reason.rfind("result refused", 0) == 0) return "result_refused";
+    if (reason.rfind("the broker could not record", 0) == 0) return "store_unavailable";
     return "retry";
   }
 
@@ -357,8 +400,8 @@ struct Broker::Impl {
     }
     std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
     auto inserted = table.complete(job.id, JobState::kDead, "", why, next);
-    if (!inserted.is_ok()) {
-      spdlog::error("dead-letter {}: {}", job.id, inserted.status().message());
+    if (!store_ok("complete", "dead-letter " + job.id, inserted.status())) {
+      pending_deaths.push_back(PendingDeath{job, reason, worker_retry});
       return;
     }
     counters.dead++;
@@ -448,13 +491,33 @@ struct Broker::Impl {
 
   // ------------------------------------------------------------------------------------ commands
 
+  // A READY that is refused is answered with an ACK that says why (a worker that misnamed its service
+  // learns it); the peer stays unregistered.
+  void refuse_ready(const std::string& peer, Rejection reason, const std::string& why) {
+    reject(peer, reason, "bad READY: " + why);
+    proto::Ack ack;
+    ack.error = "READY refused: " + why;
+    send_to(peer, proto::cmd::kAck, proto::encode(ack));
+  }
+
+  // Tells a worker that its RESULT for `job_id` was refused and why; the job has been released already.
+  void tell_result_refused(const std::string& peer, const std::string& job_id, const std::string& why) {
+    counters.refused_results++;
+    proto::Ack ack;
+    ack.job_id = job_id;
+    ack.error = "RESULT refused: " + why + " (the job was released)";
+    send_to(peer, proto::cmd::kAck, proto::encode(ack));
+  }
+
   void on_ready(const Envelope& env) {
     auto ready = proto::decode<proto::Ready>(env.body);
     if (!ready.is_ok()) return reject(env.identity, Rejection::kBadReady, "bad READY: " + ready.status().message());
     if (ready->slots < 1 || ready->slots > 1024)
       return reject(env.identity, Rejection::kBadReady, "bad READY: slots out of range (1-1024)");
     if (Status st = admit_service(ready->service); !st.is_ok())
-      return reject(env.identity, Rejection::kBadReady, "bad READY: " + st.message());
+      return refuse_ready(env.identity, rejection_for_service(st), st.message());
+    if (!valid_worker_id(ready->worker_id))
+      return refuse_ready(env.identity, Rejection::kInvalidName, "worker ids are 1-128 bytes of printable ASCII");
     if (is_external(env.identity) &&
         std::find(opt.external_services.begin(), opt.external_services.end(), ready->service) == opt.external_services.end())
       return reject(env.identity, Rejection::kForbidden,
@@ -478,7 +541,16 @@ struct Broker::Impl {
 
   void on_result(const Envelope& env) {
     auto res = proto::decode<proto::ResultMsg>(env.body);
-    if (!res.is_ok()) return reject(env.identity, Rejection::kBadResult, "bad RESULT: " + res.status().message());
+    if (!res.is_ok()) {
+      reject(env.identity, Rejection::kBadResult, "bad RESULT: " + res.status().message());
+      // When it still names a job leased to this peer, that job is released now, not when its lease ends.
+      auto job_id = proto::peek_string(env.body, "job_id");
+      if (!job_id.is_ok()) return;
+      auto jit = jobs.find(*job_id);
+      if (jit == jobs.end() || !jit->second.leased || jit->second.worker != env.identity) return;
+      requeue_or_kill(*job_id, "result refused: " + res.status().message());
+      return tell_result_refused(env.identity, *job_id, res.status().message());
+    }
     auto wit = workers.find(env.identity);
     if (wit == workers.end()) {
       // From a worker we dropped (or a broker restart): its job was requeued; tell it to re-register.
@@ -507,22 +579,25 @@ struct Broker::Impl {
     // A result that cannot be recorded as sent is refused, and its job goes back to the queue at once
     // (attempt + 1) for a better-behaved worker: the lease it held is over.
     auto refuse = [&](Rejection reason, const std::string& why) {
-      reject(env.identity, reason, "bad RESULT for " + job.id + ": " + why);
-      requeue_or_kill(job.id, "result refused: " + why);
+      const std::string job_id = job.id;
+      reject(env.identity, reason, "bad RESULT for " + job_id + ": " + why);
+      requeue_or_kill(job_id, "result refused: " + why);
+      tell_result_refused(env.identity, job_id, why);
     };
+    if (res->outcome != proto::outcome::kOk && res->outcome != proto::outcome::kFailed)
+      return refuse(Rejection::kBadResult, "outcome must be ok, failed or retry");
     for (const auto& f : res->next) {
       if (f.job_id.empty() || f.job_id.size() > 512) return refuse(Rejection::kBadResult, "follow-up job id empty or over 512 bytes");
-      if (Status st = admit_service(f.service); !st.is_ok()) return refuse(Rejection::kBadResult, "follow-up: " + st.message());
+      if (Status st = admit_service(f.service); !st.is_ok()) return refuse(rejection_for_service(st), "follow-up: " + st.message());
       if (is_external(env.identity)) {
         Status st = check_bridge_followup(f);
         if (!st.is_ok()) return refuse(Rejection::kForbidden, "bridge '" + wit->second.bridge + "': " + st.message());
       }
     }
     auto inserted = table.complete(job.id, final_state, res->payload.data, res->error, res->next);
-    if (!inserted.is_ok()) {
+    if (!store_ok("complete", "completing " + job.id, inserted.status())) {
       // Could not record it (the disk is full?): the job goes back to the queue, and is run again once
       // the table takes writes again.
-      log_store_error("completing " + job.id, inserted.status());
       requeue_or_kill(job.id, "the broker could not record its result: " + inserted.status().message());
       return;
     }
@@ -566,10 +641,12 @@ struct Broker::Impl {
     ack.job_id = sub->job_id;
     if (sub->job_id.empty() || sub->job_id.size() > 512) {
       ack.error = "the job id must be 1-512 bytes";
+      reject(env.identity, Rejection::kBadSubmit, "bad SUBMIT: " + ack.error);
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
     if (Status st = admit_service(sub->service); !st.is_ok()) {
       ack.error = st.message();
+      reject(env.identity, rejection_for_service(st), "bad SUBMIT: " + ack.error);
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
     JobRow row;
@@ -577,10 +654,12 @@ struct Broker::Impl {
     row.service = sub->service;
     row.payload = std::move(sub->payload.data);
     row.timeout_s = sub->timeout_s;
+    // Tried even while the table refuses writes: the first insert that succeeds ends the refusals.
     auto inserted = table.insert(row);
-    if (!inserted.is_ok()) {
-      log_store_error("refused job " + row.id, inserted.status());
-      ack.error = inserted.status().message();
+    if (!store_ok("insert", "insert of job " + row.id, inserted.status())) {
+      ack.error = "the broker cannot write its job table (" + inserted.status().message() + "); retry later";
+      ack.retryable = true;
+      reject(env.identity, Rejection::kStoreUnavailable, "SUBMIT of " + row.id + " refused: " + ack.error);
       return send_to(env.identity, proto::cmd::kAck, proto::encode(ack));
     }
     ack.accepted = true;
@@ -725,6 +804,19 @@ struct Broker::Impl {
 
   // ------------------------------------------------------------------------------------ sockets
 
+  // A body over max_message_bytes (but under the sockets' limit, so it was read): counted, logged, and a
+  // SUBMIT answered; nothing in it is decoded. The job id is not read, so the ACK names none.
+  void refuse_oversized(const Envelope& e) {
+    const std::string why = e.command + " of " + std::to_string(e.body.size()) + " bytes is over broker.max_message_bytes (" +
+                            std::to_string(opt.max_message_bytes) + ")";
+    reject(e.identity, Rejection::kOversized, why);
+    if (e.command == proto::cmd::kSubmit) {
+      proto::Ack ack;
+      ack.error = why;
+      send_to(e.identity, proto::cmd::kAck, proto::encode(ack));
+    }
+  }
+
   // Reads what is readable on one ROUTER, bounded so timers still run under a flood.
   void drain(zmq::socket_t& socket, char tag) {
     for (int i = 0; i < 1000; ++i) {
@@ -750,6 +842,10 @@ struct Broker::Impl {
         bridge_messages->Add({{"bridge", e.user_id}}).Increment();
       } else {
         e.user_id.clear();  // only the CURVE endpoint has a ZAP handler behind it
+      }
+      if (static_cast<int64_t>(e.body.size()) > opt.max_message_bytes) {
+        refuse_oversized(e);
+        continue;
       }
       handle(e);
     }
@@ -905,8 +1001,8 @@ struct Broker::Impl {
           double lease = lease_for(job);
           job.lease_deadline = now + lease;
           w.leased.insert(job_id);
-          Status st = table.mark_leased(job_id, job.attempt);
-          if (!st.is_ok()) spdlog::error("lease {}: {}", job_id, st.message());
+          // A failed write leaves the row queued: the lease lives in memory, and a restart requeues it anyway.
+          store_ok("lease", "lease of " + job_id, table.mark_leased(job_id, job.attempt));
           queue_wait->Add({{"service", service}}, metrics::duration_buckets_s()).Observe(now - job.enqueued_mono);
           proto::Job msg{job.id, job.attempt, job.service, proto::Bytes{job.payload}, wall_time_s() + lease};
           publish(job.id, job.service, "leased", job.attempt);
@@ -923,8 +1019,13 @@ struct Broker::Impl {
 
   void check_timers() {
     double now = monotonic_s();
-    reject_log.roll(now);
-    store_log.roll(now);
+    reject_log.flush();
+    store_log.flush();
+    if (!pending_deaths.empty()) {
+      auto retry = std::move(pending_deaths);
+      pending_deaths.clear();
+      for (const auto& d : retry) kill(d.job, d.reason, d.worker_retry);
+    }
     double dead_after = opt.heartbeat_interval_s * opt.heartbeat_liveness;
     std::vector<std::string> lost;
     for (auto& [id, w] : workers) {
@@ -958,7 +1059,7 @@ Status Broker::Impl::open_external() {
   if (!first.is_ok()) return first.status();
   reload_allowlist();
   messaging::SocketOptions so;
-  so.max_message_bytes = opt.max_message_bytes;
+  so.max_message_bytes = opt.max_message_bytes * kTransportSlack;
   try {
     // The ZAP handler must be bound before the CURVE socket: without one, libzmq admits every client.
     zap = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
@@ -992,11 +1093,12 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
   if (!table.is_ok()) return table.status().with_context("broker: job table " + options.db_path);
   auto active = table->load_active();
   if (!active.is_ok()) return active.status().with_context("broker: loading jobs");
+  table->set_write_fault(options.store_write_fault);
   std::unique_ptr<Broker> b(new Broker());
   b->impl_ = std::make_unique<Impl>(context, std::move(options), std::move(table).value(), std::move(metrics));
   Impl& m = *b->impl_;
   messaging::SocketOptions so;
-  so.max_message_bytes = m.opt.max_message_bytes;
+  so.max_message_bytes = m.opt.max_message_bytes * kTransportSlack;
   try {
     m.router = std::make_unique<zmq::socket_t>(context, zmq::socket_type::router);
     messaging::apply_options(*m.router, so);

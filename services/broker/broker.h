@@ -7,12 +7,14 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/core/status.h"
+#include "kiln/log/rate_limit.h"
 
 namespace kiln::broker {
 
@@ -23,6 +25,10 @@ struct BrokerOptions {
   int max_attempts = 3;
   double heartbeat_interval_s = 1.0;
   int heartbeat_liveness = 4;
+  // The largest message body the broker accepts. Its sockets take frames up to twice this (ZMQ_MAXMSGSIZE),
+  // so a frame somewhat over the limit reaches the broker, is counted (reason "oversized") and answered;
+  // ZeroMQ drops the connection of a peer whose frame is over twice the limit before anyone can read it
+  // (counted in kiln_broker_disconnects_total only).
   int64_t max_message_bytes = 64ll << 20;
   int64_t max_table_bytes = 0;  // bound on the job table's file; 0: none
   std::map<std::string, double> lease_timeout_s = {{"default", 60}};
@@ -34,6 +40,12 @@ struct BrokerOptions {
   // What an admitted bridge may do: serve these services, and lead its results only to these.
   std::vector<std::string> external_services = {"propose.external"};
   std::vector<std::string> external_followups = {"compile", "score"};
+
+  // Logs of rejected messages and of job-table failures: lines per reason per interval, then one summary.
+  log::RateLimitOptions log_limits{5, 1.0, 64};
+  // Fault injection for tests: when set, called before every job-table write with the operation's name
+  // ("insert", "lease", "requeue", "complete"); a non-ok status fails that write as a full disk would.
+  std::function<Status(std::string_view op)> store_write_fault;
 };
 
 struct BrokerCounters {
@@ -47,6 +59,9 @@ struct BrokerCounters {
   std::atomic<int64_t> bridge_messages{0};       // received on the external endpoint
   std::atomic<int64_t> bridge_auth_failures{0};  // CURVE clients the ZAP handler refused
   std::atomic<int64_t> allowlist_reloads{0};     // successful (re)loads, the first one included
+  std::atomic<int64_t> store_write_failures{0};  // job-table writes that failed (disk or table full)
+  std::atomic<bool> store_writable{true};        // false from a failed write until one succeeds
+  std::atomic<int64_t> refused_results{0};       // RESULTs refused (their jobs released at once)
 };
 
 class Broker {

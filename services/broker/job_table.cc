@@ -88,6 +88,7 @@ Result<std::vector<JobRow>> JobTable::load_active() {
 }
 
 Result<bool> JobTable::insert(const JobRow& row) {
+  KILN_RETURN_IF_ERROR(check_write("insert"));
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
       "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
       "VALUES(?,?,'queued',?,?,?,?,?)"));
@@ -99,6 +100,7 @@ Result<bool> JobTable::insert(const JobRow& row) {
 }
 
 Status JobTable::mark_leased(const std::string& id, int attempt) {
+  KILN_RETURN_IF_ERROR(check_write("lease"));
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
       "UPDATE jobs SET state='leased', attempt=?, updated_at=? WHERE id=?"));
   st.bind(1, attempt).bind(2, wall_time_s()).bind(3, id);
@@ -106,6 +108,7 @@ Status JobTable::mark_leased(const std::string& id, int attempt) {
 }
 
 Status JobTable::requeue(const std::string& id, int attempt, const std::string& reason) {
+  KILN_RETURN_IF_ERROR(check_write("requeue"));
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
       "UPDATE jobs SET state='queued', attempt=?, error=?, updated_at=? WHERE id=?"));
   st.bind(1, attempt).bind(2, reason).bind(3, wall_time_s()).bind(4, id);
@@ -115,6 +118,7 @@ Status JobTable::requeue(const std::string& id, int attempt, const std::string& 
 Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState final_state,
                                                const std::string& result, const std::string& error,
                                                const std::vector<proto::FollowUp>& next) {
+  KILN_RETURN_IF_ERROR(check_write("complete"));
   store::Transaction tx(db_);
   KILN_RETURN_IF_ERROR(tx.begin_status());
   double now = wall_time_s();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ class JobTable {
   // `max_bytes` > 0 bounds the file (SQLite's max_page_count): a write past it fails like a full disk.
   static Result<JobTable> open(const std::string& path, int64_t max_bytes = 0);
 
+  // Called before every write with the operation's name; a non-ok status fails the write (tests inject a
+  // full disk this way). Empty: no check.
+  using WriteFault = std::function<Status(std::string_view op)>;
+  void set_write_fault(WriteFault fault) { write_fault_ = std::move(fault); }
+
   // Jobs that are queued or leased (a restarted broker leases them again).
   Result<std::vector<JobRow>> load_active();
   // Inserts a new queued job; false when the id already exists (idempotent submit).
@@ -50,7 +56,9 @@ class JobTable {
 
  private:
   explicit JobTable(store::Database db) : db_(std::move(db)) {}
+  Status check_write(std::string_view op) const { return write_fault_ ? write_fault_(op) : Status::ok(); }
   store::Database db_;
+  WriteFault write_fault_;
 };
 
 }  // namespace kiln::broker

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <filesystem>
 
 #include "broker.h"
 #include "kiln/config/config.h"
@@ -14,14 +13,11 @@
 #include "kiln/log/log.h"
 #include "kiln/messaging/curve.h"
 #include "kiln/metrics/metrics.h"
+#include "options.h"
 
 namespace {
 std::atomic<bool> g_reload{false};
 void on_hangup(int) { g_reload = true; }
-
-std::string under(const std::string& state_dir, const std::string& path) {
-  return std::filesystem::path(path).is_absolute() ? path : state_dir + "/" + path;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,20 +45,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln-broker: %s\n", st.message().c_str());
     return 2;
   }
-  kiln::broker::BrokerOptions opt;
-  opt.bind = bind.empty() ? bc.bind : bind;
-  opt.events_bind = events_bind.empty() ? bc.events_bind : events_bind;
-  opt.db_path = under(state_dir, bc.db_path);
-  opt.max_attempts = static_cast<int>(bc.max_attempts);
-  opt.heartbeat_interval_s = bc.heartbeat_interval_s;
-  opt.heartbeat_liveness = static_cast<int>(bc.heartbeat_liveness);
-  opt.max_message_bytes = bc.max_message_bytes;
-  opt.max_table_bytes = bc.max_table_mb << 20;
-  opt.lease_timeout_s = bc.lease_timeout_s;
-  opt.external_bind = external_bind.empty() ? bc.external_bind : external_bind;
+  kiln::broker::BrokerOptions opt = kiln::broker::options_from_config(bc, state_dir);
+  if (!bind.empty()) opt.bind = bind;
+  if (!events_bind.empty()) opt.events_bind = events_bind;
+  if (!external_bind.empty()) opt.external_bind = external_bind;
   if (!opt.external_bind.empty()) {
-    std::string secret_path = under(state_dir, bc.external_secret_key_file);
-    std::string public_path = under(state_dir, bc.external_public_key_file);
+    std::string secret_path = kiln::broker::under_state_dir(state_dir, bc.external_secret_key_file);
+    std::string public_path = kiln::broker::under_state_dir(state_dir, bc.external_public_key_file);
     bool created = false;
     auto keys = kiln::messaging::load_or_create_curve_keypair(secret_path, public_path, &created);
     if (!keys.is_ok()) {
@@ -70,7 +59,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     opt.curve_secret_key = keys->secret_key;
-    opt.allowlist_path = under(state_dir, bc.external_allowlist);
     spdlog::info("external bridges: server public key {} in {}{}", keys->public_key, public_path,
                  created ? " (new key pair)" : "");
   }

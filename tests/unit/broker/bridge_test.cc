@@ -247,6 +247,9 @@ TEST_CASE("a bridge result the broker refuses sends its job back to the queue at
   CHECK(rogue.jobs == 3);
   CHECK(state_of(client, "c/p4:propose:promote") == "unknown");
   CHECK(b.metric("kiln_broker_rejected_frames_total", "forbidden") == 3);
+  // The bridge was told why, each time (an ACK naming the job and the reason).
+  REQUIRE(wait_until([&] { return rogue.worker->stats().refusals == 3; }));
+  CHECK(b.broker->counters().refused_results == 3);
 }
 
 TEST_CASE("propose.external takes the propose lease (300 s), not the default", "[broker][bridge]") {

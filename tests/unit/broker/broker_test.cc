@@ -13,11 +13,13 @@
 #include <thread>
 
 #include "broker.h"
+#include "kiln/config/config.h"
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/client.h"
 #include "kiln/messaging/worker.h"
 #include "kiln/proto/payloads.h"
+#include "options.h"
 
 using namespace kiln;
 using namespace std::chrono_literals;
@@ -25,6 +27,64 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string metrics_text(prometheus::Registry& r) { return prometheus::TextSerializer().Serialize(r.Collect()); }
+
+// The value of one series: `label` is "name=value", or empty for a family without labels.
+double metric_value(prometheus::Registry& r, const std::string& family_name, const std::string& label = "") {
+  for (const auto& family : r.Collect()) {
+    if (family.name != family_name) continue;
+    for (const auto& m : family.metric) {
+      std::string here = m.label.empty() ? "" : m.label[0].name + "=" + m.label[0].value;
+      if (here != label) continue;
+      return family.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
+    }
+  }
+  return -1;
+}
+
+// Every series of the registry, by name and labels (not values).
+std::set<std::string> series_of(prometheus::Registry& r) {
+  std::set<std::string> out;
+  for (const auto& family : r.Collect()) {
+    for (const auto& m : family.metric) {
+      std::string key = family.name;
+      for (const auto& l : m.label) key += "|" + l.name + "=" + l.value;
+      out.insert(key);
+    }
+  }
+  return out;
+}
+
+// A raw DEALER that sends whatever frames it is given and reads what comes back.
+struct RawPeer {
+  zmq::socket_t socket;
+  RawPeer(zmq::context_t& ctx, const std::string& endpoint) : socket(ctx, zmq::socket_type::dealer) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.connect(endpoint);
+  }
+  void send(const std::vector<std::string>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i)
+      socket.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  // The next message with `command` within `timeout_s` (others are skipped), or nothing. Heartbeats go
+  // out meanwhile, so a peer that registered as a worker is not dropped while it waits.
+  std::optional<messaging::Envelope> wait_for(std::string_view command, double timeout_s = 5) {
+    double until = monotonic_s() + timeout_s;
+    double next_heartbeat = 0;
+    while (monotonic_s() < until) {
+      if (monotonic_s() >= next_heartbeat) {
+        send({"KILN1", "HEARTBEAT", proto::encode(proto::Heartbeat{})});
+        next_heartbeat = monotonic_s() + 0.05;
+      }
+      auto env = messaging::recv_envelope(socket, false);
+      if (!env) {
+        std::this_thread::sleep_for(5ms);
+        continue;
+      }
+      if (env->is_ok() && env->value().command == command) return env->value();
+    }
+    return std::nullopt;
+  }
+};
 
 // Valid UTF-8 (what the Prometheus text format requires of label values).
 bool valid_utf8(const std::string& s) {
@@ -68,6 +128,7 @@ struct RunningBroker {
 
   explicit RunningBroker(broker::BrokerOptions opt = {}, std::string db = "") {
     opt.bind = "tcp://127.0.0.1:*";
+    opt.events_bind.clear();
     opt.db_path = db.empty() ? dir.path() + "/broker.db" : db;
     opt.heartbeat_interval_s = 0.1;
     opt.heartbeat_liveness = 5;
@@ -354,7 +415,10 @@ TEST_CASE("a restarted broker resumes queued jobs from its table", "[broker]") {
 
 TEST_CASE("bad service names and commands neither break /metrics nor grow it, and their log is throttled", "[broker]") {
   CapturedLog log;
-  RunningBroker b;
+  broker::BrokerOptions opt;
+  opt.log_limits = {5, 3600, 64};  // one interval for the whole test: the line count is exact
+  RunningBroker b(opt);
+  const std::set<std::string> series_before = series_of(*b.registry);
   zmq::socket_t bad(b.ctx, zmq::socket_type::dealer);
   bad.set(zmq::sockopt::linger, 0);
   bad.connect(b.endpoint());
@@ -376,20 +440,55 @@ TEST_CASE("bad service names and commands neither break /metrics nor grow it, an
   REQUIRE(ack.is_ok());
   CHECK_FALSE(ack->accepted);
   CHECK(ack->error.find("service names are") != std::string::npos);
-  REQUIRE(eventually([&] { return b.broker->counters().rejected_frames >= 501; }));
+  REQUIRE(eventually([&] { return b.broker->counters().rejected_frames >= 502; }));
 
   const std::string text = metrics_text(*b.registry);
   CHECK(valid_utf8(text));
   CHECK(text.find("CMD1") == std::string::npos);
   CHECK(text.find("svc ") == std::string::npos);
   CHECK(text.size() < 64 * 1024);
-  // One series per fixed reason, whatever the messages said.
+  // One series per fixed reason, there from the start, whatever the messages said: the set of series
+  // is the same as before the flood; only values moved.
   size_t rejected_series = 0;
   for (const auto& family : b.registry->Collect())
     if (family.name == "kiln_broker_rejected_frames_total") rejected_series = family.metric.size();
-  CHECK(rejected_series <= 2);
-  // At most a burst of lines per 10 s, not one per frame.
-  CHECK(log.count("rejected message") <= 20);
+  CHECK(rejected_series == 12);
+  CHECK(series_of(*b.registry) == series_before);
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 202);
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=malformed") == 300);
+  // A burst of lines per reason (invalid_name, malformed) and interval, not one per frame.
+  CHECK(log.count("rejected message") == 10);
+}
+
+TEST_CASE("a READY with a bad service name or worker id is refused with a reply that says why", "[broker]") {
+  RunningBroker b;
+  RawPeer peer(b.ctx, b.endpoint());
+  proto::Ready ready{"\xff\xfe not utf-8", "w", 1, {}};
+  peer.send({"KILN1", "READY", proto::encode(ready)});
+  auto ack = peer.wait_for(proto::cmd::kAck);
+  REQUIRE(ack);
+  auto refusal = proto::decode<proto::Ack>(ack->body);
+  REQUIRE(refusal.is_ok());
+  CHECK_FALSE(refusal->accepted);
+  CHECK(refusal->error == "READY refused: service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+
+  ready = proto::Ready{std::string(65, 's'), "w", 1, {}};  // one byte too long
+  peer.send({"KILN1", "READY", proto::encode(ready)});
+  REQUIRE(peer.wait_for(proto::cmd::kAck));
+  ready = proto::Ready{"fine", "bad\nid", 1, {}};
+  peer.send({"KILN1", "READY", proto::encode(ready)});
+  ack = peer.wait_for(proto::cmd::kAck);
+  REQUIRE(ack);
+  CHECK(proto::decode<proto::Ack>(ack->body)->error == "READY refused: worker ids are 1-128 bytes of printable ASCII");
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 3);
+  // None of them registered a worker or a service.
+  messaging::Client client(b.ctx, b.endpoint());
+  auto body = client.request("broker", "status", "");
+  REQUIRE(body.is_ok());
+  auto st = proto::decode<proto::BrokerStatus>(*body);
+  REQUIRE(st.is_ok());
+  CHECK(st->workers.empty());
+  CHECK(st->queues.empty());
 }
 
 TEST_CASE("the broker serves at most 256 services", "[broker]") {
@@ -430,8 +529,28 @@ TEST_CASE("a peer dropped for an oversized frame is counted", "[broker]") {
   huge.connect(b.endpoint());
   huge.send(zmq::buffer(std::string("KILN1")), zmq::send_flags::sndmore);
   huge.send(zmq::buffer(std::string("SUBMIT")), zmq::send_flags::sndmore);
-  huge.send(zmq::buffer(std::string(2 << 20, 'x')), zmq::send_flags::none);
+  huge.send(zmq::buffer(std::string(3 << 20, 'x')), zmq::send_flags::none);  // over twice max_message_bytes
   CHECK(eventually([&] { return disconnects() >= 1; }));
+}
+
+TEST_CASE("a message over max_message_bytes is counted as oversized and a SUBMIT is answered", "[broker]") {
+  CapturedLog log;
+  RunningBroker b;  // max_message_bytes: 1 MiB
+  messaging::Client client(b.ctx, b.endpoint());
+  auto ack = client.submit(submit_of("work", "too-big", std::string((1 << 20) + 4096, 'x')), 5.0);
+  REQUIRE(ack.is_ok());
+  CHECK_FALSE(ack->accepted);
+  CHECK(ack->error.find("is over broker.max_message_bytes (1048576)") != std::string::npos);
+  RawPeer peer(b.ctx, b.endpoint());
+  peer.send({"KILN1", "RESULT", std::string((1 << 20) + 1, 'r')});
+  REQUIRE(eventually([&] {
+    return metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=oversized") == 2;
+  }));
+  CHECK(log.count("(oversized)") == 2);
+  // The same client goes on: a job at the limit is taken.
+  ack = client.submit(submit_of("work", "fits", std::string(1 << 19, 'x')));
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
 }
 
 TEST_CASE("a full job table refuses submits with a logged error and takes them again once jobs finish",
@@ -457,7 +576,7 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
   INFO(refusal);
   REQUIRE(accepted >= 2);
   REQUIRE_FALSE(refusal.empty());
-  CHECK(log.count("job table: refused job") >= 1);
+  CHECK(log.count("refusing new jobs until writes succeed again") == 1);
 
   // Finishing the queued jobs frees their payloads: the broker takes jobs again without a restart.
   std::atomic<int> ran{0};
@@ -517,4 +636,140 @@ TEST_CASE("a follow-up that avoids a worker goes to another of the same device m
   REQUIRE(eventually([&] { return count() == 7; }));
   std::lock_guard l(mu);
   CHECK(ran_on.back() == "a");
+}
+
+TEST_CASE("while the job table cannot write, new jobs are refused as retryable; it recovers by itself", "[broker]") {
+  CapturedLog log;
+  std::atomic<bool> disk_full{false};
+  broker::BrokerOptions opt;
+  opt.log_limits = {5, 3600, 64};
+  opt.store_write_fault = [&](std::string_view) {
+    return disk_full ? resource_exhausted("database or disk is full") : Status::ok();
+  };
+  RunningBroker b(opt);
+  messaging::Client client(b.ctx, b.endpoint());
+  auto writable = [&] { return metric_value(*b.registry, "kiln_broker_store_writable"); };
+  CHECK(writable() == 1);
+
+  disk_full = true;
+  for (int i = 0; i < 20; ++i) {
+    auto ack = client.submit(submit_of("work", "refused-" + std::to_string(i), "p"));
+    REQUIRE(ack.is_ok());
+    CHECK_FALSE(ack->accepted);
+    CHECK(ack->retryable);
+    CHECK(ack->error == "the broker cannot write its job table (database or disk is full); retry later");
+  }
+  CHECK(writable() == 0);
+  CHECK_FALSE(b.broker->counters().store_writable);
+  CHECK(metric_value(*b.registry, "kiln_broker_store_write_failures_total", "op=insert") == 20);
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=store_unavailable") == 20);
+  // One line when the table stops taking writes, then a burst: not a line per refusal.
+  CHECK(log.count("refusing new jobs until writes succeed again") == 1);
+  CHECK(log.count("job table: insert of job") == 1 + 5);
+
+  // The first write that succeeds ends the refusals: no restart.
+  disk_full = false;
+  auto ack = client.submit(submit_of("work", "after", "p"));
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+  CHECK_FALSE(ack->retryable);
+  CHECK(writable() == 1);
+  CHECK(log.count("job table: writes succeed again") == 1);
+  std::atomic<int> ran{0};
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  REQUIRE(eventually([&] { return job_status(client, "after").state == "done"; }));
+  CHECK(ran == 1);
+  CHECK(job_status(client, "refused-0").state == "unknown");
+}
+
+TEST_CASE("a result the table cannot record is run again, and a dead letter waits for the table", "[broker]") {
+  std::atomic<bool> disk_full{false};
+  broker::BrokerOptions opt;
+  opt.max_attempts = 1;
+  opt.store_write_fault = [&](std::string_view op) {
+    return disk_full && op == "complete" ? resource_exhausted("database or disk is full") : Status::ok();
+  };
+  RunningBroker b(opt);
+  messaging::Client client(b.ctx, b.endpoint());
+  DeadLetterInbox inbox(b);
+  std::atomic<int> tries{0};
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
+    ++tries;
+    return messaging::JobOutcome::ok();
+  });
+  disk_full = true;
+  REQUIRE(client.submit(submit_of("work", "unrecorded", "p")).is_ok());
+  // The result cannot be recorded; with max_attempts 1 the job is to be dead-lettered, which cannot be
+  // recorded either: it waits (neither lost nor leased again) until the table writes.
+  REQUIRE(eventually([&] { return b.broker->counters().store_write_failures >= 3; }));
+  CHECK(tries == 1);
+  CHECK(job_status(client, "unrecorded").state == "leased");
+  disk_full = false;
+  REQUIRE(eventually([&] { return job_status(client, "unrecorded").state == "dead"; }));
+  REQUIRE(eventually([&] { return inbox.size() == 1; }));
+  CHECK(tries == 1);
+  std::lock_guard l(inbox.mu);
+  CHECK(inbox.letters[0].reason.find("could not record its result") != std::string::npos);
+}
+
+TEST_CASE("a RESULT the broker refuses releases its job at once and tells the worker why", "[broker]") {
+  RunningBroker b;  // leases: 60 s by default; everything below happens well within one
+  messaging::Client client(b.ctx, b.endpoint());
+  RawPeer rogue(b.ctx, b.endpoint());
+  rogue.send({"KILN1", "READY", proto::encode(proto::Ready{"work", "rogue", 1, {}})});
+  REQUIRE(client.submit(submit_of("work", "r1", "p")).is_ok());
+  auto job_env = rogue.wait_for(proto::cmd::kJob);
+  REQUIRE(job_env);
+  auto job = proto::decode<proto::Job>(job_env->body);
+  REQUIRE(job.is_ok());
+  CHECK(job->attempt == 1);
+
+  SECTION("a body that does not decode but names the job") {
+    // "next" must be a list: the RESULT does not decode, yet its job id can be read.
+    std::string bad = "\x83\xa1v\x02\xa6job_id" + std::string(1, static_cast<char>(0xa0 + job->job_id.size())) + job->job_id +
+                      "\xa4next\x05";
+    rogue.send({"KILN1", "RESULT", bad});
+  }
+  SECTION("an outcome that is none of ok, failed, retry") {
+    proto::ResultMsg res{job->job_id, job->attempt, "maybe", {}, "", {}};
+    rogue.send({"KILN1", "RESULT", proto::encode(res)});
+  }
+  SECTION("a follow-up to an invalid service name") {
+    proto::ResultMsg res{job->job_id, job->attempt, "ok", {}, "", {proto::FollowUp{"bad name", "x", {}, 0}}};
+    rogue.send({"KILN1", "RESULT", proto::encode(res)});
+  }
+  auto ack_env = rogue.wait_for(proto::cmd::kAck);
+  REQUIRE(ack_env);
+  auto ack = proto::decode<proto::Ack>(ack_env->body);
+  REQUIRE(ack.is_ok());
+  CHECK(ack->job_id == "r1");
+  CHECK(ack->error.rfind("RESULT refused: ", 0) == 0);
+  CHECK(ack->error.find("(the job was released)") != std::string::npos);
+  // Released now, not when its lease ends: the only worker gets it again as attempt 2.
+  auto again = rogue.wait_for(proto::cmd::kJob);
+  REQUIRE(again);
+  CHECK(proto::decode<proto::Job>(again->body)->attempt == 2);
+  CHECK(b.broker->counters().refused_results == 1);
+  CHECK(metric_value(*b.registry, "kiln_jobs_requeued_total", "reason=result_refused") == 1);
+}
+
+TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yaml and the built-in defaults", "[broker]") {
+  for (const std::string path : {std::string(KILN_SOURCE_DIR) + "/configs/kiln.yaml", std::string()}) {
+    INFO("config: " << (path.empty() ? "built-in defaults" : path));
+    auto cfg = config::load_config(path);
+    REQUIRE(cfg.is_ok());
+    TempDir state("kiln-broker-config");
+    broker::BrokerOptions opt = broker::options_from_config(cfg->broker, state.path());
+    CHECK(opt.db_path == state.path() + "/broker.db");
+    RunningBroker b(opt);
+    messaging::Client client(b.ctx, b.endpoint());
+    RawPeer bridge(b.ctx, b.endpoint());
+    bridge.send({"KILN1", "READY", proto::encode(proto::Ready{"propose.external", "bridge", 1, {}})});
+    REQUIRE(client.submit(submit_of("propose.external", "c/p1:propose", "")).is_ok());
+    auto env = bridge.wait_for(proto::cmd::kJob);
+    REQUIRE(env);
+    double lease_s = proto::decode<proto::Job>(env->body)->deadline - wall_time_s();
+    CHECK(lease_s > 290);
+    CHECK(lease_s <= 300);
+  }
 }
