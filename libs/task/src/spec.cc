@@ -220,8 +220,26 @@ void parse_init(const YAML::Node& n, const std::string& path, TensorSpec& t) {
   }
 }
 
+// Bounds on what a package may ask of every service that reads it: each case is allocated, filled and run
+// by the tester and compared on the host, and the whole spec travels with every job.
+constexpr size_t kMaxCorrectnessCases = 64;
+constexpr size_t kMaxBenchmarkCases = 16;
+constexpr int64_t kMaxSeeds = 16;
+constexpr size_t kMaxDimsPerCase = 16;
+constexpr int64_t kMaxTensorBytes = int64_t{16} << 30;
+constexpr int64_t kMaxCaseBytes = int64_t{64} << 30;
+// The kernel ABI passes tensors and scalars by count (int32), and every one is filled, copied and compared
+// per case and seed; template parameters multiply into the tuner's search space.
+constexpr size_t kMaxTensors = 64;  // inputs, and outputs, each
+constexpr size_t kMaxScalars = 64;
+constexpr size_t kMaxParams = 16;
+constexpr size_t kMaxParamValues = 64;
+constexpr int64_t kMaxParamCombinations = 65536;
+
 std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& path, bool is_input) {
   if (!n.IsSequence()) fail(path, "expected a list of tensors, got " + describe(n));
+  if (n.size() > kMaxTensors)
+    fail(path, std::to_string(n.size()) + " tensors; at most " + std::to_string(kMaxTensors) + " are allowed");
   std::vector<TensorSpec> out;
   for (size_t i = 0; i < n.size(); ++i) {
     std::string p = item(path, i);
@@ -255,14 +273,6 @@ std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& pa
   return out;
 }
 
-// Bounds on what a package may ask of every service that reads it: each case is allocated, filled and run
-// by the tester and compared on the host, and the whole spec travels with every job.
-constexpr size_t kMaxCorrectnessCases = 64;
-constexpr size_t kMaxBenchmarkCases = 16;
-constexpr int64_t kMaxSeeds = 16;
-constexpr size_t kMaxDimsPerCase = 16;
-constexpr int64_t kMaxTensorBytes = int64_t{16} << 30;
-constexpr int64_t kMaxCaseBytes = int64_t{64} << 30;
 
 std::vector<Dims> parse_cases(const YAML::Node& n, const std::string& path, size_t max_cases) {
   if (!n.IsSequence() || n.size() == 0) fail(path, "expected a non-empty list of cases, got " + describe(n));
@@ -291,13 +301,15 @@ bool is_param_value(std::string_view s) {
 }
 
 // Every dim a shape names must be defined by every case: the tester cannot size a tensor otherwise. And
-// every tensor of a case must have a size that is representable and can be allocated.
+// every tensor of a case must have a size that is representable and can be allocated: the element count
+// and the byte count are multiplied with overflow checks.
 void check_dims_defined(const TaskSpec& spec, const std::vector<Dims>& cases, const std::string& path) {
   for (size_t i = 0; i < cases.size(); ++i) {
     int64_t case_bytes = 0;
     for (const auto* group : {&spec.inputs, &spec.outputs}) {
       for (const TensorSpec& t : *group) {
         int64_t bytes = static_cast<int64_t>(dtype_bytes(t.dtype));
+        int64_t elements = 1;
         for (const std::string& d : t.shape) {
           int64_t extent = 0;
           if (std::isdigit(static_cast<unsigned char>(d[0]))) {
@@ -307,9 +319,11 @@ void check_dims_defined(const TaskSpec& spec, const std::vector<Dims>& cases, co
           } else {
             fail(item(path, i), "dim " + d + " is not defined (the shape of " + t.name + " uses it)");
           }
-          if (__builtin_mul_overflow(bytes, extent, &bytes) || bytes > kMaxTensorBytes)
-            fail(item(path, i), t.name + " would be over " + std::to_string(kMaxTensorBytes >> 30) + " GiB");
+          if (__builtin_mul_overflow(elements, extent, &elements))
+            fail(item(path, i), t.name + ": the element count of its shape overflows int64");
         }
+        if (__builtin_mul_overflow(bytes, elements, &bytes) || bytes > kMaxTensorBytes)
+          fail(item(path, i), t.name + " would be over " + std::to_string(kMaxTensorBytes >> 30) + " GiB");
         case_bytes += bytes;
         if (case_bytes > kMaxCaseBytes)
           fail(item(path, i), "the tensors of this case would be over " + std::to_string(kMaxCaseBytes >> 30) + " GiB");
@@ -355,7 +369,10 @@ TaskSpec parse_yaml(const std::string& text) {
   }
 
   if (const YAML::Node* scalars = find(top, "scalars"); scalars && !scalars->IsNull()) {
-    for (const auto& [k, v] : entries(*scalars, "scalars")) {
+    auto named = entries(*scalars, "scalars");
+    if (named.size() > kMaxScalars)
+      fail("scalars", std::to_string(named.size()) + " scalars; at most " + std::to_string(kMaxScalars) + " are allowed");
+    for (const auto& [k, v] : named) {
       if (!is_identifier(k)) fail(child("scalars", k), "expected an identifier as the scalar name");
       spec.scalars.emplace_back(k, get_number(v, child("scalars", k)));
     }
@@ -377,10 +394,19 @@ TaskSpec parse_yaml(const std::string& text) {
   check_dims_defined(spec, spec.benchmark_cases, "benchmark.cases");
 
   if (const YAML::Node* params = find(top, "params"); params && !params->IsNull()) {
-    for (const auto& [k, v] : entries(*params, "params")) {
+    auto named = entries(*params, "params");
+    if (named.size() > kMaxParams)
+      fail("params", std::to_string(named.size()) + " parameters; at most " + std::to_string(kMaxParams) + " are allowed");
+    int64_t combinations = 1;
+    for (const auto& [k, v] : named) {
       std::string p = child("params", k);
       if (!is_identifier(k)) fail(p, "expected an identifier as the parameter name (it becomes a -D define)");
       if (!v.IsSequence() || v.size() == 0) fail(p, "expected a non-empty list of values, got " + describe(v));
+      if (v.size() > kMaxParamValues)
+        fail(p, std::to_string(v.size()) + " values; at most " + std::to_string(kMaxParamValues) + " are allowed");
+      combinations *= static_cast<int64_t>(v.size());  // <= 65536 * 64 before the check: no overflow
+      if (combinations > kMaxParamCombinations)
+        fail(p, "the parameters would make over " + std::to_string(kMaxParamCombinations) + " combinations");
       std::vector<std::string> values;
       for (size_t i = 0; i < v.size(); ++i) {
         if (!v[i].IsScalar() || !is_param_value(v[i].Scalar()))

@@ -143,12 +143,60 @@ TEST_CASE("a package cannot ask for unbounded work or tensors whose size overflo
   CHECK(error_of(good_with_yaml_edit("[{B: 1, H: 64}, {B: 4, H: 67}, {B: 3, H: 128}]", "[" + many + "]")) ==
         "task.yaml: correctness.cases: 65 cases; at most 64 are allowed");
   CHECK(error_of(good_with_yaml_edit("seeds: 2", "seeds: 1000000")) == "task.yaml: correctness.seeds: at most 16");
-  // 2^62 x 2^62 elements: the byte count overflows int64.
+  // 2^62 x 2^62 elements: the element count overflows int64.
   CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 4611686018427387904, H: 4611686018427387904}")) ==
-        "task.yaml: benchmark.cases[0]: x would be over 16 GiB");
+        "task.yaml: benchmark.cases[0]: x: the element count of its shape overflows int64");
   CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 65536, H: 65537}")) ==
         "task.yaml: benchmark.cases[0]: x would be over 16 GiB");
   CHECK(kiln::task::parse_task(good_with_yaml_edit("{B: 16, H: 1024}", "{B: 65536, H: 65536}")).is_ok());  // 16 GiB
+}
+
+TEST_CASE("every bound of a package names its field", "[task]") {
+  auto list = [](int n, const std::string& open, const std::string& close, const std::string& item_prefix,
+                 const std::string& item_suffix) {
+    std::string out = open;
+    for (int i = 0; i < n; ++i) out += (i ? ", " : "") + item_prefix + std::to_string(i) + item_suffix;
+    return out + close;
+  };
+  auto lines = [](int n, const std::string& prefix, const std::string& suffix) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += prefix + std::to_string(i) + suffix;
+    return out;
+  };
+  // Benchmark cases: at most 16.
+  CHECK(error_of(good_with_yaml_edit("cases: [{B: 16, H: 1024}]", "cases: " + list(17, "[", "]", "{B: 1, H: 1", "}"))) ==
+        "task.yaml: benchmark.cases: 17 cases; at most 16 are allowed");
+  // Dims per case: at most 16.
+  CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", list(15, "{B: 16, H: 1024, ", "}", "D", ": 1"))) ==
+        "task.yaml: benchmark.cases[0]: 17 dims; at most 16 are allowed");
+  // Bytes per case: each tensor within 16 GiB, all of them over 64 GiB (five fp32 tensors of 2^32).
+  FileMap big = good_with_yaml_edit("{B: 16, H: 1024}", "{B: 65536, H: 65536}");
+  std::string& yaml = big["task.yaml"].data;
+  const std::string y = "  - {name: y, dtype: fp32, shape: [B, H]}\n";
+  REQUIRE(yaml.find(y) != std::string::npos);
+  yaml.replace(yaml.find(y), y.size(),
+               y + "  - {name: z1, dtype: fp32, shape: [B, H]}\n  - {name: z2, dtype: fp32, shape: [B, H]}\n"
+                   "  - {name: z3, dtype: fp32, shape: [B, H]}\n");
+  CHECK(error_of(big) == "task.yaml: benchmark.cases[0]: the tensors of this case would be over 64 GiB");
+  // Tensors: at most 64 inputs (and 64 outputs); x and 64 more here.
+  CHECK(error_of(good_with_yaml_edit("  - {name: w, dtype: fp32, shape: [H], init: \"uniform(0.5, 1.5)\"}\n",
+                                     lines(64, "  - {name: w", ", dtype: fp32, shape: [H]}\n"))) ==
+        "task.yaml: inputs: 65 tensors; at most 64 are allowed");
+  // Scalars: at most 64.
+  CHECK(error_of(good_with_yaml_edit("scalars: {eps: 1.0e-6}", "scalars: " + list(65, "{", "}", "s", ": 1.0"))) ==
+        "task.yaml: scalars: 65 scalars; at most 64 are allowed");
+  // Template parameters: at most 16, each with at most 64 values, at most 65536 combinations.
+  CHECK(error_of(good_with_yaml_edit("  UNROLL: [1, 2, 4]", lines(17, "  P", ": [1]\n"))) ==
+        "task.yaml: params: 17 parameters; at most 16 are allowed");
+  CHECK(error_of(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  UNROLL: " + list(65, "[", "]", "", ""))) ==
+        "task.yaml: params.UNROLL: 65 values; at most 64 are allowed");
+  const std::string twenty = list(20, "[", "]", "", "");
+  CHECK(error_of(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty + "\n  C: " + twenty +
+                                                               "\n  D: " + twenty)) ==
+        "task.yaml: params.D: the parameters would make over 65536 combinations");
+  CHECK(kiln::task::parse_task(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty +
+                                                                            "\n  C: " + twenty))
+            .is_ok());  // 8000 combinations
 }
 
 TEST_CASE("task.yaml validation names the key path", "[task]") {
