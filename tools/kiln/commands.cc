@@ -251,10 +251,10 @@ int cmd_status(const Common& c, const std::string& campaign) {
   return 0;
 }
 
-int cmd_best(const Common& c, const std::string& campaign) {
+int cmd_best(const Common& c, const std::string& campaign, int top) {
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
-  auto body = client.request(std::string(proto::svc::kScore), "best", proto::encode(proto::CampaignQuery{campaign, 5}), 5.0);
+  auto body = client.request(std::string(proto::svc::kScore), "best", proto::encode(proto::CampaignQuery{campaign, top}), 5.0);
   if (!body.is_ok()) return fail(body.status().message());
   auto best = proto::decode<proto::BestPrograms>(*body);
   if (!best.is_ok()) return fail("bad reply: " + best.status().message());

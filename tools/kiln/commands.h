@@ -34,7 +34,7 @@ struct SubmitOptions {
 
 int cmd_submit(const Common& c, const SubmitOptions& o);
 int cmd_status(const Common& c, const std::string& campaign);
-int cmd_best(const Common& c, const std::string& campaign);
+int cmd_best(const Common& c, const std::string& campaign, int top = 5);
 int cmd_task_validate(const Common& c, const std::string& dir);
 int cmd_task_new(const Common& c, const std::string& name, const std::string& parent_dir);
 int cmd_registry_list(const Common& c, const std::string& dir);

@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   status_cmd->add_option("campaign", campaign, "one campaign id");
   auto* best_cmd = app.add_subcommand("best", "the best kernels of a campaign with their evidence");
   best_cmd->add_option("campaign", campaign, "campaign id")->required();
+  int best_top = 5;
+  best_cmd->add_option("--top", best_top, "how many programs, best first (1..1000)")->check(CLI::Range(1, 1000));
 
   std::string report_out;
   auto* report_cmd = app.add_subcommand("report", "a campaign as one self-contained HTML page");
@@ -110,7 +112,7 @@ int main(int argc, char** argv) {
   }
   if (*sub_cmd) return cmd_submit(common, sub);
   if (*status_cmd) return cmd_status(common, campaign);
-  if (*best_cmd) return cmd_best(common, campaign);
+  if (*best_cmd) return cmd_best(common, campaign, best_top);
   if (*report_cmd) return cmd_report(common, campaign, report_out);
   if (*validate_cmd) return cmd_task_validate(common, task_dir);
   if (*new_cmd) return cmd_task_new(common, task_name, task_parent);
