@@ -50,9 +50,16 @@ constexpr double kDeniedLogInterval_s = 10;  // a refused bridge retries every s
 constexpr size_t kDeniedLogMaxKeys = 1024;
 
 // Service names become metric label values and table rows: 1-64 bytes of [A-Za-z0-9._-], and at most
-// kMaxServices distinct ones, so a peer cannot make /metrics unparseable or grow it without bound.
+// kMaxServices distinct ones besides the known ones (Kiln's own and those the config names), so a peer
+// cannot make /metrics unparseable or grow it without bound, nor crowd out the services Kiln runs on.
 constexpr size_t kMaxServiceName = 64;
 constexpr size_t kMaxServices = 256;
+// The per-service label of every service that is not known and has never had a worker: jobs submitted
+// to names nobody serves share one series. '~' is outside the service-name charset: no collision.
+constexpr std::string_view kOtherServiceLabel = "~other";
+constexpr std::string_view kKnownServices[] = {proto::svc::kPropose, proto::svc::kProposeExternal, proto::svc::kCompile,
+                                               proto::svc::kTestCpu, proto::svc::kTestCuda,        proto::svc::kScore,
+                                               proto::svc::kPromote, proto::svc::kIngest};
 
 bool valid_service_name(std::string_view s) {
   if (s.empty() || s.size() > kMaxServiceName) return false;
@@ -154,6 +161,7 @@ struct ServiceQueue {
   std::deque<std::string> queued;  // job ids, FIFO
   std::vector<std::string> workers;
   size_t rr = 0;
+  bool served = false;  // a worker has registered for it: it has series of its own from then on
 };
 
 }  // namespace
@@ -184,6 +192,7 @@ struct Broker::Impl {
 
   std::unordered_map<std::string, LiveJob> jobs;  // queued and leased only
   std::map<std::string, ServiceQueue> services;
+  std::set<std::string, std::less<>> known_services;  // always admitted, never counted against kMaxServices
   std::unordered_map<std::string, WorkerRec> workers;  // by identity
   std::unordered_map<std::string, PendingRequest> requests;  // by forwarded request id
   // Jobs to dead-letter whose record could not be written (the table refused writes): retried on every
@@ -229,6 +238,12 @@ struct Broker::Impl {
     for (std::string_view op : kStoreOps) store_failures_total->Add({{"op", std::string(op)}});
     store_writable = &BuildGauge().Name("kiln_broker_store_writable").Help("1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs are refused meanwhile)").Register(*registry).Add({});
     store_writable->Set(1);
+    for (std::string_view s : kKnownServices) known_services.emplace(s);
+    for (const auto& [s, _] : opt.lease_timeout_s)
+      if (s != "default" && valid_service_name(s)) known_services.insert(s);
+    for (const auto* list : {&opt.external_services, &opt.external_followups})
+      for (const auto& s : *list)
+        if (valid_service_name(s)) known_services.insert(s);
     disconnects_total = &BuildCounter().Name("kiln_broker_disconnects_total").Help("Connections closed, by endpoint: peers leaving, and peers ZeroMQ dropped for a frame over max_message_bytes").Register(*registry);
     duplicates_total = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(*registry);
     duration = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(*registry);
@@ -252,13 +267,30 @@ struct Broker::Impl {
     return d != opt.lease_timeout_s.end() ? d->second : 60.0;
   }
 
+  // The label a service's series carry: its name when it is known or has had a worker, else the shared one.
+  std::string service_label(const std::string& service) const {
+    if (known_services.count(service)) return service;
+    auto it = services.find(service);
+    return it != services.end() && it->second.served ? service : std::string(kOtherServiceLabel);
+  }
+
+  // The gauges of every service that shares kOtherServiceLabel, summed.
+  void update_other_gauges() {
+    int64_t queued = 0;
+    for (const auto& [name, q] : services)
+      if (service_label(name) == kOtherServiceLabel) queued += static_cast<int64_t>(q.queued.size());
+    queue_depth->Add({{"service", std::string(kOtherServiceLabel)}}).Set(static_cast<double>(queued));
+  }
+
   void update_gauges(const std::string& service) {
+    const std::string label = service_label(service);
+    if (label == kOtherServiceLabel) return update_other_gauges();  // nobody serves these: no workers, no leases
     auto& q = services[service];
     int64_t leased = 0;
     for (const auto& w : q.workers) leased += static_cast<int64_t>(workers[w].leased.size());
-    queue_depth->Add({{"service", service}}).Set(static_cast<double>(q.queued.size()));
-    jobs_leased->Add({{"service", service}}).Set(static_cast<double>(leased));
-    workers_connected->Add({{"service", service}}).Set(static_cast<double>(q.workers.size()));
+    queue_depth->Add({{"service", label}}).Set(static_cast<double>(q.queued.size()));
+    jobs_leased->Add({{"service", label}}).Set(static_cast<double>(leased));
+    workers_connected->Add({{"service", label}}).Set(static_cast<double>(q.workers.size()));
   }
 
   void reject(const std::string& peer, Rejection reason, const std::string& why) {
@@ -272,8 +304,12 @@ struct Broker::Impl {
   Status admit_service(const std::string& name) const {
     if (!valid_service_name(name))
       return invalid_argument("service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
-    if (!services.count(name) && services.size() >= kMaxServices)
-      return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) + " services");
+    if (services.count(name) || known_services.count(name)) return Status::ok();
+    size_t custom = services.size();
+    for (const auto& known : known_services) custom -= services.count(known);
+    if (custom >= kMaxServices)
+      return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) +
+                                " services besides its known ones");
     return Status::ok();
   }
   static Rejection rejection_for_service(const Status& st) {
@@ -287,6 +323,12 @@ struct Broker::Impl {
     if (st.is_ok()) {
       if (!counters.store_writable.exchange(true)) {
         store_writable->Set(1);
+    for (std::string_view s : kKnownServices) known_services.emplace(s);
+    for (const auto& [s, _] : opt.lease_timeout_s)
+      if (s != "default" && valid_service_name(s)) known_services.insert(s);
+    for (const auto* list : {&opt.external_services, &opt.external_followups})
+      for (const auto& s : *list)
+        if (valid_service_name(s)) known_services.insert(s);
         spdlog::info("job table: writes succeed again ({} {}); taking new jobs", op, what);
       }
       return true;
@@ -368,7 +410,7 @@ struct Broker::Impl {
     // A failed write leaves the row leased: a restarted broker requeues it, so the in-memory queue goes on.
     store_ok("requeue", "requeue " + job.id, table.requeue(job.id, next_attempt, reason));
     counters.requeued++;
-    requeued_total->Add({{"service", job.service}, {"reason", reason_label(reason)}}).Increment();
+    requeued_total->Add({{"service", service_label(job.service)}, {"reason", reason_label(reason)}}).Increment();
     spdlog::info("job {} requeued (attempt {} of {}): {}", job.id, next_attempt, opt.max_attempts, reason);
     job.attempt = next_attempt;
     publish(job.id, job.service, "queued", job.attempt);
@@ -405,7 +447,7 @@ struct Broker::Impl {
       return;
     }
     counters.dead++;
-    dead_total->Add({{"service", job.service}}).Increment();
+    dead_total->Add({{"service", service_label(job.service)}}).Increment();
     spdlog::warn("job {} dead-lettered: {}", job.id, why);
     publish(job.id, job.service, "dead", job.attempt);
     for (auto& r : *inserted) enqueue_row(std::move(r));
@@ -532,7 +574,12 @@ struct Broker::Impl {
     w.caps = ready->caps;
     w.last_seen = monotonic_s();
     workers[env.identity] = w;
-    services[w.service].workers.push_back(env.identity);
+    ServiceQueue& q = services[w.service];
+    q.workers.push_back(env.identity);
+    if (!q.served) {
+      q.served = true;
+      update_other_gauges();  // its queue has series of its own from now on
+    }
     spdlog::info("worker {} ready for '{}' with {} slot(s){}{}", w.worker_id, w.service, w.slots,
                  w.caps.gpu_name.empty() ? "" : " on " + w.caps.gpu_name,
                  w.bridge.empty() ? "" : " (external bridge '" + w.bridge + "')");
@@ -569,7 +616,7 @@ struct Broker::Impl {
     LiveJob& job = jit->second;
     wit->second.leased.erase(job.id);
     double now = monotonic_s();
-    duration->Add({{"service", job.service}}, metrics::duration_buckets_s()).Observe(now - job.leased_mono);
+    duration->Add({{"service", service_label(job.service)}}, metrics::duration_buckets_s()).Observe(now - job.leased_mono);
 
     if (res->outcome == proto::outcome::kRetry) {
       requeue_or_kill(job.id, "worker asked to retry: " + res->error, /*worker_retry=*/true);
@@ -607,7 +654,7 @@ struct Broker::Impl {
       duplicates_total->Add({{"kind", "followup"}}).Increment(static_cast<double>(dups));
     }
     counters.completed++;
-    completed_total->Add({{"service", job.service}, {"outcome", std::string(job_state_name(final_state) == "done" ? "ok" : "failed")}})
+    completed_total->Add({{"service", service_label(job.service)}, {"outcome", std::string(job_state_name(final_state) == "done" ? "ok" : "failed")}})
         .Increment();
     if (final_state == JobState::kFailed) spdlog::info("job {} failed: {}", job.id, res->error);
     std::string service = job.service;
@@ -677,10 +724,14 @@ struct Broker::Impl {
     auto req = proto::decode<proto::Request>(env.body);
     if (!req.is_ok()) return reject(env.identity, Rejection::kBadRequest, "bad REQUEST: " + req.status().message());
     if (req->service == proto::svc::kBroker) return answer_broker_query(env.identity, *req);
+    if (!valid_service_name(req->service)) {
+      reject(env.identity, Rejection::kInvalidName, "bad REQUEST: not a service name");
+      return reply_error(env.identity, req->request_id,
+                         "service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+    }
     auto qit = services.find(req->service);  // a lookup: a request names no new service
     if (qit == services.end() || qit->second.workers.empty()) {
-      return reply_error(env.identity, req->request_id,
-                         "no worker connected for service '" + messaging::printable_identity(req->service) + "'");
+      return reply_error(env.identity, req->request_id, "no worker connected for service '" + req->service + "'");
     }
     auto& q = qit->second;
     const std::string& worker = q.workers[q.rr++ % q.workers.size()];
@@ -1003,7 +1054,7 @@ struct Broker::Impl {
           w.leased.insert(job_id);
           // A failed write leaves the row queued: the lease lives in memory, and a restart requeues it anyway.
           store_ok("lease", "lease of " + job_id, table.mark_leased(job_id, job.attempt));
-          queue_wait->Add({{"service", service}}, metrics::duration_buckets_s()).Observe(now - job.enqueued_mono);
+          queue_wait->Add({{"service", service_label(service)}}, metrics::duration_buckets_s()).Observe(now - job.enqueued_mono);
           proto::Job msg{job.id, job.attempt, job.service, proto::Bytes{job.payload}, wall_time_s() + lease};
           publish(job.id, job.service, "leased", job.attempt);
           send_to(identity, proto::cmd::kJob, proto::encode(msg));

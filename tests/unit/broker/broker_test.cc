@@ -513,6 +513,20 @@ TEST_CASE("the broker serves at most 256 services", "[broker]") {
   ack = client.submit(submit_of("another-new-one", "j-other", ""));
   REQUIRE(ack.is_ok());
   CHECK_FALSE(ack->accepted);
+  // Kiln's own services are not crowded out by the others.
+  ack = client.submit(submit_of("compile", "j-compile", ""));
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+  // Services nobody serves share one series; a service gets its own once a worker registers for it.
+  auto text = metrics_text(*b.registry);
+  CHECK(text.find("service=\"s7\"") == std::string::npos);
+  CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 257);
+  CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=compile") == 1);
+  std::atomic<int> ran{0};
+  RunningWorker w(b.ctx, b.endpoint(), "s7", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  REQUIRE(eventually([&] { return ran == 2; }));
+  REQUIRE(eventually([&] { return metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 255; }));
+  CHECK(metric_value(*b.registry, "kiln_workers_connected", "service=s7") == 1);
 }
 
 TEST_CASE("a peer dropped for an oversized frame is counted", "[broker]") {
