@@ -233,7 +233,7 @@ struct Broker::Impl {
     requeued_total = &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(*registry);
     dead_total = &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(*registry);
     rejected_total = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected, by reason").Register(*registry);
-    for (Rejection r : kAllRejections) rejected_total->Add({{"reason", std::string(rejection_label(r))}});
+    for (Rejection why : kAllRejections) rejected_total->Add({{"reason", std::string(rejection_label(why))}});
     store_failures_total = &BuildCounter().Name("kiln_broker_store_write_failures_total").Help("Job-table writes that failed (disk or table full), by operation").Register(*registry);
     for (std::string_view op : kStoreOps) store_failures_total->Add({{"op", std::string(op)}});
     store_writable = &BuildGauge().Name("kiln_broker_store_writable").Help("1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs are refused meanwhile)").Register(*registry).Add({});
