@@ -46,7 +46,8 @@ SCHEMA_VERSION = 1
 READY, JOB, RESULT = b"READY", b"JOB", b"RESULT"
 HEARTBEAT, DISCONNECT = b"HEARTBEAT", b"DISCONNECT"
 REQUEST, REPLY = b"REQUEST", b"REPLY"
-KNOWN_COMMANDS = {READY, JOB, RESULT, HEARTBEAT, DISCONNECT, b"SUBMIT", b"ACK", REQUEST, REPLY}
+ACK = b"ACK"
+KNOWN_COMMANDS = {READY, JOB, RESULT, HEARTBEAT, DISCONNECT, b"SUBMIT", ACK, REQUEST, REPLY}
 
 DEFAULT_SERVICE = "propose.external"
 MAX_MESSAGE_BYTES = 64 << 20  # ZMQ_MAXMSGSIZE, as on every Kiln socket
@@ -344,6 +345,7 @@ class BridgeStats:
     results: int = 0
     reconnects: int = 0
     rejected_frames: int = 0
+    refusals: int = 0  # ACKs with an error: the broker refused our READY or a RESULT
 
 
 class Bridge:
@@ -424,6 +426,11 @@ class Bridge:
         elif command == DISCONNECT:
             self.log.info("broker asked to reconnect (%s)", body.get("reason", "no reason"))
             self.reconnect_now = True
+        elif command == ACK and body.get("error"):
+            # The broker refused our READY or a RESULT (and has released that job already).
+            self.stats.refusals += 1
+            what = "the result for %s" % body["job_id"] if body.get("job_id") else "a message"
+            self.log.warning("the broker refused %s: %s", what, body["error"])
         # HEARTBEAT: any message counts as one; nothing else to do.
 
     def run(self) -> BridgeStats:
