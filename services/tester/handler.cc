@@ -116,6 +116,7 @@ TesterOptions options_from_config(const config::TesterConfig& config) {
   TesterOptions o;
   o.backend = config.backend;
   o.gpu_index = config.gpu_index;
+  o.gpu_claim_dir = config.gpu_claim_dir;
   o.timeout_s = config.timeout_s;
   o.cpu_time_limit_s = config.cpu_time_limit_s;
   o.memory_limit_mb = config.memory_limit_mb;
@@ -135,8 +136,12 @@ Result<std::string> default_eval_binary(const std::string& backend) {
 }
 
 TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml,
-                         cuda::GpuIdentity gpu)
-    : options_(std::move(options)), worker_(std::move(worker)), nvml_(std::move(nvml)), gpu_(std::move(gpu)) {
+                         cuda::GpuIdentity gpu, cuda::GpuClaim claim)
+    : options_(std::move(options)),
+      worker_(std::move(worker)),
+      nvml_(std::move(nvml)),
+      gpu_(std::move(gpu)),
+      gpu_claim_(std::move(claim)) {
   worker_.worker_id = options_.worker_id;
   const auto& t = options_.timing;
   run_metadata_ = {
@@ -174,7 +179,20 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   // A CUDA tester needs a GPU it can name; without one it must not register for test.cuda.
   auto nvml = cuda::Nvml::load();
   if (!nvml.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + nvml.status().message());
-  auto gpu = cuda::select_gpu(**nvml, options.gpu_index, std::getenv("CUDA_VISIBLE_DEVICES"));
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  cuda::GpuClaim claim;
+  Result<cuda::GpuIdentity> gpu = cuda::select_gpu(**nvml, options.gpu_index, visible);
+  if (!options.gpu_claim_dir.empty() && options.gpu_index < 0) {
+    // Testers sharing the claim folder take distinct GPUs: the first visible one no other tester holds.
+    auto gpus = cuda::visible_gpus(**nvml, visible);
+    if (!gpus.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpus.status().message());
+    std::vector<std::string> uuids;
+    for (const auto& g : *gpus) uuids.push_back(g.uuid);
+    auto claimed = cuda::GpuClaim::first_free(options.gpu_claim_dir, uuids);
+    if (!claimed.is_ok()) return failed_precondition("tester: no GPU to serve: " + claimed.status().message());
+    gpu = (*gpus)[claimed->index()];
+    claim = std::move(claimed).value();
+  }
   if (!gpu.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpu.status().message());
   proto::WorkerInfo worker;
   worker.backend = "cuda";
@@ -183,7 +201,8 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   worker.gpu_uuid = gpu->uuid;
   worker.driver_version = gpu->driver_version;
   return std::unique_ptr<TestHandler>(
-      new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value()));
+      new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value(),
+                      std::move(claim)));
 }
 
 proto::Capabilities TestHandler::capabilities() const {

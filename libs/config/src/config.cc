@@ -70,6 +70,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"compiler.metrics_port", &c.compiler.metrics_port},
       {"tester.backend", &c.tester.backend},
       {"tester.gpu_index", &c.tester.gpu_index},
+      {"tester.gpu_claim_dir", &c.tester.gpu_claim_dir},
       {"tester.timeout_s", &c.tester.timeout_s},
       {"tester.cpu_time_limit_s", &c.tester.cpu_time_limit_s},
       {"tester.memory_limit_mb", &c.tester.memory_limit_mb},

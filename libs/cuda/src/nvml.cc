@@ -187,6 +187,21 @@ Result<double> Nvml::read(const GpuIdentity& gpu, GpuSensor sensor) const {
   return invalid_argument("nvml: unknown sensor");
 }
 
+namespace {
+
+// One CUDA_VISIBLE_DEVICES entry: an index or a "GPU-" uuid.
+Result<GpuIdentity> device_for_entry(const Nvml& nvml, const std::string& entry) {
+  if (entry.rfind("GPU-", 0) == 0) return nvml.device_by_uuid(entry);
+  char* end = nullptr;
+  long index = std::strtol(entry.c_str(), &end, 10);
+  if (entry.empty() || *end != '\0' || index < 0) {
+    return invalid_argument("CUDA_VISIBLE_DEVICES: cannot read '" + entry + "' as a GPU index or uuid");
+  }
+  return nvml.device_by_index(static_cast<int>(index));
+}
+
+}  // namespace
+
 Result<GpuIdentity> select_gpu(const Nvml& nvml, int64_t config_index, const char* visible_devices) {
   if (config_index >= 0) return nvml.device_by_index(static_cast<int>(config_index));
   std::string first;
@@ -195,13 +210,28 @@ Result<GpuIdentity> select_gpu(const Nvml& nvml, int64_t config_index, const cha
     first = first.substr(0, first.find(','));
   }
   if (first.empty()) return nvml.device_by_index(0);
-  if (first.rfind("GPU-", 0) == 0) return nvml.device_by_uuid(first);
-  char* end = nullptr;
-  long index = std::strtol(first.c_str(), &end, 10);
-  if (*end != '\0' || index < 0) {
-    return invalid_argument("CUDA_VISIBLE_DEVICES: cannot read '" + first + "' as a GPU index or uuid");
+  return device_for_entry(nvml, first);
+}
+
+Result<std::vector<GpuIdentity>> visible_gpus(const Nvml& nvml, const char* visible_devices) {
+  std::vector<GpuIdentity> gpus;
+  std::string list = visible_devices ? visible_devices : "";
+  if (list.empty()) {
+    KILN_ASSIGN_OR_RETURN(int count, nvml.device_count());
+    for (int i = 0; i < count; ++i) {
+      KILN_ASSIGN_OR_RETURN(auto gpu, nvml.device_by_index(i));
+      gpus.push_back(std::move(gpu));
+    }
+    return gpus;
   }
-  return nvml.device_by_index(static_cast<int>(index));
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    KILN_ASSIGN_OR_RETURN(auto gpu, device_for_entry(nvml, list.substr(start, comma - start)));
+    gpus.push_back(std::move(gpu));
+    start = comma + 1;
+  }
+  return gpus;
 }
 
 }  // namespace kiln::cuda

@@ -55,6 +55,7 @@ struct TimingConfig {
 struct TesterConfig {
   std::string backend = "cpu";  // cpu | cuda
   int64_t gpu_index = -1;       // -1: from CUDA_VISIBLE_DEVICES / 0
+  std::string gpu_claim_dir;    // with gpu_index -1: claim the first free visible GPU (flock there); "" = off
   double timeout_s = 120;       // per evaluation child
   int64_t cpu_time_limit_s = 300;
   int64_t memory_limit_mb = 8192;

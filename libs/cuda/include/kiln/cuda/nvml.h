@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/core/status.h"
 
@@ -51,5 +52,9 @@ class Nvml {
 // The GPU a tester serves: `config_index` when >= 0, else the first entry of CUDA_VISIBLE_DEVICES (an index
 // or a "GPU-" uuid) when `visible_devices` is set and non-empty, else 0.
 Result<GpuIdentity> select_gpu(const Nvml& nvml, int64_t config_index, const char* visible_devices);
+
+// The GPUs this process may use: the entries of `visible_devices` (CUDA_VISIBLE_DEVICES: indices or "GPU-"
+// uuids) when set and non-empty, else every GPU NVML sees. Testers claim one of these (gpu_claim.h).
+Result<std::vector<GpuIdentity>> visible_gpus(const Nvml& nvml, const char* visible_devices);
 
 }  // namespace kiln::cuda

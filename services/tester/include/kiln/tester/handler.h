@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/config/config.h"
+#include "kiln/cuda/gpu_claim.h"
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
 #include "kiln/proto/payloads.h"
@@ -26,6 +27,7 @@ struct TesterOptions {
   std::string backend = "cpu";  // the service is "test.<backend>"
   std::string eval_binary;      // kiln-eval (cpu) or kiln-eval-cuda (cuda); empty: the one beside this executable
   int64_t gpu_index = -1;       // cuda: NVML index; -1: from CUDA_VISIBLE_DEVICES, else 0
+  std::string gpu_claim_dir;    // cuda, gpu_index -1: claim the first free visible GPU there (gpu_claim.h)
   double timeout_s = 120;       // per evaluation child
   int64_t cpu_time_limit_s = 300;
   int64_t memory_limit_mb = 8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
@@ -70,7 +72,8 @@ class TestHandler {
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
 
  private:
-  TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu);
+  TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu,
+              cuda::GpuClaim claim = {});
   // The evaluation child's command line; it writes its report to `result_file` in the scratch directory.
   std::vector<std::string> eval_argv(const char* result_file) const;
   // The sandbox every run of the evaluation child gets (scratch, environment, limits, confinement).
@@ -86,6 +89,7 @@ class TestHandler {
   std::map<std::string, std::string> run_metadata_;
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
   cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
+  cuda::GpuClaim gpu_claim_;          // cuda with gpu_claim_dir: held while this handler lives
   std::shared_ptr<GpuMonitor> monitor_;
 };
 
