@@ -323,12 +323,6 @@ struct Broker::Impl {
     if (st.is_ok()) {
       if (!counters.store_writable.exchange(true)) {
         store_writable->Set(1);
-    for (std::string_view s : kKnownServices) known_services.emplace(s);
-    for (const auto& [s, _] : opt.lease_timeout_s)
-      if (s != "default" && valid_service_name(s)) known_services.insert(s);
-    for (const auto* list : {&opt.external_services, &opt.external_followups})
-      for (const auto& s : *list)
-        if (valid_service_name(s)) known_services.insert(s);
         spdlog::info("job table: writes succeed again ({} {}); taking new jobs", op, what);
       }
       return true;

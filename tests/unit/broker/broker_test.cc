@@ -768,7 +768,7 @@ TEST_CASE("a RESULT the broker refuses releases its job at once and tells the wo
 }
 
 TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yaml and the built-in defaults", "[broker]") {
-  for (const std::string path : {std::string(KILN_SOURCE_DIR) + "/configs/kiln.yaml", std::string()}) {
+  for (const std::string& path : {std::string(KILN_SOURCE_DIR) + "/configs/kiln.yaml", std::string()}) {
     INFO("config: " << (path.empty() ? "built-in defaults" : path));
     auto cfg = config::load_config(path);
     REQUIRE(cfg.is_ok());
