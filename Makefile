@@ -8,9 +8,10 @@ endif
 
 DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
   prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
-  libspdlog-dev libarchive-dev libopenblas-dev prometheus docker-compose python3 python3-zmq python3-msgpack chromium
+  libspdlog-dev libarchive-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq \
+  python3-msgpack chromium
 
-.PHONY: deps build run test bench clean
+.PHONY: deps build run test compose-test bench clean
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -31,8 +32,16 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	$(BUILD)/bin/kiln up --demo
 
+# The compose stack test runs after the suite wherever a Docker daemon answers (.ci/run starts one).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test; \
+	else echo "make test: compose-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi
+
+# Builds the images, runs docker/docker-compose.yml with 3 compilers, a campaign from the host CLI, kills
+# workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.
+compose-test: build
+	python3 tests/compose/compose_test.py --kiln $(BUILD)/bin/kiln
 
 bench: build
 	mkdir -p bench/results
