@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "kiln/cuda/nvml.h"
@@ -244,4 +245,39 @@ TEST_CASE("the CUDA child forks its runners, and a read-only root breaks the CUD
     CHECK_FALSE(r.is_ok());
     CHECK(what.find("cudaErrorOperatingSystem") != std::string::npos);
   }
+}
+
+TEST_CASE("CUDA testers sharing a claim folder take distinct GPUs; with every GPU taken one refuses to serve",
+          "[gpu]") {
+  KILN_REQUIRE_GPU_TESTS();
+  auto nvml = kiln::cuda::Nvml::load();
+  REQUIRE(nvml.is_ok());
+  auto gpus = kiln::cuda::visible_gpus(**nvml, std::getenv("CUDA_VISIBLE_DEVICES"));
+  REQUIRE(gpus.is_ok());
+  REQUIRE(!gpus->empty());
+  kiln::TempDir claims("kiln-gpu-claims");
+  kiln::tester::TesterOptions t;
+  t.backend = "cuda";
+  t.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval-cuda";
+  t.profile = "off";
+  t.gpu_claim_dir = claims.path();
+  std::vector<std::unique_ptr<kiln::tester::TestHandler>> testers;
+  std::set<std::string> served;
+  for (size_t i = 0; i < gpus->size(); ++i) {
+    auto th = kiln::tester::TestHandler::create(t);
+    INFO(th.status().message());
+    REQUIRE(th.is_ok());
+    served.insert((*th)->capabilities().gpu_uuid);
+    testers.push_back(std::move(th).value());
+  }
+  CHECK(served.size() == gpus->size());  // one tester per GPU, none shared
+  auto extra = kiln::tester::TestHandler::create(t);
+  REQUIRE_FALSE(extra.is_ok());
+  CHECK(extra.status().message().find("is claimed by another tester") != std::string::npos);
+  // A tester that goes away frees its GPU for the next one.
+  std::string freed = testers.back()->capabilities().gpu_uuid;
+  testers.pop_back();
+  auto next = kiln::tester::TestHandler::create(t);
+  REQUIRE(next.is_ok());
+  CHECK((*next)->capabilities().gpu_uuid == freed);
 }
