@@ -63,3 +63,13 @@ endif()
 ")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props}")
 endfunction()
+
+# kiln_find_cuda_toolkit([QUIET|REQUIRED]): find_package(CUDAToolkit). Debian's CMake 3.25 marks
+# CUDA::nvToolsExt deprecated without checking that it exists when the project requires CMake >= 3.25, and
+# CUDA 13 ships no nvToolsExt, so the module fails; it is asked as a project requiring 3.24 would ask it.
+macro(kiln_find_cuda_toolkit)
+  set(_kiln_cmake_minimum "${CMAKE_MINIMUM_REQUIRED_VERSION}")
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+  find_package(CUDAToolkit ${ARGN})
+  set(CMAKE_MINIMUM_REQUIRED_VERSION "${_kiln_cmake_minimum}")
+endmacro()

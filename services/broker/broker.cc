@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <deque>
 #include <set>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 
 #include "allowlist.h"
 #include "job_table.h"
+#include "kiln/core/strings.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/curve.h"
 #include "kiln/messaging/frames.h"
@@ -148,6 +150,7 @@ struct WorkerRec {
   std::set<std::string> leased;
   double last_seen = 0;
   double last_sent = 0;
+  double heartbeat_s = 0;  // the worker's own heartbeat period (READY); 0: the broker's
 };
 
 struct PendingRequest {
@@ -566,6 +569,9 @@ struct Broker::Impl {
     w.bridge = is_external(env.identity) ? env.user_id : std::string();
     w.slots = ready->slots;
     w.caps = ready->caps;
+    // Bounded, so a READY cannot make a worker unkillable or ask for a flood of heartbeats.
+    if (std::isfinite(ready->heartbeat_interval_s) && ready->heartbeat_interval_s > 0)
+      w.heartbeat_s = std::clamp(ready->heartbeat_interval_s, 0.01, 60.0);
     w.last_seen = monotonic_s();
     workers[env.identity] = w;
     ServiceQueue& q = services[w.service];
@@ -1062,6 +1068,14 @@ struct Broker::Impl {
     }
   }
 
+  // The shortest heartbeat period owed to anyone: the broker's own, or a connected worker's shorter one.
+  double shortest_heartbeat_s() const {
+    double s = opt.heartbeat_interval_s;
+    for (const auto& [id, w] : workers)
+      if (w.heartbeat_s > 0) s = std::min(s, w.heartbeat_s);
+    return s;
+  }
+
   void check_timers() {
     double now = monotonic_s();
     reject_log.flush();
@@ -1071,12 +1085,13 @@ struct Broker::Impl {
       pending_deaths.clear();
       for (const auto& d : retry) kill(d.job, d.reason, d.worker_retry);
     }
-    double dead_after = opt.heartbeat_interval_s * opt.heartbeat_liveness;
-    std::vector<std::string> lost;
+    std::vector<std::pair<std::string, double>> lost;
     for (auto& [id, w] : workers) {
-      if (now - w.last_seen > dead_after) lost.push_back(id);
+      // A worker that beats slower than the broker is judged by its own period.
+      double dead_after = std::max(opt.heartbeat_interval_s, w.heartbeat_s) * opt.heartbeat_liveness;
+      if (now - w.last_seen > dead_after) lost.emplace_back(id, dead_after);
     }
-    for (const auto& id : lost) drop_worker(id, "worker lost: silent for " + std::to_string(static_cast<int>(dead_after)) + " s");
+    for (const auto& [id, after] : lost) drop_worker(id, "worker lost: silent for " + format_value("%.1f", after) + " s");
     std::vector<std::string> expired;
     for (auto& [id, j] : jobs)
       if (j.leased && now > j.lease_deadline) expired.push_back(id);
@@ -1090,8 +1105,11 @@ struct Broker::Impl {
       }
     }
     std::vector<std::string> idle;
-    for (auto& [id, w] : workers)
-      if (now - w.last_sent >= opt.heartbeat_interval_s) idle.push_back(id);
+    for (auto& [id, w] : workers) {
+      // ... and one that expects beats more often than the broker's period gets them that often.
+      double every = w.heartbeat_s > 0 ? std::min(opt.heartbeat_interval_s, w.heartbeat_s) : opt.heartbeat_interval_s;
+      if (now - w.last_sent >= every) idle.push_back(id);
+    }
     for (const auto& id : idle) send_to(id, proto::cmd::kHeartbeat, proto::encode(proto::Heartbeat{}));
   }
 };
@@ -1191,7 +1209,6 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
   Impl& m = *impl_;
   spdlog::info("broker: serving on {}", m.endpoint);
   if (m.external) spdlog::info("broker: external bridges (CURVE) on {}", m.external_endpoint);
-  long tick_ms = std::max(10L, static_cast<long>(m.opt.heartbeat_interval_s * 1000 / 4));
   constexpr double kAllowlistCheck_s = 1.0;  // a stat() per second: edits apply without a SIGHUP too
   double next_timers = 0, next_allowlist_check = 0;
   while (!stop.load()) {
@@ -1203,6 +1220,7 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
     }
     for (zmq::socket_t* pair : {m.router_monitor.get(), m.external_monitor.get()})
       if (pair != nullptr) items[n_items++] = {static_cast<void*>(*pair), 0, ZMQ_POLLIN, 0};
+    const long tick_ms = std::max(10L, static_cast<long>(m.shortest_heartbeat_s() * 1000 / 4));
     try {
       zmq::poll(items, n_items, std::chrono::milliseconds(tick_ms));
     } catch (const zmq::error_t& e) {

@@ -76,7 +76,7 @@ struct Worker::Impl {
     socket = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
     apply_options(*socket, opt.socket);
     socket->connect(opt.endpoint);
-    proto::Ready ready{opt.service, opt.worker_id, opt.slots, opt.caps};
+    proto::Ready ready{opt.service, opt.worker_id, opt.slots, opt.caps, opt.heartbeat_interval_s};
     send(proto::cmd::kReady, proto::encode(ready));
     last_recv = monotonic_s();
   }

@@ -787,3 +787,42 @@ TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yam
     CHECK(lease_s <= 300);
   }
 }
+
+TEST_CASE("workers configured with another heartbeat period than the broker's stay connected", "[broker]") {
+  // The broker beats every 0.1 s and gives up on a peer after 0.5 s of silence (RunningBroker).
+  CapturedLog log;
+  RunningBroker b;
+  auto start = [&](const std::string& service, double period) {
+    messaging::WorkerOptions o;
+    o.endpoint = b.endpoint();
+    o.service = service;
+    o.worker_id = service + "-w";
+    o.heartbeat_interval_s = period;
+    o.heartbeat_liveness = 3;
+    o.reconnect_min_s = 0.1;
+    return std::make_unique<messaging::Worker>(b.ctx, o, [](const proto::Job&) { return messaging::JobOutcome::ok(); });
+  };
+  // One beats far slower than the broker would wait for; one expects the broker's beats more often than
+  // the broker's own period (it gives up after 3 x 0.04 s).
+  auto slow = start("slow", 0.8);
+  auto fast = start("fast", 0.04);
+  std::atomic<bool> stop{false};
+  std::thread ts([&] { slow->run(stop, 1.0); });
+  std::thread tf([&] { fast->run(stop, 1.0); });
+  std::this_thread::sleep_for(3s);
+  // Both still hold their first registration: neither was dropped by the broker nor left it.
+  CHECK(log.count("worker lost") == 0);
+  CHECK(log.count("broker silent") == 0);
+  CHECK(log.count("worker slow-w ready") == 1);
+  CHECK(log.count("worker fast-w ready") == 1);
+  messaging::Client client(b.ctx, b.endpoint());
+  for (const char* service : {"slow", "fast"}) {
+    INFO(service);
+    auto ack = client.submit(submit_of(service, std::string(service) + "-job", "x"));
+    REQUIRE(ack.is_ok());
+    CHECK(eventually([&] { return job_status(client, std::string(service) + "-job").state == "done"; }, 5));
+  }
+  stop = true;
+  ts.join();
+  tf.join();
+}

@@ -42,8 +42,13 @@ struct Ready {
   std::string worker_id;  // unique per process start
   int slots = 1;          // credit: the most jobs this worker holds at once
   Capabilities caps;
+  // Optional (v2): this worker's heartbeat period. The broker watches the worker with the longer of its own
+  // period and this one, and sends it heartbeats at the shorter, so a worker configured apart from the
+  // broker is neither dropped nor left thinking the broker is gone. 0: the broker's own period.
+  double heartbeat_interval_s = 0;
   template <class V> void fields(V& v) {
     v("service", service); v("worker_id", worker_id); v("slots", slots); v("caps", caps);
+    v("heartbeat_interval_s", heartbeat_interval_s);
   }
 };
 
