@@ -1,9 +1,12 @@
 #include "kiln/tester/handler.h"
 
+#include <prometheus/counter.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -22,6 +25,13 @@
 
 namespace kiln::tester {
 namespace {
+
+// The status label values of kiln_tester_evaluations_total: every test_status, "error" for an evaluation
+// given back, "other" for anything else, so the series stay a fixed set.
+constexpr std::array<std::string_view, 10> kCountedStatuses = {
+    proto::test_status::kOk,       proto::test_status::kMismatch,   proto::test_status::kInputModified,
+    proto::test_status::kWrongShape, proto::test_status::kNonFinite, proto::test_status::kCrashed,
+    proto::test_status::kTimedOut, proto::test_status::kLoadFailed, "error", "other"};
 
 // Names inside the scratch directory of one evaluation.
 constexpr const char* kTaskDir = "task";
@@ -375,14 +385,35 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   return finish(std::move(report));
 }
 
+void TestHandler::start_metrics(prometheus::Registry& registry) {
+  evaluations_ = &prometheus::BuildCounter()
+                      .Name("kiln_tester_evaluations_total")
+                      .Help("Evaluations by this tester, by device and status (error: given back, not scored)")
+                      .Register(registry);
+  // Every status at zero from the start, so rates exist before the first of each kind.
+  for (std::string_view s : kCountedStatuses) evaluations_->Add({{"device", worker_.device_name}, {"status", std::string(s)}});
+  busy_seconds_ = &prometheus::BuildCounter()
+                       .Name("kiln_tester_busy_seconds_total")
+                       .Help("Wall time spent evaluating (correctness, timing, profiling), by device")
+                       .Register(registry)
+                       .Add({{"device", worker_.device_name}});
+}
+
 messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   auto request = proto::decode<proto::TestRequest>(job.payload.data);
   if (!request.is_ok()) return messaging::JobOutcome::failed("test: bad TestRequest: " + request.status().message());
   Result<proto::TestReport> report = internal_error("not run");
+  const double started = monotonic_s();
   try {
     report = evaluate(*request);
   } catch (const std::exception& e) {
     report = internal_error(e.what());
+  }
+  if (evaluations_ != nullptr) {
+    busy_seconds_->Increment(monotonic_s() - started);
+    std::string status = report.is_ok() ? report->status : "error";
+    if (std::find(kCountedStatuses.begin(), kCountedStatuses.end(), status) == kCountedStatuses.end()) status = "other";
+    evaluations_->Add({{"device", worker_.device_name}, {"status", status}}).Increment();
   }
   // Trouble that is not the candidate's (no scratch space, kiln-eval will not start, the task or the
   // reference cannot be evaluated here) is never scored: another attempt may do better, and after
@@ -406,6 +437,7 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   options.worker_id = ctx.worker_id;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
   handler->start_gpu_monitor(ctx.metrics);
+  if (ctx.metrics) handler->start_metrics(*ctx.metrics);
   service::ServiceHandlers h;
   h.job = [handler](const proto::Job& job) { return handler->handle(job); };
   h.caps = handler->capabilities();

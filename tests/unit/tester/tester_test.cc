@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <prometheus/registry.h>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -189,6 +190,36 @@ TEST_CASE("a crashing kernel is a result and the tester keeps serving", "[tester
 
   auto fine = run_job(*handler, f.request(f.build("correct")));
   CHECK(fine.test.status == status::kOk);
+}
+
+TEST_CASE("the tester counts its evaluations by status and the time it spends on them", "[tester]") {
+  Fixture f;
+  auto handler = make();
+  prometheus::Registry registry;
+  handler->start_metrics(registry);
+  auto value = [&](const std::string& family, const std::string& status) {
+    for (const auto& fam : registry.Collect()) {
+      if (fam.name != family) continue;
+      for (const auto& m : fam.metric) {
+        bool match = status.empty();
+        for (const auto& l : m.label) match = match || (l.name == "status" && l.value == status);
+        if (match) return m.counter.value;
+      }
+    }
+    return -1.0;
+  };
+  CHECK(value("kiln_tester_evaluations_total", "ok") == 0);  // present before the first evaluation
+  CHECK(value("kiln_tester_evaluations_total", "crashed") == 0);
+  CHECK(value("kiln_tester_busy_seconds_total", "") == 0);
+  run_job(*handler, f.request(f.build("correct")));
+  run_job(*handler, f.request(f.build("null_deref", "  *(volatile int*)nullptr = 1;\n")));
+  auto req = f.request(f.build("correct"));
+  req.reference_so.data = "this is not an ELF file";
+  given_back(*handler, req);
+  CHECK(value("kiln_tester_evaluations_total", "ok") == 1);
+  CHECK(value("kiln_tester_evaluations_total", "crashed") == 1);
+  CHECK(value("kiln_tester_evaluations_total", "error") == 1);
+  CHECK(value("kiln_tester_busy_seconds_total", "") > 0.01);
 }
 
 TEST_CASE("a kernel that never returns is timed out", "[tester]") {

@@ -4,6 +4,10 @@
 // candidate's (the evaluator's, the task's) is answered "retry" with its cause and never scored.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +23,8 @@
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/proto/wire.h"
 #include "kiln/service/service.h"
+#include <prometheus/counter.h>
+
 #include "kiln/tester/gpu_monitor.h"
 
 namespace kiln::tester {
@@ -70,6 +76,10 @@ class TestHandler {
   proto::Capabilities capabilities() const;
   // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
+  // Counts on `registry`, per device: kiln_tester_evaluations_total{device, status} (every evaluation, by
+  // its status; "error" when it was given back) and kiln_tester_busy_seconds_total{device} (wall time spent
+  // evaluating: its rate is the fraction of time this tester's device is busy with Kiln).
+  void start_metrics(prometheus::Registry& registry);
 
  private:
   TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu,
@@ -90,6 +100,8 @@ class TestHandler {
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
   cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
   cuda::GpuClaim gpu_claim_;          // cuda with gpu_claim_dir: held while this handler lives
+  prometheus::Family<prometheus::Counter>* evaluations_ = nullptr;  // start_metrics
+  prometheus::Counter* busy_seconds_ = nullptr;
   std::shared_ptr<GpuMonitor> monitor_;
 };
 
