@@ -136,8 +136,8 @@ def cuda_compile_check(stack, args):
     run(["bash", os.path.join(ROOT, "docker", "cuda-toolkit.sh")], timeout=900, capture=False)
     if not args.no_build:
         t = time.time()
-        stack.dc("--profile", "gpu", "build", "compiler-cuda", timeout=3600, capture=False)
-        log(f"kiln-cuda built in {time.time() - t:.0f} s")
+        stack.dc("--profile", "gpu", "build", timeout=3600, capture=False)
+        log(f"kiln and kiln-cuda built in {time.time() - t:.0f} s")
     stack.dc("down", "-v", "--remove-orphans", check_rc=False)
     stack.dc("--profile", "gpu", "up", "-d", "--scale", "compiler-cuda=2", "broker", "task-ingest", "llm-bridge",
              "scorer", "promoter", "compiler-cuda", capture=False)
