@@ -91,6 +91,7 @@ enum class Rejection {
   kOversized,         // a body over max_message_bytes
   kInvalidName,       // a service name (or worker id) outside the allowed length and charset
   kTooManyServices,   // a new service past kMaxServices
+  kTooManyWorkers,    // a READY past max_workers
   kBadReady,
   kBadResult,
   kBadSubmit,
@@ -102,8 +103,9 @@ enum class Rejection {
 };
 constexpr Rejection kAllRejections[] = {
     Rejection::kMalformed, Rejection::kOversized, Rejection::kInvalidName, Rejection::kTooManyServices,
-    Rejection::kBadReady,  Rejection::kBadResult, Rejection::kBadSubmit,   Rejection::kBadRequest,
-    Rejection::kBadReply,  Rejection::kForbidden, Rejection::kRevoked,     Rejection::kStoreUnavailable};
+    Rejection::kTooManyWorkers, Rejection::kBadReady, Rejection::kBadResult, Rejection::kBadSubmit,
+    Rejection::kBadRequest, Rejection::kBadReply, Rejection::kForbidden, Rejection::kRevoked,
+    Rejection::kStoreUnavailable};
 
 std::string_view rejection_label(Rejection r) {
   switch (r) {
@@ -111,6 +113,7 @@ std::string_view rejection_label(Rejection r) {
     case Rejection::kOversized: return "oversized";
     case Rejection::kInvalidName: return "invalid_name";
     case Rejection::kTooManyServices: return "too_many_services";
+    case Rejection::kTooManyWorkers: return "too_many_workers";
     case Rejection::kBadReady: return "bad_ready";
     case Rejection::kBadResult: return "bad_result";
     case Rejection::kBadSubmit: return "bad_submit";
@@ -561,7 +564,12 @@ struct Broker::Impl {
         std::find(opt.external_services.begin(), opt.external_services.end(), ready->service) == opt.external_services.end())
       return reject(env.identity, Rejection::kForbidden,
                     "bad READY: bridge '" + env.user_id + "' may not serve '" + ready->service + "'");
-    if (workers.count(env.identity)) drop_worker(env.identity, "worker re-registered");
+    if (workers.count(env.identity)) {
+      drop_worker(env.identity, "worker re-registered");
+    } else if (workers.size() >= opt.max_workers) {
+      return refuse_ready(env.identity, Rejection::kTooManyWorkers,
+                          "the broker serves at most " + std::to_string(opt.max_workers) + " workers at once");
+    }
     WorkerRec w;
     w.identity = env.identity;
     w.service = ready->service;

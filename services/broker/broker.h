@@ -31,6 +31,9 @@ struct BrokerOptions {
   // (counted in kiln_broker_disconnects_total only).
   int64_t max_message_bytes = 64ll << 20;
   int64_t max_table_bytes = 0;  // bound on the job table's file; 0: none
+  // Workers registered at once (each READY from a new connection is one). Past it a READY is refused with
+  // a reason, so a peer opening connections in a loop cannot grow the broker's state without bound.
+  size_t max_workers = 4096;
   std::map<std::string, double> lease_timeout_s = {{"default", 60}};
 
   // External bridges (DESIGN §2): a second ROUTER endpoint with CURVE. Empty external_bind: none.

@@ -452,7 +452,7 @@ TEST_CASE("bad service names and commands neither break /metrics nor grow it, an
   size_t rejected_series = 0;
   for (const auto& family : b.registry->Collect())
     if (family.name == "kiln_broker_rejected_frames_total") rejected_series = family.metric.size();
-  CHECK(rejected_series == 12);
+  CHECK(rejected_series == 13);
   CHECK(series_of(*b.registry) == series_before);
   CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 202);
   CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=malformed") == 300);
@@ -825,4 +825,35 @@ TEST_CASE("workers configured with another heartbeat period than the broker's st
   stop = true;
   ts.join();
   tf.join();
+}
+
+TEST_CASE("the broker registers at most max_workers workers and says so to the next", "[broker]") {
+  broker::BrokerOptions opt;
+  opt.max_workers = 2;
+  RunningBroker b(opt);
+  auto ready_from = [&](RawPeer& peer, const std::string& id) {
+    peer.send({"KILN1", "READY", proto::encode(proto::Ready{"compile", id, 1, {}})});
+  };
+  RawPeer a(b.ctx, b.endpoint()), c(b.ctx, b.endpoint()), d(b.ctx, b.endpoint());
+  ready_from(a, "a");
+  ready_from(c, "c");
+  messaging::Client client(b.ctx, b.endpoint());
+  auto workers = [&] {
+    auto body = client.request("broker", "status", "");
+    REQUIRE(body.is_ok());
+    return proto::decode<proto::BrokerStatus>(*body)->workers.size();
+  };
+  REQUIRE(eventually([&] { return workers() == 2; }));
+  ready_from(d, "d");
+  auto ack = d.wait_for(proto::cmd::kAck);
+  REQUIRE(ack);
+  auto refusal = proto::decode<proto::Ack>(ack->body);
+  REQUIRE(refusal.is_ok());
+  CHECK_FALSE(refusal->accepted);
+  CHECK(refusal->error == "READY refused: the broker serves at most 2 workers at once");
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=too_many_workers") == 1);
+  // A registered worker may register again (a reconnect) without counting twice.
+  ready_from(a, "a");
+  CHECK_FALSE(a.wait_for(proto::cmd::kAck, 0.3));
+  CHECK(workers() == 2);
 }
