@@ -200,6 +200,7 @@ struct Broker::Impl {
   std::map<std::string, ServiceQueue> services;
   std::set<std::string, std::less<>> known_services;  // always admitted, never counted against kMaxServices
   std::unordered_map<std::string, WorkerRec> workers;  // by identity
+  double shortest_heartbeat_s = 0;                     // update_shortest_heartbeat(); set in the constructor
   std::unordered_map<std::string, PendingRequest> requests;  // by forwarded request id
   // Jobs to dead-letter whose record could not be written (the table refused writes): retried on every
   // timer tick, so none is lost from memory or leased again past max_attempts.
@@ -244,6 +245,7 @@ struct Broker::Impl {
     for (std::string_view op : kStoreOps) store_failures_total->Add({{"op", std::string(op)}});
     store_writable = &BuildGauge().Name("kiln_broker_store_writable").Help("1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs are refused meanwhile)").Register(*registry).Add({});
     store_writable->Set(1);
+    update_shortest_heartbeat();
     for (std::string_view s : kKnownServices) known_services.emplace(s);
     for (const auto& [s, _] : opt.lease_timeout_s)
       if (s != "default" && valid_service_name(s)) known_services.insert(s);
@@ -471,6 +473,7 @@ struct Broker::Impl {
     if (it == workers.end()) return;
     WorkerRec w = std::move(it->second);
     workers.erase(it);
+    update_shortest_heartbeat();
     auto& q = services[w.service];
     q.workers.erase(std::remove(q.workers.begin(), q.workers.end(), identity), q.workers.end());
     spdlog::info("worker {} ({}{}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service,
@@ -582,6 +585,7 @@ struct Broker::Impl {
       w.heartbeat_s = std::clamp(ready->heartbeat_interval_s, 0.01, 60.0);
     w.last_seen = monotonic_s();
     workers[env.identity] = w;
+    update_shortest_heartbeat();
     ServiceQueue& q = services[w.service];
     q.workers.push_back(env.identity);
     if (!q.served) {
@@ -1076,12 +1080,13 @@ struct Broker::Impl {
     }
   }
 
-  // The shortest heartbeat period owed to anyone: the broker's own, or a connected worker's shorter one.
-  double shortest_heartbeat_s() const {
+  // The shortest heartbeat period owed to anyone (the broker's own, or a connected worker's shorter one),
+  // kept in shortest_heartbeat_s for the run loop's tick; recomputed only when a worker comes or goes.
+  void update_shortest_heartbeat() {
     double s = opt.heartbeat_interval_s;
     for (const auto& [id, w] : workers)
       if (w.heartbeat_s > 0) s = std::min(s, w.heartbeat_s);
-    return s;
+    shortest_heartbeat_s = s;
   }
 
   void check_timers() {
@@ -1228,7 +1233,7 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
     }
     for (zmq::socket_t* pair : {m.router_monitor.get(), m.external_monitor.get()})
       if (pair != nullptr) items[n_items++] = {static_cast<void*>(*pair), 0, ZMQ_POLLIN, 0};
-    const long tick_ms = std::max(10L, static_cast<long>(m.shortest_heartbeat_s() * 1000 / 4));
+    const long tick_ms = std::max(10L, static_cast<long>(m.shortest_heartbeat_s * 1000 / 4));
     try {
       zmq::poll(items, n_items, std::chrono::milliseconds(tick_ms));
     } catch (const zmq::error_t& e) {

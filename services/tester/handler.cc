@@ -191,8 +191,10 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   if (!nvml.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + nvml.status().message());
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   cuda::GpuClaim claim;
-  Result<cuda::GpuIdentity> gpu = cuda::select_gpu(**nvml, options.gpu_index, visible);
-  if (!options.gpu_claim_dir.empty() && options.gpu_index < 0) {
+  Result<cuda::GpuIdentity> gpu = internal_error("no GPU selected");
+  if (options.gpu_claim_dir.empty() || options.gpu_index >= 0) {
+    gpu = cuda::select_gpu(**nvml, options.gpu_index, visible);
+  } else {
     // Testers sharing the claim folder take distinct GPUs: the first visible one no other tester holds.
     auto gpus = cuda::visible_gpus(**nvml, visible);
     if (!gpus.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpus.status().message());

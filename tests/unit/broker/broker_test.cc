@@ -84,6 +84,15 @@ struct RawPeer {
     }
     return std::nullopt;
   }
+  // The error of the refusing ACK that must come next (a READY or SUBMIT the broker turned down).
+  std::string refusal() {
+    auto ack = wait_for(proto::cmd::kAck);
+    REQUIRE(ack);
+    auto decoded = proto::decode<proto::Ack>(ack->body);
+    REQUIRE(decoded.is_ok());
+    CHECK_FALSE(decoded->accepted);
+    return decoded->error;
+  }
 };
 
 // Valid UTF-8 (what the Prometheus text format requires of label values).
@@ -465,21 +474,14 @@ TEST_CASE("a READY with a bad service name or worker id is refused with a reply 
   RawPeer peer(b.ctx, b.endpoint());
   proto::Ready ready{"\xff\xfe not utf-8", "w", 1, {}};
   peer.send({"KILN1", "READY", proto::encode(ready)});
-  auto ack = peer.wait_for(proto::cmd::kAck);
-  REQUIRE(ack);
-  auto refusal = proto::decode<proto::Ack>(ack->body);
-  REQUIRE(refusal.is_ok());
-  CHECK_FALSE(refusal->accepted);
-  CHECK(refusal->error == "READY refused: service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+  CHECK(peer.refusal() == "READY refused: service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
 
   ready = proto::Ready{std::string(65, 's'), "w", 1, {}};  // one byte too long
   peer.send({"KILN1", "READY", proto::encode(ready)});
   REQUIRE(peer.wait_for(proto::cmd::kAck));
   ready = proto::Ready{"fine", "bad\nid", 1, {}};
   peer.send({"KILN1", "READY", proto::encode(ready)});
-  ack = peer.wait_for(proto::cmd::kAck);
-  REQUIRE(ack);
-  CHECK(proto::decode<proto::Ack>(ack->body)->error == "READY refused: worker ids are 1-128 bytes of printable ASCII");
+  CHECK(peer.refusal() == "READY refused: worker ids are 1-128 bytes of printable ASCII");
   CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 3);
   // None of them registered a worker or a service.
   messaging::Client client(b.ctx, b.endpoint());
@@ -845,12 +847,7 @@ TEST_CASE("the broker registers at most max_workers workers and says so to the n
   };
   REQUIRE(eventually([&] { return workers() == 2; }));
   ready_from(d, "d");
-  auto ack = d.wait_for(proto::cmd::kAck);
-  REQUIRE(ack);
-  auto refusal = proto::decode<proto::Ack>(ack->body);
-  REQUIRE(refusal.is_ok());
-  CHECK_FALSE(refusal->accepted);
-  CHECK(refusal->error == "READY refused: the broker serves at most 2 workers at once");
+  CHECK(d.refusal() == "READY refused: the broker serves at most 2 workers at once");
   CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=too_many_workers") == 1);
   // A registered worker may register again (a reconnect) without counting twice.
   ready_from(a, "a");
