@@ -27,7 +27,7 @@
 #include "kiln/core/files.h"
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
-#include "kiln/eval/detail/tensor.h"
+#include "kiln/eval/tensor.h"
 #include "kiln/eval/eval.h"
 #include "kiln/task/task.h"
 #include "kiln/tester/handler.h"
@@ -35,7 +35,7 @@
 namespace {
 
 using json = nlohmann::json;
-using kiln::eval::detail::HostTensor;
+using kiln::eval::HostTensor;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kWarmup = 3;
@@ -294,10 +294,10 @@ Sweep sweep_task(const std::string& task, kiln::compiler::CompileHandler& compil
     CUDA_OR_DIE(cudaMemset(c.out[0].data(), 0xff, c.out[0].bytes()));
     const int rc = lib.entry()(&args);
     CUDA_OR_DIE(cudaDeviceSynchronize());
-    kiln::eval::detail::Comparison cmp;
+    kiln::eval::Comparison cmp;
     const auto got = download_outputs(c);
     for (size_t o = 0; o < got.size(); ++o) {
-      kiln::eval::detail::compare(got[o], expected[o], spec->rtol, spec->atol, "out", task, 1, cmp);
+      kiln::eval::compare(got[o], expected[o], spec->rtol, spec->atol, "out", task, 1, cmp);
     }
     v["correct"] = rc == 0 && cmp.mismatches == 0;
     if (rc != 0 || cmp.mismatches != 0) {

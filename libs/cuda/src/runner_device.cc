@@ -63,9 +63,9 @@ void write_error(char* error, size_t error_bytes, const std::string& text) {
 // Offsets in the staged descriptors become this runner's pointers for the call, and offsets again after
 // it, so the evaluator can check the kernel left them alone.
 int runner_call(eval::KernelEntry fn, kiln_args* args, char* error, size_t error_bytes, double* reported_us) {
-  kiln_tensor in[eval::detail::kRunnerMaxTensors], out[eval::detail::kRunnerMaxTensors];
-  const int32_t n_in = std::min<int32_t>(args->n_inputs, eval::detail::kRunnerMaxTensors);
-  const int32_t n_out = std::min<int32_t>(args->n_outputs, eval::detail::kRunnerMaxTensors);
+  kiln_tensor in[eval::kRunnerMaxTensors], out[eval::kRunnerMaxTensors];
+  const int32_t n_in = std::min<int32_t>(args->n_inputs, eval::kRunnerMaxTensors);
+  const int32_t n_out = std::min<int32_t>(args->n_outputs, eval::kRunnerMaxTensors);
   for (int32_t i = 0; i < n_in; ++i) {
     in[i] = args->inputs[i];
     in[i].data = resolve(in[i].data);
@@ -108,11 +108,11 @@ int runner_call(eval::KernelEntry fn, kiln_args* args, char* error, size_t error
   return rc;
 }
 
-constexpr eval::detail::RunnerDevice kDevice{runner_init, runner_attach, runner_call};
+constexpr eval::RunnerDevice kDevice{runner_init, runner_attach, runner_call};
 
 }  // namespace
 
-const eval::detail::RunnerDevice& cuda_runner_device() { return kDevice; }
+const eval::RunnerDevice& cuda_runner_device() { return kDevice; }
 
 int overhead_entry(const kiln_args* a) {
   // The smallest piece of device work: the launch and the switch of the device to this runner's context

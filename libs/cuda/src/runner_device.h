@@ -1,4 +1,4 @@
-// The CUDA side of a runner (kiln/eval/detail/runner.h): each runner process creates its own context,
+// The CUDA side of a runner (kiln/eval/runner.h): each runner process creates its own context,
 // maps the device arena the evaluator shares with it alone (CUDA IPC), and calls its kernel on its own
 // stream, then synchronizes its whole device before answering. Internal to libs/cuda.
 #pragma once
@@ -6,12 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kiln/eval/detail/runner.h"
+#include "kiln/eval/runner.h"
 #include "kiln/kernel_abi.h"
 
 namespace kiln::cuda {
 
-const eval::detail::RunnerDevice& cuda_runner_device();
+const eval::RunnerDevice& cuda_runner_device();
 
 // A staged tensor's `data`: which of the runner's device arenas, and the offset in it.
 inline constexpr int kArenaShift = 48;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kiln/core/status.h"
-#include "kiln/eval/detail/tensor.h"
+#include "kiln/eval/tensor.h"
 
 namespace kiln::eval::detail {
 

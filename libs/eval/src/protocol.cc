@@ -1,12 +1,14 @@
 #include "kiln/eval/detail/protocol.h"
 
+#include "kiln/eval/device.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
 
 #include "kiln/eval/stats.h"
 
-namespace kiln::eval::detail {
+namespace kiln::eval {
 namespace {
 
 // The noise "stops improving" when this many checkpoints in a row fail to lower it by kMinImprovement.
@@ -72,6 +74,15 @@ PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input) {
   return {draw % (elements - len + 1), len, mix_seed(draw, 1) % (elements - len + 1)};
 }
 
+Scalars::Scalars(const task::TaskSpec& spec) {
+  for (const auto& [name, value] : spec.scalars) {
+    names.push_back(name.c_str());
+    values.push_back(value);
+  }
+}
+
+namespace detail {
+
 bool compare_after_round(uint64_t round) { return mix_seed(kTimingSeed + 2, round) % kCheckEveryRounds == 0; }
 
 void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& expected,
@@ -88,13 +99,6 @@ void check_inputs(const task::TaskSpec& spec, const TensorSet& got, const Tensor
     if (!got.inputs[i].same_bytes(pristine.inputs[i]) && f.modified_input.empty()) {
       f.modified_input = "input '" + spec.inputs[i].name + "' was modified (" + context + ")";
     }
-  }
-}
-
-Scalars::Scalars(const task::TaskSpec& spec) {
-  for (const auto& [name, value] : spec.scalars) {
-    names.push_back(name.c_str());
-    values.push_back(value);
   }
 }
 
@@ -196,4 +200,14 @@ proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<doubl
   return t;
 }
 
-}  // namespace kiln::eval::detail
+void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us) {
+  const double c = t.candidate.median_us, r = t.reference.median_us;
+  if (c <= 0 || r <= 0) return;
+  candidate_us = std::max(candidate_us, 0.0);
+  reference_us = std::max(reference_us, 0.0);
+  t.speedup_lo *= std::max(1 - reference_us / r, 0.0) / (1 + candidate_us / c);
+  t.speedup_hi *= (1 + reference_us / r) / std::max(1 - candidate_us / c, 0.5);
+}
+
+}  // namespace detail
+}  // namespace kiln::eval

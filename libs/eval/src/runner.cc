@@ -1,4 +1,4 @@
-#include "kiln/eval/detail/runner.h"
+#include "kiln/eval/runner.h"
 
 #include <dlfcn.h>
 #include <linux/futex.h>
@@ -22,7 +22,7 @@
 #include "kiln/eval/host.h"
 #include "kiln/sandbox/sandbox.h"
 
-namespace kiln::eval::detail {
+namespace kiln::eval {
 namespace {
 
 constexpr int kMaxTensors = kRunnerMaxTensors;
@@ -85,7 +85,7 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t value, long timeout_ns) {
 }
 
 // The vendor baseline a baseline runner calls (each runner holds one kernel).
-const Baseline* g_baseline = nullptr;
+const detail::Baseline* g_baseline = nullptr;
 int baseline_entry(const kiln_args* args) {
   g_baseline->run(args);
   return 0;
@@ -430,4 +430,4 @@ Result<int> Runner::call(kiln_args& args) {
   return rc;
 }
 
-}  // namespace kiln::eval::detail
+}  // namespace kiln::eval

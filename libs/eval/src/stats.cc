@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kiln/eval/detail/tensor.h"
+#include "kiln/eval/tensor.h"
 
 namespace kiln::eval {
 namespace {
@@ -81,7 +81,7 @@ SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
       if (end > starts[k]) blocks.emplace_back(starts[k], end);
     }
   }
-  detail::SplitMix64 rng(seed);
+  SplitMix64 rng(seed);
   std::vector<double> ratios;
   ratios.reserve(static_cast<size_t>(resamples));
   std::vector<double> r, c;

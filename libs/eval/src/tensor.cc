@@ -1,4 +1,4 @@
-#include "kiln/eval/detail/tensor.h"
+#include "kiln/eval/tensor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
-namespace kiln::eval::detail {
+namespace kiln::eval {
 namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line; also enough for any SIMD load a kernel may use
@@ -256,4 +256,4 @@ void compare(const HostTensor& got, const HostTensor& expected, double rtol, dou
   }
 }
 
-}  // namespace kiln::eval::detail
+}  // namespace kiln::eval

@@ -1,6 +1,7 @@
 // The backend-independent parts of the evaluation protocol that the CPU and CUDA evaluators share.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <vector>
 
 #include "kiln/eval/detail/protocol.h"
@@ -90,7 +91,7 @@ TEST_CASE("inputs that move while timed keep moving after thousands of rounds", 
   for (size_t i = 0; i < n; ++i) donor[i] = static_cast<float>(i + 1);
   int moved_late = 0;
   for (uint64_t round = 0; round < 3000; ++round) {
-    const auto b = kiln::eval::detail::perturb_block(n, round, 0);
+    const auto b = kiln::eval::perturb_block(n, round, 0);
     REQUIRE(b.len == n / 100);
     REQUIRE(b.first + b.len <= n);
     REQUIRE(b.source + b.len <= n);
@@ -102,4 +103,24 @@ TEST_CASE("inputs that move while timed keep moving after thousands of rounds", 
     if (round >= 2900) moved_late += changed;
   }
   CHECK(moved_late == 100);
+}
+
+TEST_CASE("an interval widened for reproducibility moves each bound by the worse offset of both medians", "[eval]") {
+  kiln::proto::CaseTiming t;
+  t.candidate.median_us = 100;
+  t.reference.median_us = 400;
+  t.speedup = 4;
+  t.speedup_lo = 3.9;
+  t.speedup_hi = 4.1;
+  kiln::eval::detail::widen_interval(t, 5, 4);
+  CHECK(t.speedup == 4);
+  CHECK(t.speedup_lo == Approx(3.9 * (1 - 4.0 / 400) / (1 + 5.0 / 100)));
+  CHECK(t.speedup_hi == Approx(4.1 * (1 + 4.0 / 400) / (1 - 5.0 / 100)));
+  // An offset as large as the candidate's time cannot make the upper bound infinite.
+  kiln::eval::detail::widen_interval(t, 1000, 0);
+  CHECK(std::isfinite(t.speedup_hi));
+  kiln::proto::CaseTiming same = t;
+  kiln::eval::detail::widen_interval(same, 0, 0);
+  CHECK(same.speedup_lo == t.speedup_lo);
+  CHECK(same.speedup_hi == t.speedup_hi);
 }

@@ -1,7 +1,6 @@
-// The parts of the evaluation protocol (DESIGN §5) that do not depend on where tensors live: what
-// correctness found and the verdict drawn from it, the scalars passed by name, the nvbench-style stopping
-// rule of the timing loop and the summary of one timed case. detail/: shared by the CPU evaluator and the
-// CUDA one in libs/cuda, not an API for anyone else.
+// The insides of run_protocol() (kiln/eval/device.h): what correctness found and the verdict drawn from
+// it, the nvbench-style stopping rule of the timing loop and the summary of one timed case. detail/:
+// libs/eval's own, named here so that its unit tests can reach them.
 #pragma once
 
 #include <cstddef>
@@ -9,56 +8,18 @@
 #include <string>
 #include <vector>
 
-#include "kiln/eval/detail/tensor.h"
+#include "kiln/eval/device.h"
 #include "kiln/eval/eval.h"
+#include "kiln/eval/tensor.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
 namespace kiln::eval::detail {
 
 inline constexpr size_t kMaxListedMismatches = 5;
-// Inputs of the timing runs and of the check after timing come from seeds no correctness seed uses.
-inline constexpr uint64_t kTimingSeed = 0x7155'0001;
-inline constexpr uint64_t kRecheckSeed = 0x7155'0002;
-
-// The tensors of one case on the host: what a kernel reads and writes (or, for a device, the values to
-// upload and what came back).
-struct TensorSet {
-  std::vector<HostTensor> inputs;
-  std::vector<HostTensor> outputs;
-};
-
-// The task's tensors at `dims`, unfilled; an error for a shape that cannot be resolved.
-Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims);
-// The bytes the tensors of the largest case take when each starts on `alignment` (at least one
-// alignment unit each).
-Result<size_t> largest_case_bytes(const task::TaskSpec& spec, size_t alignment);
-// Inputs from `init` drawn from seed (each input its own stream).
-void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed);
-void poison_outputs(TensorSet& set, int variant);
-
-// Inputs that move while timed. Before timing round `round`, elements [first, first + len) of input
-// `input` are replaced by elements [source, source + len) of a second input set (kTimingSeed + 1), the
-// same for every contestant; at most 1 % of the tensor and at least 16 elements, at a place no kernel can
-// predict from earlier rounds. The source moves too: copied from the same place every time, the inputs
-// would converge to the second set after a few hundred rounds and stop moving, and a cache keyed on a
-// few sampled values would then be right every time.
-struct PerturbBlock {
-  size_t first = 0;
-  size_t len = 0;
-  size_t source = 0;
-};
-PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input);
 // Whether the candidate's timed outputs are compared with the reference's after round `round` (about one
 // round in four, unpredictably; the last round always is).
 bool compare_after_round(uint64_t round);
-
-// The task's scalars as the kernel ABI passes them: parallel arrays of names and values.
-struct Scalars {
-  std::vector<const char*> names;
-  std::vector<double> values;
-  explicit Scalars(const task::TaskSpec& spec);
-};
 
 // Everything correctness has found so far, across cases and seeds.
 struct Findings {
@@ -121,5 +82,10 @@ proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<doubl
                                  const std::vector<double>& reference_us, const std::vector<NamedSamples>& baselines,
                                  uint64_t bootstrap_seed, int64_t warmup_iters, const std::string& stop_reason,
                                  const std::vector<size_t>& block_starts = {});
+
+// Widens t's speedup interval as if the candidate's median could be off by `candidate_us` and the
+// reference's by `reference_us`, each in the worse direction: lo * (1 - r/ref) / (1 + c/cand),
+// hi * (1 + r/ref) / (1 - c/cand) (that last factor at most 2).
+void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us);
 
 }  // namespace kiln::eval::detail

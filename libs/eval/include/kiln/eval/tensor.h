@@ -1,5 +1,5 @@
-// Host tensors of the kernel ABI: allocation, seeded fill, poisoning and comparison. detail/: shared by the
-// CPU evaluator and the CUDA one in libs/cuda, not an API for anyone else.
+// Host tensors of the kernel ABI: allocation, seeded fill, poisoning and comparison; the values a device
+// uploads and what it reads back.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,7 @@
 #include "kiln/kernel_abi.h"
 #include "kiln/task/task.h"
 
-namespace kiln::eval::detail {
+namespace kiln::eval {
 
 // SplitMix64: small, fast and fully determined by its seed on every platform.
 class SplitMix64 {
@@ -90,4 +90,4 @@ struct Comparison {
 void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol,
              const std::string& name, const std::string& context, size_t max_listed, Comparison& acc);
 
-}  // namespace kiln::eval::detail
+}  // namespace kiln::eval

@@ -1,8 +1,8 @@
 // Each contestant of an evaluation (the candidate, the reference, every baseline) runs in a runner: a
 // process forked from the evaluator before any kernel runs, confined (no new processes, signals to itself
 // only), holding nothing but its own shared-memory arena. The evaluator never loads the candidate; it owns
-// the tensors, the clock, the comparison and the report (docs/threat-model.md). detail/: shared by the CPU
-// evaluator and the CUDA one in libs/cuda, not an API for anyone else.
+// the tensors, the clock, the comparison and the report (docs/threat-model.md). The CPU device (libs/eval)
+// and the CUDA one (libs/cuda) start their contestants' runners through it.
 //
 // On a device (RunnerDevice) the tensors live in device memory the evaluator owns and shares with that
 // one runner (CUDA IPC); the arena then carries only the control block, and a tensor's `data` in the
@@ -11,8 +11,8 @@
 // One call: the evaluator copies the tensors and descriptors into the runner's arena while the runner is
 // stopped (it is stopped between its calls, so none of its threads run while another contestant is timed
 // or while its outputs are read), rings a doorbell in the arena, continues the runner and waits for the
-// answer (spinning, then asleep on a futex in the arena). The runner stops itself right after answering; the evaluator waits until it is stopped and
-// copies inputs, outputs and descriptors back, so the checks of the in-process protocol apply unchanged.
+// answer (spinning, then asleep on a futex in the arena). The runner stops itself right after answering;
+// the evaluator waits until it is stopped and copies inputs, outputs and descriptors back, so the checks of the in-process protocol apply unchanged.
 // A sample is the wall time from continue to answer plus the CPU time the runner's threads used from the
 // answer to the stop: nothing a kernel leaves running after it returns is off the clock.
 #pragma once
@@ -30,9 +30,10 @@
 #include "kiln/core/status.h"
 #include "kiln/eval/eval.h"
 
-namespace kiln::eval::detail {
-
+namespace kiln::eval {
+namespace detail {
 struct Baseline;
+}
 
 // What a runner does on a device whose memory is not the arena. Every function runs in the runner process.
 struct RunnerDevice {
@@ -56,7 +57,7 @@ struct RunnerKernel {
   std::string name;                    // "candidate", "reference", a baseline's name
   KernelEntry entry = nullptr;         // a function of this process (the trusted reference, tests) ...
   std::string library;                 // ... or a shared object the runner loads once confined ...
-  const Baseline* baseline = nullptr;  // ... or a vendor baseline
+  const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
 };
 
 // How a runner call ended when it did not return: the runner process died or could not load its kernel.
@@ -152,4 +153,4 @@ Status check_runner_limits(const task::TaskSpec& spec);
 // Arena bytes that hold the tensors of every case of the task (plus the control block and the slack).
 Result<size_t> arena_bytes_for(const task::TaskSpec& spec);
 
-}  // namespace kiln::eval::detail
+}  // namespace kiln::eval

@@ -1,0 +1,470 @@
+#include "cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kiln/cuda/eval.h"
+#include "kiln/cuda/runtime.h"
+#include "kiln/eval/stats.h"
+#include "runner_device.h"
+
+namespace kiln::cuda {
+namespace {
+
+using eval::HostTensor;
+using eval::Runner;
+using eval::TensorSet;
+
+// Calls of the overhead runner whose median is the fixed cost every call pays (waking a stopped process,
+// one tiny launch in the runner's context and the device's switch to it, the runner's synchronize, the
+// answer and the evaluator's probe), measured as the contestants are timed (after the flush in cold
+// mode); it is subtracted from every contestant's samples alike.
+constexpr int kOverheadCalls = 60;
+// How much less than the evaluator's clock a candidate's own CUDA-event times may claim (the gap between
+// the clocks, its median against the reference's) before they are disbelieved and every contestant is
+// timed by the evaluator's clock: the process hop (~300 us on an H200 host) makes that clock too coarse
+// to settle smaller differences. A candidate that under-reports by less gains at most this per call.
+// (Measured on an H200: honest kernels' gaps exceeded the reference's by 8.8 us (softmax) and 14.0 us
+// (rmsnorm) against naive references of ~3 ms.)
+constexpr double kClockAllowanceUs = 20;
+constexpr double kClockAllowanceRel = 0.03;
+// The flush buffer is this many times the L2: one pass of writes evicts every line.
+constexpr size_t kFlushL2Multiple = 2;
+constexpr size_t kFallbackL2Bytes = 64u << 20;
+// Tensors start on this alignment in a contestant's device arena; between blocks of timing rounds they
+// move by a multiple of it, up to kPlacementSlack (other pages and memory channels for every contestant).
+constexpr size_t kTensorAlignment = 4096;
+constexpr size_t kPlacementSlack = 64 * kTensorAlignment;
+// Each contestant has up to this many device arenas (separate allocations, other physical memory); the
+// tensors move among them between blocks of rounds, so that where a contestant's memory happens to sit
+// shows in the interval as spread instead of as a fixed offset between contestants.
+constexpr size_t kArenas = 4;
+// How far the median of the same kernel moves between evaluations on an H200, beyond its interval: A/A
+// runs of a kernel of fixed duration (bench/timing/cuda_runner.sh, 10 evaluations each at ~13 us, ~105 us
+// and ~1 ms) missed 1.0 by up to 0.6 us per median at 13 us (4.4 %), 1.15 us at 105 us and 1.0 us at 1 ms:
+// a per-evaluation offset no placement, arena or second runner process removed. A median is taken as
+// uncertain by the lesser of 1.5 us and 5 % of it; with that every one of those intervals holds 1.0. It
+// costs a 1 ms kernel 0.3 % of its lower bound, a 75 us one 2 %, a 13 us one 10 %.
+constexpr double kReproducibilityUs = 1.5;
+constexpr double kReproducibilityRel = 0.05;
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return eval::quantile_sorted(v, 0.5);
+}
+
+// The evaluator's own context on the device: its stream, the L2 flush buffer and the probe.
+struct Gpu {
+  Stream stream;
+  DeviceBuffer flush;
+  DeviceBuffer probe;
+  int flush_round = 0;
+
+  Status flush_l2() {
+    // cudaMemsetAsync writes every line of a buffer twice the L2: nothing a kernel reads survives it.
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), ++flush_round & 0xff, flush.bytes(), stream.get()));
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+    return Status::ok();
+  }
+  // Work of this context issued right after a runner answered: it has to get the device, so a kernel
+  // the runner left running (its own synchronize skipped) either delays it or shares the device with it.
+  Status probe_device() {
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(probe.data(), 0, probe.bytes(), stream.get()));
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+    return Status::ok();
+  }
+};
+
+Result<std::unique_ptr<Gpu>> open_gpu(bool cold) {
+  auto g = std::make_unique<Gpu>();
+  KILN_ASSIGN_OR_RETURN(g->stream, Stream::create());
+  KILN_ASSIGN_OR_RETURN(g->probe, DeviceBuffer::allocate(256));
+  if (cold) {
+    int device = 0, l2 = 0;
+    KILN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    const size_t l2_bytes = l2 > 0 ? static_cast<size_t>(l2) : kFallbackL2Bytes;
+    KILN_ASSIGN_OR_RETURN(g->flush, DeviceBuffer::allocate(kFlushL2Multiple * l2_bytes));
+  }
+  return g;
+}
+
+// Device bytes one contestant needs for the largest case, with the placement slack.
+Result<size_t> device_arena_bytes(const task::TaskSpec& spec) {
+  KILN_RETURN_IF_ERROR(eval::check_runner_limits(spec));
+  KILN_ASSIGN_OR_RETURN(const size_t most, eval::largest_case_bytes(spec, kTensorAlignment));
+  return most + kPlacementSlack;
+}
+
+kiln_tensor descriptor(const HostTensor& shape_of, void* staged_data) {
+  kiln_tensor t{};
+  t.data = staged_data;
+  t.dtype = static_cast<int32_t>(shape_of.dtype());
+  t.ndim = static_cast<int32_t>(shape_of.shape().size());
+  for (size_t d = 0; d < shape_of.shape().size() && d < KILN_MAX_DIMS; ++d) t.shape[d] = shape_of.shape()[d];
+  return t;
+}
+
+// Where a contestant's tensors sit in the current block: which device arena, and how far into it.
+struct Placement {
+  size_t offset = 0;
+  size_t arena = 0;
+};
+
+// Where the tensors of one case sit: which of a contestant's device arenas, and where in it.
+struct Layout {
+  size_t arena = 0;
+  std::vector<size_t> in, out;               // offsets in the arena
+  std::vector<kiln_tensor> inputs, outputs;  // descriptors as the runner gets them (arena and offset)
+
+  Layout() = default;
+  Layout(const TensorSet& shapes, Placement p) : arena(p.arena) {
+    size_t offset = p.offset / kTensorAlignment * kTensorAlignment;
+    auto place = [&](const HostTensor& t, std::vector<size_t>& at, std::vector<kiln_tensor>& d) {
+      at.push_back(offset);
+      d.push_back(descriptor(t, encode_arena_offset(arena, offset)));
+      offset += round_up(std::max<size_t>(t.bytes(), 1), kTensorAlignment);
+    };
+    for (const auto& t : shapes.inputs) place(t, in, inputs);
+    for (const auto& t : shapes.outputs) place(t, out, outputs);
+  }
+};
+
+// How one call ended, on both clocks.
+struct RawCall {
+  eval::Device::Call call;
+  double wall_us = 0;      // continue to answer, plus the evaluator's probe: the evaluator's clock
+  double reported_us = 0;  // the runner's CUDA events around the call: precise, but the runner's word
+};
+
+// The fixed cost of a call on both clocks, from the overhead runner.
+struct Overhead {
+  double wall_us = 0;
+  double reported_us = 0;
+};
+
+// One contestant: its runner, the device arenas the evaluator owns and shares with that runner alone,
+// where its tensors are now, and its raw timed calls.
+struct Contestant {
+  std::string name;
+  std::unique_ptr<Runner> runner;
+  std::vector<DeviceBuffer> arenas;
+  Placement placement;
+  Layout layout;
+  std::vector<double> wall_us, reported_us;
+
+  char* at(size_t offset) const { return static_cast<char*>(arenas[layout.arena].data()) + offset; }
+
+  Status upload(const TensorSet& host) {
+    for (size_t i = 0; i < host.inputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(at(layout.in[i]), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
+    }
+    for (size_t i = 0; i < host.outputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(at(layout.out[i]), host.outputs[i].data(), host.outputs[i].bytes(), cudaMemcpyHostToDevice));
+    }
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return Status::ok();
+  }
+  Status download(TensorSet& host, bool inputs_too) const {
+    for (size_t i = 0; inputs_too && i < host.inputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(host.inputs[i].data(), at(layout.in[i]), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
+    }
+    for (size_t i = 0; i < host.outputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(host.outputs[i].data(), at(layout.out[i]), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
+    }
+    return Status::ok();
+  }
+};
+
+Status check_sgemm(const TensorSet& s) {
+  const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
+  if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
+  const HostTensor &a = s.inputs[0], &b = s.inputs[1], &c = s.outputs[0];
+  for (const HostTensor* t : {&a, &b, &c}) {
+    if (t->dtype() != task::DType::kF32 || t->shape().size() != 2) return invalid_argument(want);
+    if (t->shape()[0] > INT32_MAX || t->shape()[1] > INT32_MAX) return invalid_argument(want + ": too large");
+  }
+  if (a.shape()[1] != b.shape()[0] || c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
+    return invalid_argument(want + ": the shapes do not chain");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+struct CudaDevice::State {
+  State(const task::TaskSpec& s, const eval::EvalOptions& o)
+      : spec(s), options(o), scalars(s), cold(o.timing.mode == "cold") {}
+
+  const task::TaskSpec& spec;
+  const eval::EvalOptions& options;
+  const eval::Scalars scalars;
+  const bool cold;
+  std::unique_ptr<Gpu> gpu;
+  std::vector<Contestant> all;  // candidate, reference, overhead, then the baselines
+  size_t arenas = 1;            // device arenas per contestant
+  std::vector<DeviceBuffer> donor;
+  Overhead overhead_before;
+  bool host_clock = false;  // some case was timed by the evaluator's clock
+
+  // The protocol's contestant `who` (candidate, reference, baselines) among `all`.
+  Contestant& at(size_t who) { return all[who < 2 ? who : who + 1]; }
+  Contestant& overhead() { return all[2]; }
+
+  // One call on `inputs`/`outputs`: the runner is continued, calls its kernel, synchronizes its device and
+  // answers; the evaluator's probe follows. `flush` empties the L2 first (off the clock).
+  Result<RawCall> call(Contestant& c, const std::vector<kiln_tensor>& inputs, const std::vector<kiln_tensor>& outputs,
+                       bool flush) {
+    std::vector<kiln_tensor> live_in = inputs, live_out = outputs;
+    kiln_args args{live_in.data(),        static_cast<int32_t>(live_in.size()),
+                   live_out.data(),       static_cast<int32_t>(live_out.size()),
+                   scalars.names.data(),  scalars.values.data(),
+                   static_cast<int32_t>(scalars.names.size()), nullptr};
+    Runner& runner = *c.runner;
+    KILN_RETURN_IF_ERROR(runner.stage(args));
+    if (flush) KILN_RETURN_IF_ERROR(gpu->flush_l2());
+    RawCall o;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<int> rc = runner.invoke(nullptr);
+    if (rc.is_ok()) KILN_RETURN_IF_ERROR(gpu->probe_device());
+    const auto t1 = std::chrono::steady_clock::now();
+    if (rc.is_ok()) {
+      if (Status st = runner.freeze(); !st.is_ok()) rc = st;
+    }
+    if (!rc.is_ok()) {
+      if (!runner.death()) return rc.status();
+      o.call.death = runner.death()->what;
+      return o;
+    }
+    runner.unstage(args);
+    o.call.rc = *rc;
+    if (std::string e = runner.device_error(); !e.empty()) o.call.device_error = "CUDA error " + e;
+    o.wall_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    o.reported_us = runner.reported_us();
+    auto same = [](const std::vector<kiln_tensor>& a, const std::vector<kiln_tensor>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(kiln_tensor)) == 0;
+    };
+    o.call.descriptors_changed = !same(inputs, live_in) || !same(outputs, live_out);
+    return o;
+  }
+
+  // The fixed cost of a call on both clocks: medians of the overhead runner's calls.
+  Result<Overhead> call_overhead() {
+    std::vector<double> wall, reported;
+    for (int i = 0; i < kOverheadCalls; ++i) {
+      KILN_ASSIGN_OR_RETURN(RawCall o, call(overhead(), {}, {}, cold));
+      if (!o.call.ok()) return internal_error("the overhead runner failed: " + o.call.what());
+      wall.push_back(o.wall_us);
+      reported.push_back(o.reported_us);
+    }
+    return Overhead{median(wall), median(reported)};
+  }
+
+  // Whether the candidate's own CUDA-event times can be believed: the gap between the evaluator's clock and
+  // them (its median) may exceed the reference's gap by at most kClockAllowanceUs + kClockAllowanceRel of
+  // the candidate's time. Empty when believed, else the reason.
+  std::string disbelief() {
+    auto gap = [](const Contestant& x) {
+      std::vector<double> g(x.wall_us.size());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = x.wall_us[i] - x.reported_us[i];
+      return median(std::move(g));
+    };
+    const Contestant& c = at(0);
+    const double excess = gap(c) - gap(at(1));
+    const double allowance = kClockAllowanceUs + kClockAllowanceRel * median(c.reported_us);
+    if (excess <= allowance) return {};
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "the candidate's own timings claim %.2f us per call less than the evaluator's clock allows "
+                  "(allowance %.2f us): every contestant is timed by the evaluator's clock",
+                  excess, allowance);
+    return line;
+  }
+};
+
+CudaDevice::CudaDevice(std::unique_ptr<State> state) : s_(std::move(state)) {}
+CudaDevice::~CudaDevice() = default;
+
+Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                                      const eval::Candidate& reference,
+                                                      const eval::EvalOptions& options) {
+  auto s = std::make_unique<State>(spec, options);
+  std::vector<eval::RunnerKernel> kernels = {{"candidate", candidate.entry, candidate.library, nullptr},
+                                             {"reference", reference.entry, reference.library, nullptr},
+                                             {"overhead", overhead_entry, "", nullptr}};
+  for (const auto& b : spec.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+  KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
+  State& st = *s;
+  auto after_fork = [&](Runner::Runners& runners) -> Status {
+    int devices = 0;
+    KILN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&devices));
+    if (devices == 0) return failed_precondition("no CUDA device is visible");
+    KILN_ASSIGN_OR_RETURN(st.gpu, open_gpu(st.cold));
+    // Several arenas each where the device has room for them (a quarter of its free memory at most).
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const size_t with_arenas = runners.size() - 1;
+    st.arenas = kArenas;
+    while (st.arenas > 1 && st.arenas * arena * with_arenas > free_bytes / 4) --st.arenas;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      Contestant c;
+      c.name = runners[i]->name();
+      std::vector<cudaIpcMemHandle_t> handles;
+      for (size_t k = 0; c.name != "overhead" && k < st.arenas; ++k) {
+        KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
+        cudaIpcMemHandle_t handle;
+        KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
+        handles.push_back(handle);
+        c.arenas.push_back(std::move(b));
+      }
+      KILN_RETURN_IF_ERROR(runners[i]->publish(handles.data(), handles.size() * sizeof(cudaIpcMemHandle_t)));
+      st.all.push_back(std::move(c));
+    }
+    return Status::ok();
+  };
+  KILN_ASSIGN_OR_RETURN(Runner::Runners runners,
+                        Runner::start(kernels, 0, options.wipe_in_runners, &cuda_runner_device(), after_fork));
+  for (size_t i = 0; i < runners.size(); ++i) st.all[i].runner = std::move(runners[i]);
+  std::unique_ptr<CudaDevice> d(new CudaDevice(std::move(s)));
+  for (const auto& c : d->s_->all) {
+    if (c.name != "overhead") d->names_.push_back(c.name);
+  }
+  return d;
+}
+
+double CudaDevice::reproducibility_us(double median_us) const {
+  return std::min(kReproducibilityUs, kReproducibilityRel * median_us);
+}
+
+std::string CudaDevice::timing_method() const { return s_->host_clock ? "host_clock" : "cuda_events_checked"; }
+
+std::string CudaDevice::candidate_load_failure() const {
+  const auto* d = s_->all[0].runner->death();
+  return d && d->load_failed ? d->what : std::string();
+}
+
+// Any death before a call other than the candidate's load failure is a runner's set-up (its context, its
+// arenas, its confinement): the evaluator's fault, whichever runner it was.
+Status CudaDevice::check_started() const {
+  for (const auto& c : s_->all) {
+    if (const auto* d = c.runner->death()) return internal_error("the " + c.name + " runner: " + d->what);
+  }
+  return Status::ok();
+}
+
+int CudaDevice::candidate_pid() const { return s_->all[0].runner->pid(); }
+
+Status CudaDevice::load(size_t who, const TensorSet& tensors) {
+  Contestant& c = s_->at(who);
+  c.layout = Layout(tensors, c.placement);
+  return c.upload(tensors);
+}
+
+Status CudaDevice::read(size_t who, TensorSet& into, bool inputs_too) { return s_->at(who).download(into, inputs_too); }
+
+Result<eval::Device::Call> CudaDevice::call(size_t who, CallKind kind) {
+  Contestant& c = s_->at(who);
+  const bool timed = kind == CallKind::kTimed;
+  KILN_ASSIGN_OR_RETURN(RawCall o, s_->call(c, c.layout.inputs, c.layout.outputs, timed && s_->cold));
+  if (timed && o.call.ok()) {
+    c.wall_us.push_back(o.wall_us);
+    c.reported_us.push_back(o.reported_us);
+    // The stopping rule follows the reported times (the wall clock's noise is mostly the process hop).
+    o.call.sample_us = std::max(o.reported_us - s_->overhead_before.reported_us, o.reported_us * 0.1);
+  }
+  return o.call;
+}
+
+Status CudaDevice::check_case(const TensorSet& tensors) {
+  return s_->all.size() > 3 ? check_sgemm(tensors) : Status::ok();
+}
+
+// The donor set goes to the device once; perturb() copies from it into every contestant's arena alike.
+Status CudaDevice::begin_timing(const TensorSet& donor) {
+  s_->donor.clear();
+  for (const auto& t : donor.inputs) {
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1)));
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), t.data(), t.bytes(), cudaMemcpyHostToDevice));
+    s_->donor.push_back(std::move(b));
+  }
+  for (auto& c : s_->all) {
+    c.wall_us.clear();
+    c.reported_us.clear();
+  }
+  return Status::ok();
+}
+
+// Every block moves each contestant's tensors to another arena and offset (the protocol loads them again).
+Result<eval::Device::Block> CudaDevice::begin_block(uint64_t block) {
+  for (size_t who = 0; who < contestants(); ++who) {
+    const uint64_t draw = eval::mix_seed(eval::mix_seed(eval::kTimingSeed + 3, block), who);
+    s_->at(who).placement = {draw % (kPlacementSlack / kTensorAlignment) * kTensorAlignment, (draw >> 32) % s_->arenas};
+  }
+  return Block{};
+}
+
+Status CudaDevice::perturb(const std::vector<eval::PerturbBlock>& blocks) {
+  const cudaStream_t stream = s_->gpu->stream.get();
+  for (size_t who = 0; who < contestants(); ++who) {
+    Contestant& c = s_->at(who);
+    for (size_t i = 0; i < blocks.size() && i < s_->donor.size(); ++i) {
+      if (blocks[i].len == 0) continue;
+      // The element size from the descriptor's dtype: the donor holds the same tensors.
+      const size_t elem = task::dtype_bytes(static_cast<task::DType>(c.layout.inputs[i].dtype));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i] + blocks[i].first * elem),
+                                                static_cast<const char*>(s_->donor[i].data()) + blocks[i].source * elem,
+                                                blocks[i].len * elem, cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::ok();
+}
+
+Status CudaDevice::begin_rounds() {
+  KILN_ASSIGN_OR_RETURN(s_->overhead_before, s_->call_overhead());
+  return Status::ok();
+}
+
+// The runners' CUDA events are precise; the candidate's are its own word. When they disagree with the
+// evaluator's clock, everybody is timed on that clock: coarser (the process hop), never in its favour.
+// Each sample loses the fixed cost of a call on its clock (from the overhead runner), never below a
+// tenth of the raw time: the subtraction corrects a bias, it must not invent speed.
+Status CudaDevice::end_timing(std::vector<std::vector<double>>& samples, std::string& note) {
+  KILN_ASSIGN_OR_RETURN(const Overhead after, s_->call_overhead());
+  const Overhead& before = s_->overhead_before;
+  const Overhead overhead{(before.wall_us + after.wall_us) / 2, (before.reported_us + after.reported_us) / 2};
+  const std::string doubt = s_->disbelief();
+  if (!doubt.empty()) s_->host_clock = true;
+  for (size_t who = 0; who < contestants(); ++who) {
+    const Contestant& c = s_->at(who);
+    samples[who].clear();
+    for (size_t i = 0; i < c.wall_us.size(); ++i) {
+      const double raw = doubt.empty() ? c.reported_us[i] : c.wall_us[i];
+      const double fixed = doubt.empty() ? overhead.reported_us : overhead.wall_us;
+      samples[who].push_back(std::max(raw - fixed, raw * 0.1));
+    }
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "call overhead %.2f us subtracted (evaluator's clock %.2f us; before/after timing %.2f/%.2f us)",
+                overhead.reported_us, overhead.wall_us, before.reported_us, after.reported_us);
+  note = doubt.empty() ? line : doubt + "; " + line;
+  for (auto& c : s_->all) c.placement = {};
+  return Status::ok();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,51 @@
+// The CUDA device of the evaluation protocol (kiln/eval/device.h). Every contestant (candidate,
+// reference, each baseline) runs in a runner process with a CUDA context of its own, forked before the
+// evaluator touches CUDA; the evaluator owns device arenas per contestant, shared with that runner alone
+// through CUDA IPC, and uploads, perturbs and reads the tensors there. A call is timed from continuing the
+// stopped runner to its answer (it synchronizes its whole device first) plus a probe of the device from the
+// evaluator's context; the runner's own CUDA events are used when they agree with that clock, and the
+// cost of an empty call (an overhead runner) is subtracted from every contestant alike. Internal to
+// libs/cuda.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/eval/device.h"
+#include "kiln/eval/runner.h"
+
+namespace kiln::cuda {
+
+class CudaDevice final : public eval::Device {
+ public:
+  // Forks the runners, creates this process's context, the arenas, and hands each runner its own.
+  static Result<std::unique_ptr<CudaDevice>> start(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                                   const eval::Candidate& reference, const eval::EvalOptions& options);
+  ~CudaDevice() override;
+
+  const char* log_prefix() const override { return "kiln-eval-cuda"; }
+  std::string timing_method() const override;
+  double reproducibility_us(double median_us) const override;
+  std::string candidate_load_failure() const override;
+  Status check_started() const override;
+  int candidate_pid() const override;
+
+  Status load(size_t who, const eval::TensorSet& tensors) override;
+  Status read(size_t who, eval::TensorSet& into, bool inputs_too) override;
+  Result<Call> call(size_t who, CallKind kind) override;
+
+  Status check_case(const eval::TensorSet& tensors) override;
+  Status begin_timing(const eval::TensorSet& donor) override;
+  Result<Block> begin_block(uint64_t block) override;
+  Status perturb(const std::vector<eval::PerturbBlock>& blocks) override;
+  Status begin_rounds() override;
+  Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
+
+ private:
+  struct State;
+  explicit CudaDevice(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace kiln::cuda

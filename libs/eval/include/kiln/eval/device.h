@@ -1,0 +1,150 @@
+// The evaluation protocol of DESIGN §5 (correctness, interleaved timing with inputs that move, the check
+// after timing, the verdict) is written once, in run_protocol(), against Device: where the contestants'
+// tensors live and how their calls run. libs/eval implements it for the CPU (cpu_device.cc), libs/cuda for
+// a GPU. Every defence of the protocol therefore holds on both backends by construction; a device only
+// decides how a tensor gets to its contestant and how a call is clocked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/core/status.h"
+#include "kiln/eval/eval.h"
+#include "kiln/eval/tensor.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/task/task.h"
+
+namespace kiln::eval {
+
+// Inputs of correctness come from seeds 0..seeds-1; the timing runs and the check after timing from
+// seeds no correctness seed uses.
+inline constexpr uint64_t kTimingSeed = 0x7155'0001;
+inline constexpr uint64_t kRecheckSeed = 0x7155'0002;
+
+// The tensors of one case on the host: what a kernel reads and writes, or, for a device, the values to
+// load and what came back.
+struct TensorSet {
+  std::vector<HostTensor> inputs;
+  std::vector<HostTensor> outputs;
+};
+
+// The task's tensors at `dims`, unfilled; an error for a shape that cannot be resolved.
+Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims);
+// The bytes the tensors of the largest case take when each starts on `alignment` (at least one
+// alignment unit each).
+Result<size_t> largest_case_bytes(const task::TaskSpec& spec, size_t alignment);
+// Inputs from `init` drawn from seed (each input its own stream).
+void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed);
+void poison_outputs(TensorSet& set, int variant);
+
+// Inputs that move while timed. Before timing round `round`, elements [first, first + len) of input
+// `input` are replaced by elements [source, source + len) of a second input set (kTimingSeed + 1), the
+// same for every contestant; at most 1 % of the tensor and at least 16 elements, at a place no kernel can
+// predict from earlier rounds. The source moves too: copied from the same place every time, the inputs
+// would converge to the second set after a few hundred rounds and stop moving, and a cache keyed on a
+// few sampled values would then be right every time.
+struct PerturbBlock {
+  size_t first = 0;
+  size_t len = 0;
+  size_t source = 0;
+};
+PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input);
+
+// The task's scalars as the kernel ABI passes them: parallel arrays of names and values.
+struct Scalars {
+  std::vector<const char*> names;
+  std::vector<double> values;
+  explicit Scalars(const task::TaskSpec& spec);
+};
+
+// Where the contestants of one evaluation live and run. Contestant 0 is the candidate, 1 the reference,
+// 2.. the task's baselines; each has its own copy of the tensors of the case at hand, and only the
+// candidate is untrusted: a failure of any other is the evaluator's (an error, never the candidate's
+// verdict).
+class Device {
+ public:
+  enum class CallKind {
+    kCheck,   // correctness and the checks around timing: not clocked
+    kWarmUp,  // before timing: clocked, thrown away
+    kTimed,   // a sample (cold mode: the caches are flushed first, off the clock)
+  };
+  struct Call {
+    int rc = 0;                        // kiln_entry's code
+    std::string device_error;          // a device error raised by the call ("cudaErrorIllegalAddress")
+    std::string death;                 // the contestant's runner died ("SIGSEGV")
+    bool descriptors_changed = false;  // the kernel wrote to the descriptors it was given
+    double sample_us = 0;              // kTimed: the sample as the stopping rule sees it
+    bool ok() const { return rc == 0 && device_error.empty() && death.empty(); }
+    std::string what() const;  // "SIGSEGV", "CUDA error ...", "kiln_entry returned 3"
+  };
+
+  virtual ~Device() = default;
+
+  size_t contestants() const { return names_.size(); }
+  const std::string& name(size_t who) const { return names_[who]; }
+  // The protocol's log lines ("kiln-eval-cuda: 4096x4096: ...") go to stderr with this prefix.
+  virtual const char* log_prefix() const = 0;
+  // "host_clock", "cuda_events_checked": how the samples of this evaluation were clocked (asked last).
+  virtual std::string timing_method() const = 0;
+  // How far a contestant's median time may move between evaluations of the same code on this device,
+  // beyond what the samples of one evaluation show (measured with A/A runs: the same kernel as candidate
+  // and reference in separate evaluations). The speedup interval is widened by it, so that it owns up to
+  // the offsets an evaluation cannot see from inside.
+  virtual double reproducibility_us(double median_us) const { return 0 * median_us; }
+
+  // Why the candidate could not be loaded (its fault: the verdict is load_failed), else empty.
+  virtual std::string candidate_load_failure() const = 0;
+  // Whether every contestant is ready; an error names the contestant whose set-up failed (the
+  // evaluator's fault, whichever it is).
+  virtual Status check_started() const = 0;
+  // The process the candidate runs in (a profiler attaches to it).
+  virtual int candidate_pid() const = 0;
+
+  // Puts `tensors` where contestant `who` reads and writes them (at the current placement).
+  virtual Status load(size_t who, const TensorSet& tensors) = 0;
+  // What contestant `who`'s calls left there: the outputs, and the inputs when `inputs_too`.
+  virtual Status read(size_t who, TensorSet& into, bool inputs_too) = 0;
+  // One call of contestant `who` on its tensors. An error only for trouble on the evaluator's side: what
+  // the call itself did is in the Call.
+  virtual Result<Call> call(size_t who, CallKind kind) = 0;
+
+  // Timing of one benchmark case. Whether the baselines can run the case's tensors.
+  virtual Status check_case(const TensorSet& tensors) = 0;
+  // Before any call of the case's timing: `donor` is the second input set perturb() copies from.
+  virtual Status begin_timing(const TensorSet& donor) = 0;
+  // Block `block` of rounds starts (block 0 before the warm-up): the device may move every contestant's
+  // tensors (the protocol loads them again right after) and may give contestants fresh processes, which
+  // the protocol then warms up again. Returns whether it did; a candidate that died starting is
+  // `candidate_death`.
+  struct Block {
+    bool fresh = false;
+    std::string candidate_death;
+  };
+  virtual Result<Block> begin_block(uint64_t block) = 0;
+  // Before a round: copies `blocks[i]` of donor input i into input i of every contestant.
+  virtual Status perturb(const std::vector<PerturbBlock>& blocks) = 0;
+  // After the warm-up, before the first timed round.
+  virtual Status begin_rounds() { return Status::ok(); }
+  // After the last round: `samples` (per contestant, as call() gave them) may be replaced by the device's
+  // final account of them; `note` goes to the log line of the case. Contestants go back to the placement
+  // and processes of correctness.
+  virtual Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) = 0;
+
+ protected:
+  std::vector<std::string> names_;  // set by the device when it starts its contestants
+};
+
+// DESIGN §5 on `device`: correctness on every correctness case and seed, then (options.measure) every
+// benchmark case timed, each followed by a check on fresh inputs; the verdict and its one-line message. An
+// error means the task cannot be evaluated here (a failing reference, an unusable baseline), never that
+// the candidate is wrong.
+// options.profile_run instead: one call of the candidate on the first benchmark case, nothing else (for a
+// profiler watching the candidate's process, metadata profile_pid and profile_case).
+Result<proto::TestReport> run_protocol(const task::TaskSpec& spec, Device& device, const EvalOptions& options);
+
+// The timing mode is cold or warm.
+Status check_timing_options(const EvalOptions& options);
+
+}  // namespace kiln::eval

@@ -1,0 +1,64 @@
+// The CPU device of the evaluation protocol (kiln/eval/device.h): every contestant in a runner process
+// (kiln/eval/runner.h) whose tensors the evaluator keeps and stages into the runner's arena for each call;
+// the clock is the evaluator's. Internal to libs/eval.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/eval/device.h"
+#include "kiln/eval/runner.h"
+
+namespace kiln::eval {
+
+class CacheFlusher;
+class Invoker;
+
+class CpuDevice final : public Device {
+ public:
+  // Forks a runner per contestant (candidate, reference, each of the task's baselines) before anything
+  // runs here.
+  static Result<std::unique_ptr<CpuDevice>> start(const task::TaskSpec& spec, const Candidate& candidate,
+                                                  KernelEntry reference, const EvalOptions& options);
+  ~CpuDevice() override;
+
+  const char* log_prefix() const override { return "kiln-eval"; }
+  std::string timing_method() const override { return "host_clock"; }
+  std::string candidate_load_failure() const override;
+  Status check_started() const override;
+  int candidate_pid() const override { return runners_[0]->pid(); }
+
+  Status load(size_t who, const TensorSet& tensors) override;
+  Status read(size_t who, TensorSet& into, bool inputs_too) override;
+  Result<Call> call(size_t who, CallKind kind) override;
+
+  Status check_case(const TensorSet& tensors) override;
+  Status begin_timing(const TensorSet& donor) override;
+  Result<Block> begin_block(uint64_t block) override;
+  Status perturb(const std::vector<PerturbBlock>& blocks) override;
+  Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
+
+ private:
+  CpuDevice(const task::TaskSpec& spec, const EvalOptions& options);
+
+  // The tensors of one contestant as the evaluator keeps them, and their kiln_args.
+  struct Slot {
+    TensorSet tensors;
+    std::unique_ptr<Invoker> invoker;
+  };
+
+  const Scalars scalars_;
+  std::vector<RunnerKernel> kernels_;
+  std::function<Result<Runner::Runners>()> start_runners_;
+  Runner::Runners runners_;     // the runners of correctness and of the first timing block
+  Runner::Runners generation_;  // fresh runners of a later timing block
+  std::vector<Runner*> current_;
+  std::vector<Slot> slots_;
+  TensorSet donor_;
+  std::unique_ptr<CacheFlusher> flusher_;  // cold mode
+};
+
+}  // namespace kiln::eval

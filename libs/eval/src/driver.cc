@@ -1,0 +1,331 @@
+// run_protocol(): DESIGN §5 once, for every device (kiln/eval/device.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/eval/detail/protocol.h"
+#include "kiln/eval/device.h"
+#include "kiln/eval/stats.h"
+
+namespace kiln::eval {
+
+std::string Device::Call::what() const {
+  if (!death.empty()) return death;
+  if (!device_error.empty()) return device_error;
+  return "kiln_entry returned " + std::to_string(rc);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = Device::CallKind;
+
+constexpr size_t kCandidate = 0;
+constexpr size_t kReference = 1;
+
+// Timing runs in blocks of rounds: between blocks the device moves every contestant's tensors (other
+// pages, cache sets, memory channels) and may give it fresh processes, so an offset fixed for one
+// placement or one process shows in the interval as spread, which the bootstrap resamples whole blocks
+// of, instead of as a confident bias. A block lasts at least kMinBlockRounds rounds and min_time_s /
+// kBlocks seconds.
+constexpr int64_t kMinBlockRounds = 2;
+constexpr double kBlocks = 10;
+
+double seconds_since(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+TensorSet poisoned(const TensorSet& values, int variant) {
+  TensorSet t = values;
+  poison_outputs(t, variant);
+  return t;
+}
+
+class Protocol {
+ public:
+  Protocol(const task::TaskSpec& spec, Device& device, const EvalOptions& options)
+      : spec_(spec), device_(device), options_(options) {}
+
+  Result<proto::TestReport> run() {
+    proto::TestReport report;
+    report.correctness.rtol = spec_.rtol;
+    report.correctness.atol = spec_.atol;
+    report.performance.mode = options_.timing.mode;
+    if (const std::string why = device_.candidate_load_failure(); !why.empty()) {
+      report.status = proto::test_status::kLoadFailed;
+      report.message = "cannot load the kernel: " + why;
+      return report;
+    }
+    KILN_RETURN_IF_ERROR(device_.check_started());
+    if (options_.profile_run) return profile_call(std::move(report));
+    KILN_RETURN_IF_ERROR(correctness());
+    detail::conclude(f_, report);
+    report.performance.method = device_.timing_method();
+    if (!report.correctness.passed || !options_.measure) return report;
+
+    std::string speedups;
+    for (const auto& dims : spec_.benchmark_cases) {
+      const std::string shape = task::dims_string(dims);
+      KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
+      fill_inputs(spec_, host, kTimingSeed);
+      proto::CaseTiming timing;
+      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, timing));
+      if (!timed) break;
+      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host));
+      if (candidate_failed()) break;
+      f_.tested(shape);
+      speedups += "; speedup " + detail::format_ratio(timing.speedup) + " [" + detail::format_ratio(timing.speedup_lo) +
+                  ", " + detail::format_ratio(timing.speedup_hi) + "] on " + shape;
+      report.performance.cases.push_back(std::move(timing));
+    }
+    report.performance.measured = report.performance.cases.size() == spec_.benchmark_cases.size();
+    report.performance.method = device_.timing_method();
+    detail::conclude(f_, report);
+    if (report.correctness.passed) report.message += speedups;
+    return report;
+  }
+
+ private:
+  bool candidate_failed() const { return !f_.failed_call.empty() || !f_.crashed.empty(); }
+
+  // A call of the candidate that failed is recorded (true: stop evaluating it); one of a trusted contestant
+  // is an error.
+  Result<bool> failed(size_t who, const Device::Call& c, const std::string& context) {
+    if (c.ok()) return false;
+    if (who != kCandidate) return internal_error("the " + device_.name(who) + " failed: " + c.what() + " (" + context + ")");
+    if (!c.death.empty()) {
+      f_.crashed = c.death + " (" + context + ")";
+    } else if (!c.device_error.empty()) {
+      f_.failed_call = c.device_error + " after the candidate's kiln_entry (" + context + ")";
+    } else {
+      f_.failed_call = detail::call_failure(c.rc, context);
+    }
+    return true;
+  }
+
+  // Loads `given` for the candidate, calls it, reads back inputs and outputs into `got` and checks what
+  // the call must not have touched. False when the call failed (recorded).
+  Result<bool> candidate_call(const TensorSet& given, const TensorSet& pristine, TensorSet& got,
+                              const std::string& context) {
+    KILN_RETURN_IF_ERROR(device_.load(kCandidate, given));
+    KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
+    KILN_ASSIGN_OR_RETURN(bool stop, failed(kCandidate, c, context));
+    if (stop) return false;
+    if (c.descriptors_changed && f_.changed_descriptor.empty()) {
+      f_.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
+    }
+    got = given;
+    KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, true));
+    detail::check_inputs(spec_, got, pristine, context, f_);
+    return true;
+  }
+
+  // The reference's outputs on `given` (its outputs poisoned first).
+  Result<TensorSet> reference_call(const TensorSet& given, const std::string& context) {
+    TensorSet expected = poisoned(given, 0);
+    KILN_RETURN_IF_ERROR(device_.load(kReference, expected));
+    KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kReference, Kind::kCheck));
+    KILN_RETURN_IF_ERROR(failed(kReference, c, context).status());
+    KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
+    return expected;
+  }
+
+  // Correctness for one case and seed: candidate, reference, then the candidate again on fresh inputs and
+  // outputs poisoned another way (a kernel that leans on what its first call left behind fails there);
+  // both of its results against the reference's, its inputs unchanged.
+  Status check_case(const TensorSet& pristine, const std::string& context) {
+    TensorSet first, second;
+    KILN_ASSIGN_OR_RETURN(bool ok, candidate_call(poisoned(pristine, 0), pristine, first, context));
+    if (!ok) return Status::ok();
+    KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(pristine, context));
+    const std::string again = context + ", second call";
+    KILN_ASSIGN_OR_RETURN(ok, candidate_call(poisoned(pristine, 1), pristine, second, again));
+    if (!ok) return Status::ok();
+    detail::compare_outputs(spec_, first, expected, context, f_);
+    detail::compare_outputs(spec_, second, expected, again, f_);
+    return Status::ok();
+  }
+
+  Status correctness() {
+    for (const auto& dims : spec_.correctness_cases) {
+      const std::string shape = task::dims_string(dims);
+      KILN_ASSIGN_OR_RETURN(TensorSet pristine, allocate(spec_, dims));
+      f_.tested(shape);
+      for (int64_t seed = 0; seed < spec_.seeds && !candidate_failed(); ++seed) {
+        fill_inputs(spec_, pristine, static_cast<uint64_t>(seed));
+        KILN_RETURN_IF_ERROR(check_case(pristine, shape + " seed " + std::to_string(seed)));
+      }
+      if (candidate_failed()) break;
+    }
+    return Status::ok();
+  }
+
+  // Timing of one benchmark case; false when the candidate failed (recorded). `host` follows the inputs
+  // as they move, so a block can load them as they stand.
+  Result<bool> time_case(const task::Dims& dims, TensorSet& host, proto::CaseTiming& timing) {
+    const TimingOptions& opt = options_.timing;
+    const std::string shape = task::dims_string(dims);
+    const size_t n = device_.contestants();
+    KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
+
+    // The inputs change a little before every round (a block copied in from a second input set), the same
+    // for every contestant, and the timed outputs of the candidate are compared with the reference's of
+    // the same round at rounds it cannot predict and after the last one. A kernel that serves results
+    // from a cache keyed on the input address and a few sampled values can then not be both fast and right.
+    TensorSet donor = host;
+    fill_inputs(spec_, donor, kTimingSeed + 1);
+    KILN_RETURN_IF_ERROR(device_.begin_timing(donor));
+
+    auto warm_up = [&]() -> Result<bool> {
+      for (int64_t w = 0; w < opt.warmup_iters; ++w) {
+        for (size_t who = 0; who < n; ++who) {
+          KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(who, Kind::kWarmUp));
+          KILN_ASSIGN_OR_RETURN(bool stop, failed(who, c, shape + ", warm-up"));
+          if (stop) return false;
+        }
+      }
+      return true;
+    };
+    std::vector<size_t> block_starts;
+    auto start_block = [&](int64_t round) -> Result<bool> {
+      const uint64_t block = block_starts.size();
+      KILN_ASSIGN_OR_RETURN(Device::Block b, device_.begin_block(block));
+      if (!b.candidate_death.empty()) {
+        f_.crashed = b.candidate_death + " (" + shape + ", timing block " + std::to_string(block) + ")";
+        return false;
+      }
+      block_starts.push_back(static_cast<size_t>(round));
+      const TensorSet loaded = poisoned(host, 0);
+      for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load(who, loaded));
+      if (block == 0 || b.fresh) return warm_up();
+      return true;
+    };
+    std::vector<PerturbBlock> blocks(host.inputs.size());
+    auto perturb = [&](uint64_t round) -> Status {
+      for (size_t i = 0; i < host.inputs.size(); ++i) {
+        const size_t elements = host.inputs[i].elements();
+        blocks[i] = perturb_block(elements, round, i);
+        if (elements == 0) continue;
+        const size_t elem = host.inputs[i].bytes() / elements;
+        std::memcpy(static_cast<char*>(host.inputs[i].data()) + blocks[i].first * elem,
+                    static_cast<const char*>(donor.inputs[i].data()) + blocks[i].source * elem, blocks[i].len * elem);
+      }
+      return device_.perturb(blocks);
+    };
+    TensorSet got = host, expected = host;
+    auto compare_round = [&](int64_t round) -> Status {
+      KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, false));
+      KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
+      detail::compare_outputs(spec_, got, expected, shape + ", timed round " + std::to_string(round), f_);
+      return Status::ok();
+    };
+
+    KILN_ASSIGN_OR_RETURN(bool started, start_block(0));
+    if (!started) return false;
+    KILN_RETURN_IF_ERROR(device_.begin_rounds());
+    std::vector<std::vector<double>> samples(n);
+    std::vector<RunningStats> running(n);
+    detail::StoppingRule rule(opt);
+    const auto start = Clock::now();
+    std::string stop_reason;
+    const double block_s = opt.min_time_s / kBlocks;
+    double next_block_s = block_s;
+    int64_t block_rounds = 0;
+    for (int64_t round = 0; stop_reason.empty(); ++round, ++block_rounds) {
+      if (block_rounds >= kMinBlockRounds && seconds_since(start) >= next_block_s) {
+        KILN_ASSIGN_OR_RETURN(bool ok, start_block(round));
+        if (!ok) return false;
+        next_block_s = seconds_since(start) + block_s;
+        block_rounds = 0;
+      }
+      KILN_RETURN_IF_ERROR(perturb(static_cast<uint64_t>(round)));
+      // Alternate the order inside each round so neither side always runs right after the other.
+      for (size_t k = 0; k < n; ++k) {
+        const size_t who = round % 2 == 0 ? n - 1 - k : k;
+        KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(who, Kind::kTimed));
+        KILN_ASSIGN_OR_RETURN(bool stop, failed(who, c, shape + ", timing"));
+        if (stop) return false;
+        samples[who].push_back(c.sample_us);
+        running[who].add(c.sample_us);
+      }
+      stop_reason = rule.after_round(round + 1, seconds_since(start),
+                                     std::max(running[kCandidate].cv(), running[kReference].cv()));
+      if (!stop_reason.empty() || detail::compare_after_round(static_cast<uint64_t>(round))) {
+        KILN_RETURN_IF_ERROR(compare_round(round));
+      }
+    }
+    std::string note;
+    KILN_RETURN_IF_ERROR(device_.end_timing(samples, note));
+    std::fprintf(stderr, "%s: %s: %zu rounds in %zu blocks, stop: %s%s%s\n", device_.log_prefix(), shape.c_str(),
+                 samples[kCandidate].size(), block_starts.size(), stop_reason.c_str(), note.empty() ? "" : "; ",
+                 note.c_str());
+    std::vector<detail::NamedSamples> baselines;
+    for (size_t who = 2; who < n; ++who) baselines.push_back({device_.name(who), std::move(samples[who])});
+    timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines,
+                                    options_.bootstrap_seed, opt.warmup_iters, stop_reason, block_starts);
+    const double cand_us = device_.reproducibility_us(timing.candidate.median_us);
+    const double ref_us = device_.reproducibility_us(timing.reference.median_us);
+    detail::widen_interval(timing, cand_us, ref_us);
+    if (cand_us > 0 || ref_us > 0) {
+      std::fprintf(stderr, "%s: %s: interval widened for reproducibility by %.2f us (candidate), %.2f us (reference)\n",
+                   device_.log_prefix(), shape.c_str(), cand_us, ref_us);
+    }
+    return true;
+  }
+
+  // After timing, the same buffers get new values: a kernel that caches results by where its inputs are
+  // fails here.
+  Status recheck_after_timing(const task::Dims& dims, TensorSet& host) {
+    fill_inputs(spec_, host, kRecheckSeed);
+    const std::string context = task::dims_string(dims) + ", after timing";
+    KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(host, context));
+    TensorSet got;
+    KILN_ASSIGN_OR_RETURN(bool ok, candidate_call(poisoned(host, 1), host, got, context));
+    if (ok) detail::compare_outputs(spec_, got, expected, context, f_);
+    return Status::ok();
+  }
+
+  // One call of the candidate on the first benchmark case, for a profiler watching its process: no other
+  // contestant runs a kernel, so every kernel there is the candidate's.
+  Result<proto::TestReport> profile_call(proto::TestReport report) {
+    if (spec_.benchmark_cases.empty()) return invalid_argument("profile: the task has no benchmark case");
+    const task::Dims& dims = spec_.benchmark_cases.front();
+    KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
+    fill_inputs(spec_, host, kTimingSeed);
+    KILN_RETURN_IF_ERROR(device_.load(kCandidate, poisoned(host, 0)));
+    KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
+    report.metadata["profile_pid"] = std::to_string(device_.candidate_pid());
+    report.metadata["profile_case"] = task::dims_string(dims);
+    if (!c.ok()) {
+      report.status = proto::test_status::kCrashed;
+      report.message = "profile run: " + c.what();
+      return report;
+    }
+    report.status = proto::test_status::kOk;
+    report.message = "profile run on " + task::dims_string(dims);
+    return report;
+  }
+
+  const task::TaskSpec& spec_;
+  Device& device_;
+  const EvalOptions& options_;
+  detail::Findings f_;
+};
+
+}  // namespace
+
+Status check_timing_options(const EvalOptions& options) {
+  if (options.timing.mode != "cold" && options.timing.mode != "warm") {
+    return invalid_argument("timing mode must be cold or warm, got '" + options.timing.mode + "'");
+  }
+  return Status::ok();
+}
+
+Result<proto::TestReport> run_protocol(const task::TaskSpec& spec, Device& device, const EvalOptions& options) {
+  if (device.contestants() < 2) return internal_error("run_protocol: a device needs a candidate and a reference");
+  return Protocol(spec, device, options).run();
+}
+
+}  // namespace kiln::eval

@@ -1,0 +1,243 @@
+// run_protocol() against a device that runs its contestants as plain functions on the host: the protocol's
+// rules (correctness calls, inputs that move while timed, timed outputs compared, the check after timing,
+// blocks, whose fault a failure is) without processes or a clock, so every verdict here is exact.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/eval/device.h"
+
+using kiln::Result;
+using kiln::Status;
+using kiln::eval::Device;
+using kiln::eval::EvalOptions;
+using kiln::eval::PerturbBlock;
+using kiln::eval::TensorSet;
+using kiln::task::DType;
+using kiln::task::InitKind;
+using kiln::task::TaskSpec;
+namespace status = kiln::proto::test_status;
+
+namespace {
+
+TaskSpec double_task() {
+  TaskSpec spec;
+  spec.name = "double";
+  spec.op = "double";
+  spec.backend = "cpu";
+  spec.dtype = "fp32";
+  spec.inputs = {{"x", DType::kF32, {"N"}, InitKind::kNormal, 0, 1}};
+  spec.outputs = {{"y", DType::kF32, {"N"}, InitKind::kZeros, 0, 0}};
+  spec.correctness_cases = {{{"N", 7}}, {{"N", 300}}};
+  spec.seeds = 2;
+  spec.rtol = 1e-6;
+  spec.atol = 1e-6;
+  spec.benchmark_cases = {{{"N", 4096}}};
+  return spec;
+}
+
+// y = 2x, the reference and the honest candidate.
+int twice(TensorSet& t) {
+  for (size_t i = 0; i < t.inputs[0].elements(); ++i) t.outputs[0].set(i, 2 * t.inputs[0].get(i));
+  return 0;
+}
+
+// A contestant: what a call does to its tensors, and the time it "takes".
+struct Kernel {
+  std::function<int(TensorSet&)> run = twice;
+  double us = 10;
+};
+
+class FakeDevice final : public Device {
+ public:
+  FakeDevice(Kernel candidate, Kernel reference) : kernels_{std::move(candidate), std::move(reference)} {
+    names_ = {"candidate", "reference"};
+    slots_.resize(2);
+  }
+  const char* log_prefix() const override { return "fake"; }
+  std::string timing_method() const override { return "fake_clock"; }
+  std::string candidate_load_failure() const override { return load_failure; }
+  Status check_started() const override { return Status::ok(); }
+  int candidate_pid() const override { return 4242; }
+
+  Status load(size_t who, const TensorSet& t) override {
+    slots_[who] = t;
+    return Status::ok();
+  }
+  Status read(size_t who, TensorSet& into, bool inputs_too) override {
+    if (inputs_too) into.inputs = slots_[who].inputs;
+    into.outputs = slots_[who].outputs;
+    return Status::ok();
+  }
+  Result<Call> call(size_t who, CallKind kind) override {
+    ++calls[{who, kind}];
+    Call c;
+    if (who == 0 && crash_at_timed_call > 0 && kind == CallKind::kTimed && calls[{0, kind}] == crash_at_timed_call) {
+      c.death = "SIGSEGV";
+      return c;
+    }
+    c.rc = kernels_[who].run(slots_[who]);
+    c.sample_us = kernels_[who].us;
+    return c;
+  }
+  Status check_case(const TensorSet&) override { return Status::ok(); }
+  Status begin_timing(const TensorSet& donor) override {
+    donor_ = donor;
+    return Status::ok();
+  }
+  Result<Block> begin_block(uint64_t block) override {
+    blocks.push_back(block);
+    Block b;
+    if (block == die_at_block) b.candidate_death = "SIGKILL";
+    return b;
+  }
+  Status perturb(const std::vector<PerturbBlock>& bs) override {
+    ++perturbs;
+    for (auto& s : slots_) {
+      for (size_t i = 0; i < bs[0].len; ++i) s.inputs[0].set(bs[0].first + i, donor_.inputs[0].get(bs[0].source + i));
+    }
+    return Status::ok();
+  }
+  Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override {
+    ended = true;
+    rounds = samples[0].size();
+    note = "fake note";
+    return Status::ok();
+  }
+
+  std::string load_failure;
+  int crash_at_timed_call = 0;
+  uint64_t die_at_block = ~uint64_t{0};
+  std::map<std::pair<size_t, CallKind>, int> calls;
+  std::vector<uint64_t> blocks;
+  int perturbs = 0;
+  size_t rounds = 0;
+  bool ended = false;
+
+ private:
+  std::vector<Kernel> kernels_;
+  std::vector<TensorSet> slots_;
+  TensorSet donor_;
+};
+
+EvalOptions fast() {
+  EvalOptions o;
+  o.timing.min_time_s = 0.002;
+  o.timing.max_time_s = 0.2;
+  o.timing.min_samples = 12;
+  o.timing.warmup_iters = 2;
+  return o;
+}
+
+kiln::proto::TestReport run(FakeDevice& d, const EvalOptions& o = fast()) {
+  auto r = kiln::eval::run_protocol(double_task(), d, o);
+  REQUIRE(r.is_ok());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("driver: an honest candidate is correct and its speedup is the ratio of the clocks", "[eval][driver]") {
+  FakeDevice d({twice, 5}, {twice, 20});
+  const auto r = run(d);
+  CHECK(r.status == status::kOk);
+  CHECK(r.performance.method == "fake_clock");
+  REQUIRE(r.performance.cases.size() == 1);
+  CHECK(r.performance.cases[0].speedup == Approx(4.0));
+  CHECK(r.performance.cases[0].speedup_lo == Approx(4.0));
+  // Correctness: two candidate calls and one reference call per case and seed, and each once more after
+  // timing; the warm-up before block 0; a perturbation before every timed round.
+  CHECK(d.calls[{0, Device::CallKind::kCheck}] == 2 * 2 * 2 + 1);
+  CHECK(d.calls[{1, Device::CallKind::kCheck}] == 2 * 2 + 1);
+  CHECK(d.calls[{0, Device::CallKind::kWarmUp}] == 2);
+  CHECK(d.perturbs == static_cast<int>(d.rounds));
+  CHECK(d.calls[{0, Device::CallKind::kTimed}] == static_cast<int>(d.rounds));
+  CHECK(d.ended);
+  REQUIRE_FALSE(d.blocks.empty());
+  CHECK(d.blocks.front() == 0);
+}
+
+TEST_CASE("driver: a candidate that replays what it computed once fails on the inputs that move", "[eval][driver]") {
+  TensorSet memo;
+  bool have = false;
+  int calls = 0;
+  Kernel replay{[&](TensorSet& t) {
+                  // Honest through correctness, then (from the first timed call) the remembered result.
+                  if (++calls > 9 && have && memo.outputs[0].elements() == t.outputs[0].elements()) {
+                    t.outputs[0].copy_from(memo.outputs[0]);
+                    return 0;
+                  }
+                  twice(t);
+                  memo = t;
+                  have = true;
+                  return 0;
+                },
+                1};
+  FakeDevice d(replay, {twice, 20});
+  const auto r = run(d);
+  CHECK(r.status == status::kMismatch);
+  CHECK(r.message.find("timed round") != std::string::npos);
+}
+
+TEST_CASE("driver: a candidate that writes its input is caught", "[eval][driver]") {
+  Kernel scribble{[](TensorSet& t) {
+                    twice(t);
+                    t.inputs[0].set(0, 123.0);
+                    return 0;
+                  },
+                  1};
+  FakeDevice d(scribble, {twice, 20});
+  const auto r = run(d);
+  CHECK(r.status == status::kInputModified);
+  CHECK(r.message.find("input 'x' was modified") != std::string::npos);
+}
+
+TEST_CASE("driver: a failing reference is the evaluator's error, never the candidate's verdict", "[eval][driver]") {
+  FakeDevice d({twice, 5}, {[](TensorSet&) { return 3; }, 20});
+  auto r = kiln::eval::run_protocol(double_task(), d, fast());
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message().find("the reference failed: kiln_entry returned 3") != std::string::npos);
+}
+
+TEST_CASE("driver: a candidate that dies while timed or starting a block is crashed, with where", "[eval][driver]") {
+  SECTION("mid-round") {
+    FakeDevice d({twice, 5}, {twice, 20});
+    d.crash_at_timed_call = 3;
+    const auto r = run(d);
+    CHECK(r.status == status::kCrashed);
+    CHECK(r.message == "crashed: SIGSEGV (N=4096, timing)");
+    CHECK(r.performance.cases.empty());
+  }
+  SECTION("a fresh process of a later block") {
+    FakeDevice d({twice, 5}, {twice, 20});
+    d.die_at_block = 1;
+    EvalOptions o = fast();
+    o.timing.min_time_s = 0.05;  // long enough for a second block
+    const auto r = run(d, o);
+    CHECK(r.status == status::kCrashed);
+    CHECK(r.message == "crashed: SIGKILL (N=4096, timing block 1)");
+  }
+}
+
+TEST_CASE("driver: a candidate that cannot load is load_failed; a profile run calls it once", "[eval][driver]") {
+  {
+    FakeDevice d({twice, 5}, {twice, 20});
+    d.load_failure = "undefined symbol: foo";
+    const auto r = run(d);
+    CHECK(r.status == status::kLoadFailed);
+    CHECK(r.message == "cannot load the kernel: undefined symbol: foo");
+  }
+  FakeDevice d({twice, 5}, {twice, 20});
+  EvalOptions o = fast();
+  o.profile_run = true;
+  const auto r = run(d, o);
+  CHECK(r.status == status::kOk);
+  CHECK(r.metadata.at("profile_pid") == "4242");
+  CHECK(r.metadata.at("profile_case") == "N=4096");
+  CHECK(d.calls[{0, Device::CallKind::kCheck}] == 1);
+  CHECK(d.calls[{1, Device::CallKind::kCheck}] == 0);
+}
