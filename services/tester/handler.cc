@@ -45,6 +45,8 @@ constexpr size_t kReportKeyBytes = 32;
 // The profiling run's report and ncu's CSV, in the same scratch directory; at most this many kernel
 // launches are profiled (ncu replays each one many times).
 constexpr const char* kProfileResultFile = "profile.msgpack";
+// A confirming measurement's program id ends with this (the scorer's job naming).
+constexpr std::string_view kConfirmSuffix = "#confirm";
 constexpr const char* kProfileCsvFile = "ncu.csv";
 constexpr int kProfileMaxKernels = 16;
 constexpr size_t kMaxProfileCsvBytes = 4u << 20;
@@ -231,13 +233,19 @@ void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> regist
   if (nvml_ && registry && !monitor_) monitor_ = std::make_shared<GpuMonitor>(nvml_, gpu_, std::move(registry));
 }
 
-std::vector<std::string> TestHandler::eval_argv(const char* result_file) const {
+std::vector<std::string> TestHandler::eval_argv(const char* result_file, bool screen) const {
   const auto& t = options_.timing;
-  return {options_.eval_binary, "--task",      kTaskDir,        "--kernel",    kKernelFile,
-          "--reference",        kReferenceFile, "--out",        result_file,   "--mode",
-          t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
-          "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
-          std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
+  std::vector<std::string> argv = {
+      options_.eval_binary, "--task",      kTaskDir,        "--kernel",    kKernelFile,
+      "--reference",        kReferenceFile, "--out",        result_file,   "--mode",
+      t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
+      "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
+      std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
+  if (screen && t.screen_below > 0) {
+    argv.push_back("--screen-below");
+    argv.push_back(number(t.screen_below));
+  }
+  return argv;
 }
 
 sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, std::vector<std::string> argv,
@@ -352,7 +360,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   if (!report_key.is_ok()) return report_key.status().with_context("tester");
   const std::string& key = *report_key;
 
-  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile), options_.timeout_s);
+  // A confirmation is measured in full; a first measurement may be screened.
+  const std::string_view program_id = request.cand.program_id;
+  const bool confirmation = request.purpose == "confirm" || program_id.ends_with(kConfirmSuffix);
+  const bool screen = !confirmation && options_.timing.screen_below > 0;
+  if (screen) metadata["timing_screen_below"] = short_number(options_.timing.screen_below);
+  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen), options_.timeout_s);
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
 
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);

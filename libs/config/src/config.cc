@@ -81,6 +81,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.timing.max_noise", &c.tester.timing.max_noise},
       {"tester.timing.max_time_s", &c.tester.timing.max_time_s},
       {"tester.timing.warmup_iters", &c.tester.timing.warmup_iters},
+      {"tester.timing.screen_below", &c.tester.timing.screen_below},
       {"tester.metrics_port", &c.tester.metrics_port},
       {"tester.profile", &c.tester.profile},
       {"tester.ncu", &c.tester.ncu},
@@ -403,6 +404,10 @@ void validate(const KilnConfig& c, const std::string& where) {
   if (t.timing.max_time_s < t.timing.min_time_s)
     v.error("tester.timing.max_time_s", "must be >= tester.timing.min_time_s");
   v.at_least("tester.timing.warmup_iters", t.timing.warmup_iters, 0);
+  v.non_negative("tester.timing.screen_below", t.timing.screen_below);
+  if (t.timing.screen_below > c.scorer.min_speedup) {
+    v.error("tester.timing.screen_below", "must be <= scorer.min_speedup (a screened-out candidate could have been promoted)");
+  }
   v.port("tester.metrics_port", t.metrics_port);
 
   const auto& s = c.scorer;

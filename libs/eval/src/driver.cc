@@ -34,6 +34,18 @@ constexpr size_t kReference = 1;
 // kBlocks seconds.
 constexpr int64_t kMinBlockRounds = 2;
 constexpr double kBlocks = 10;
+// Screening looks at the interval from the fourth block on (the block bootstrap needs four), at 99.5 %:
+// with up to seven looks per case, a candidate that could reach the bar is screened out by chance in well
+// under 5 % of cases.
+constexpr size_t kScreenBlocks = 4;
+constexpr double kScreenConfidence = 0.995;
+constexpr int kScreenResamples = 1000;
+// Timed outputs are compared with the reference's after every one of a case's first rounds (a run cut
+// short by a loaded machine or by screening has few rounds, and a cheat must not get through them on the
+// luck of the draw), after the first round of every block (a cache the candidate filled while warming up
+// a fresh process serves a stale answer there), after about one round in four, unpredictably, and after
+// the last.
+constexpr int64_t kCompareFirstRounds = 16;
 
 double seconds_since(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
@@ -76,8 +88,15 @@ class Protocol {
       KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host));
       if (candidate_failed()) break;
       f_.tested(shape);
-      speedups += "; speedup " + detail::format_ratio(timing.speedup) + " [" + detail::format_ratio(timing.speedup_lo) +
-                  ", " + detail::format_ratio(timing.speedup_hi) + "] on " + shape;
+      const std::string interval = detail::format_ratio(timing.speedup) + " [" +
+                                   detail::format_ratio(timing.speedup_lo) + ", " +
+                                   detail::format_ratio(timing.speedup_hi) + "]";
+      if (timing.stop_reason == "screened") {
+        speedups += "; screened out on " + shape + ": speedup " + interval + " cannot reach " +
+                    detail::format_ratio(options_.timing.screen_below);
+      } else {
+        speedups += "; speedup " + interval + " on " + shape;
+      }
       report.performance.cases.push_back(std::move(timing));
     }
     report.performance.measured = report.performance.cases.size() == spec_.benchmark_cases.size();
@@ -162,6 +181,28 @@ class Protocol {
     return Status::ok();
   }
 
+  // The speedup interval of `samples` so far, widened for reproducibility like the final one.
+  proto::CaseTiming interval_now(const std::vector<std::vector<double>>& samples,
+                                 const std::vector<size_t>& block_starts, double confidence, int resamples) const {
+    proto::CaseTiming t;
+    t.candidate.median_us = compute_stats(samples[kCandidate]).median_us;
+    t.reference.median_us = compute_stats(samples[kReference]).median_us;
+    const SpeedupInterval iv = bootstrap_speedup(samples[kReference], samples[kCandidate], options_.bootstrap_seed,
+                                                 resamples, block_starts, confidence);
+    t.speedup_lo = iv.lo;
+    t.speedup_hi = iv.hi;
+    detail::widen_interval(t, device_.reproducibility_us(t.candidate.median_us),
+                           device_.reproducibility_us(t.reference.median_us));
+    return t;
+  }
+
+  // Screening: whether the candidate's interval so far lies wholly below the bar it would have to reach.
+  bool screened_out(const std::vector<std::vector<double>>& samples, const std::vector<size_t>& block_starts) const {
+    const double bar = options_.timing.screen_below;
+    if (bar <= 0 || block_starts.size() < kScreenBlocks) return false;
+    return interval_now(samples, block_starts, kScreenConfidence, kScreenResamples).speedup_hi < bar;
+  }
+
   // Timing of one benchmark case; false when the candidate failed (recorded). `host` follows the inputs
   // as they move, so a block can load them as they stand.
   Result<bool> time_case(const task::Dims& dims, TensorSet& host, proto::CaseTiming& timing) {
@@ -235,6 +276,11 @@ class Protocol {
     int64_t block_rounds = 0;
     for (int64_t round = 0; stop_reason.empty(); ++round, ++block_rounds) {
       if (block_rounds >= kMinBlockRounds && seconds_since(start) >= next_block_s) {
+        if (screened_out(samples, block_starts)) {
+          stop_reason = "screened";
+          KILN_RETURN_IF_ERROR(compare_round(round - 1));
+          break;
+        }
         KILN_ASSIGN_OR_RETURN(bool ok, start_block(round));
         if (!ok) return false;
         next_block_s = seconds_since(start) + block_s;
@@ -252,7 +298,8 @@ class Protocol {
       }
       stop_reason = rule.after_round(round + 1, seconds_since(start),
                                      std::max(running[kCandidate].cv(), running[kReference].cv()));
-      if (!stop_reason.empty() || detail::compare_after_round(static_cast<uint64_t>(round))) {
+      if (!stop_reason.empty() || round < kCompareFirstRounds || block_rounds == 0 ||
+          detail::compare_after_round(static_cast<uint64_t>(round))) {
         KILN_RETURN_IF_ERROR(compare_round(round));
       }
     }

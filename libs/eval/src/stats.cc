@@ -53,7 +53,7 @@ proto::Stats compute_stats(const std::vector<double>& samples_us) {
 
 SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
                                   const std::vector<double>& candidate_us, uint64_t seed, int resamples,
-                                  const std::vector<size_t>& block_starts) {
+                                  const std::vector<size_t>& block_starts, double confidence) {
   const size_t total = std::min(reference_us.size(), candidate_us.size());
   if (total == 0 || resamples <= 0) return {};
   std::vector<double> ref, cand;
@@ -102,7 +102,8 @@ SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
   }
   if (ratios.empty()) return {};
   std::sort(ratios.begin(), ratios.end());
-  return {quantile_sorted(ratios, 0.025), quantile_sorted(ratios, 0.975)};
+  const double tail = std::clamp((1 - confidence) / 2, 0.0, 0.5);
+  return {quantile_sorted(ratios, tail), quantile_sorted(ratios, 1 - tail)};
 }
 
 void RunningStats::add(double x) {

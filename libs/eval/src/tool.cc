@@ -30,7 +30,7 @@ void print_usage(const char* name) {
   std::fprintf(stderr,
                "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
-               "       [--max-noise X] [--warmup N] [--no-timing] [--profile]\n",
+               "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--no-timing] [--profile]\n",
                name);
 }
 
@@ -74,6 +74,7 @@ Result<Args> parse_args(int argc, char** argv) {
     else if (flag == "--max-time") KILN_RETURN_IF_ERROR(number(t.max_time_s));
     else if (flag == "--max-noise") KILN_RETURN_IF_ERROR(number(t.max_noise));
     else if (flag == "--warmup") KILN_RETURN_IF_ERROR(integer(t.warmup_iters));
+    else if (flag == "--screen-below") KILN_RETURN_IF_ERROR(number(t.screen_below));
     else return invalid_argument("unknown flag " + flag);
   }
   if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())

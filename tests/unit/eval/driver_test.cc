@@ -241,3 +241,34 @@ TEST_CASE("driver: a candidate that cannot load is load_failed; a profile run ca
   CHECK(d.calls[{0, Device::CallKind::kCheck}] == 1);
   CHECK(d.calls[{1, Device::CallKind::kCheck}] == 0);
 }
+
+TEST_CASE("driver: screening stops timing a case whose interval cannot reach the bar", "[eval][driver]") {
+  EvalOptions o = fast();
+  o.timing.min_time_s = 0.5;  // blocks of 50 ms: screening looks when the fifth would start
+  o.timing.max_time_s = 5;
+  o.timing.screen_below = 1.1;
+  FakeDevice slow({twice, 20}, {twice, 10});
+  const auto r = run(slow, o);
+  CHECK(r.status == status::kOk);
+  CHECK(r.performance.measured);
+  REQUIRE(r.performance.cases.size() == 1);
+  const auto& t = r.performance.cases[0];
+  CHECK(t.stop_reason == "screened");
+  CHECK(t.speedup == Approx(0.5));
+  CHECK(t.speedup_hi < 1.1);
+  CHECK(r.message.find("screened out on N=4096: speedup 0.5x [0.5x, 0.5x] cannot reach 1.1x") != std::string::npos);
+  // Four blocks were enough; the check after timing still ran.
+  CHECK(slow.blocks.size() == 4);
+  CHECK(slow.calls[{0, Device::CallKind::kCheck}] == 2 * 2 * 2 + 1);
+
+  // One that can reach it is timed in full, and so is everything when screening is off.
+  FakeDevice fast_one({twice, 5}, {twice, 10});
+  const auto full = run(fast_one, o);
+  REQUIRE(full.performance.cases.size() == 1);
+  CHECK(full.performance.cases[0].stop_reason == "noise");
+  o.timing.screen_below = 0;
+  FakeDevice unscreened({twice, 20}, {twice, 10});
+  const auto off = run(unscreened, o);
+  REQUIRE(off.performance.cases.size() == 1);
+  CHECK(off.performance.cases[0].stop_reason == "noise");
+}

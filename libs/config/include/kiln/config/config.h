@@ -50,6 +50,10 @@ struct TimingConfig {
   double max_noise = 0.005;  // relative noise (CV) to stop at
   double max_time_s = 15;
   int64_t warmup_iters = 3;
+  // Screening (0: off): a candidate's first measurement stops as soon as its interval cannot reach this
+  // speedup (kiln::eval::TimingOptions::screen_below); confirmations are always measured in full. At most
+  // scorer.min_speedup, so nothing that could be promoted is screened out.
+  double screen_below = 0;
 };
 
 struct TesterConfig {

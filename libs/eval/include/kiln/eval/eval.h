@@ -28,6 +28,12 @@ struct TimingOptions {
   double max_time_s = 15;
   double max_noise = 0.005;
   int64_t warmup_iters = 3;
+  // Screening (0: off). When > 0, a benchmark case stops being timed as soon as the candidate's speedup
+  // interval at 99.5 % (widened like the final one; checked at the start of every block from the fourth
+  // on) lies wholly below this: the candidate cannot reach it (the promotion bar or the campaign's best),
+  // so measuring it to full precision buys nothing. Its timing then says stop_reason "screened", with the
+  // interval as it stood. Never set for a confirmation.
+  double screen_below = 0;
 };
 
 struct EvalOptions {
