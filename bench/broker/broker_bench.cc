@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "broker.h"
+#include "kiln/broker/broker.h"
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/frames.h"

@@ -1,4 +1,4 @@
-#include "allowlist.h"
+#include "kiln/broker/allowlist.h"
 
 #include <sys/stat.h>
 

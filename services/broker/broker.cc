@@ -1,4 +1,4 @@
-#include "broker.h"
+#include "kiln/broker/broker.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allowlist.h"
-#include "job_table.h"
+#include "kiln/broker/allowlist.h"
+#include "kiln/broker/job_table.h"
 #include "kiln/core/strings.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/curve.h"

@@ -1,4 +1,4 @@
-#include "job_table.h"
+#include "kiln/broker/job_table.h"
 
 #include <algorithm>
 

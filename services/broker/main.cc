@@ -6,14 +6,14 @@
 #include <atomic>
 #include <cstdio>
 
-#include "broker.h"
+#include "kiln/broker/broker.h"
+#include "kiln/broker/options.h"
 #include "kiln/config/config.h"
 #include "kiln/core/files.h"
 #include "kiln/core/signals.h"
 #include "kiln/log/log.h"
 #include "kiln/messaging/curve.h"
 #include "kiln/metrics/metrics.h"
-#include "options.h"
 
 namespace {
 std::atomic<bool> g_reload{false};

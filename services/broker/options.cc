@@ -1,4 +1,4 @@
-#include "options.h"
+#include "kiln/broker/options.h"
 
 #include <filesystem>
 

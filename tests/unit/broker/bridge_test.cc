@@ -9,8 +9,8 @@
 #include <fstream>
 #include <thread>
 
-#include "allowlist.h"
-#include "broker.h"
+#include "kiln/broker/allowlist.h"
+#include "kiln/broker/broker.h"
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/client.h"

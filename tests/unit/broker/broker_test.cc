@@ -12,14 +12,14 @@
 #include <sstream>
 #include <thread>
 
-#include "broker.h"
+#include "kiln/broker/broker.h"
+#include "kiln/broker/options.h"
 #include "kiln/config/config.h"
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/client.h"
 #include "kiln/messaging/worker.h"
 #include "kiln/proto/payloads.h"
-#include "options.h"
 
 using namespace kiln;
 using namespace std::chrono_literals;

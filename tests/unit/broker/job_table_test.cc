@@ -2,7 +2,7 @@
 // land with their parent's completion or not at all, and a table that cannot write says so and loses nothing.
 #include <catch2/catch.hpp>
 
-#include "job_table.h"
+#include "kiln/broker/job_table.h"
 #include "kiln/core/files.h"
 
 using namespace kiln;

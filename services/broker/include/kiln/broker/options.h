@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "broker.h"
+#include "kiln/broker/broker.h"
 #include "kiln/config/config.h"
 
 namespace kiln::broker {
