@@ -1,0 +1,452 @@
+#include "kiln/broker/job_queue.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "kiln/core/strings.h"
+#include "kiln/core/time.h"
+#include "kiln/proto/payloads.h"
+
+namespace kiln::broker {
+
+namespace {
+
+constexpr std::string_view kKnownServices[] = {proto::svc::kPropose, proto::svc::kProposeExternal, proto::svc::kCompile,
+                                               proto::svc::kTestCpu, proto::svc::kTestCuda,        proto::svc::kScore,
+                                               proto::svc::kPromote, proto::svc::kIngest};
+
+}  // namespace
+
+JobQueue::JobQueue(JobTable table, const BrokerOptions& options, BrokerMetrics& metrics, Clock clock)
+    : table_(std::move(table)),
+      opt_(options),
+      metrics_(metrics),
+      clock_(std::move(clock)),
+      store_log_("job-table errors", options.log_limits, clock_) {
+  update_shortest_heartbeat();
+  for (std::string_view s : kKnownServices) known_services_.emplace(s);
+  for (const auto& [s, _] : opt_.lease_timeout_s)
+    if (s != "default" && valid_service_name(s)) known_services_.insert(s);
+  for (const auto* list : {&opt_.external_services, &opt_.external_followups})
+    for (const auto& s : *list)
+      if (valid_service_name(s)) known_services_.insert(s);
+}
+
+size_t JobQueue::resume(std::vector<JobRow> active) {
+  size_t leased = 0;
+  for (auto& row : active) {
+    if (row.state == JobState::kLeased) {
+      ++leased;
+      (void)table_.requeue(row.id, row.attempt, "broker restarted");
+    }
+    LiveJob j;
+    j.id = row.id;
+    j.service = row.service;
+    j.payload = std::move(row.payload);
+    j.attempt = row.attempt;
+    j.timeout_s = row.timeout_s;
+    j.avoid_worker = std::move(row.avoid_worker);
+    enqueue(std::move(j));
+  }
+  return leased;
+}
+
+// ------------------------------------------------------------------------------------ services
+
+bool JobQueue::valid_service_name(std::string_view s) {
+  if (s.empty() || s.size() > kMaxServiceName) return false;
+  for (unsigned char c : s)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
+Status JobQueue::admit_service(const std::string& name) const {
+  if (!valid_service_name(name))
+    return invalid_argument("service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+  if (services_.count(name) || known_services_.count(name)) return Status::ok();
+  size_t custom = services_.size();
+  for (const auto& known : known_services_) custom -= services_.count(known);
+  if (custom >= kMaxServices)
+    return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) +
+                              " services besides its known ones");
+  return Status::ok();
+}
+
+std::string JobQueue::service_label(const std::string& service) const {
+  if (known_services_.count(service)) return service;
+  auto it = services_.find(service);
+  return it != services_.end() && it->second.served ? service : std::string(kOtherServiceLabel);
+}
+
+// The gauges of every service that shares kOtherServiceLabel, summed.
+void JobQueue::update_other_gauges() {
+  int64_t queued = 0;
+  for (const auto& [name, q] : services_)
+    if (service_label(name) == kOtherServiceLabel) queued += static_cast<int64_t>(q.queued.size());
+  metrics_.set_queue_depth(std::string(kOtherServiceLabel), static_cast<double>(queued));
+}
+
+void JobQueue::update_gauges(const std::string& service) {
+  const std::string label = service_label(service);
+  if (label == kOtherServiceLabel) return update_other_gauges();  // nobody serves these: no workers, no leases
+  auto& q = services_[service];
+  int64_t leased = 0;
+  for (const auto& id : q.workers) {
+    auto w = workers_.find(id);
+    if (w != workers_.end()) leased += static_cast<int64_t>(w->second.leased.size());
+  }
+  metrics_.set_service_gauges(label, static_cast<double>(q.queued.size()), static_cast<double>(leased),
+                              static_cast<double>(q.workers.size()));
+}
+
+// ------------------------------------------------------------------------------------ jobs
+
+// The job's own timeout, else its service's lease, else its family's ("propose.external" takes
+// "propose"'s), else the default.
+double JobQueue::lease_for(const LiveJob& j) const {
+  if (j.timeout_s > 0) return j.timeout_s;
+  auto it = opt_.lease_timeout_s.find(j.service);
+  if (it != opt_.lease_timeout_s.end()) return it->second;
+  if (size_t dot = j.service.find('.'); dot != std::string::npos) {
+    it = opt_.lease_timeout_s.find(j.service.substr(0, dot));
+    if (it != opt_.lease_timeout_s.end()) return it->second;
+  }
+  auto d = opt_.lease_timeout_s.find("default");
+  return d != opt_.lease_timeout_s.end() ? d->second : 60.0;
+}
+
+void JobQueue::publish(const LiveJob& job, std::string_view state) {
+  if (listener_ != nullptr) listener_->job_state(job.id, job.service, state, job.attempt);
+}
+
+void JobQueue::enqueue(LiveJob job) {
+  job.enqueued_mono = clock_();
+  job.leased = false;
+  job.worker.clear();
+  services_[job.service].queued.push_back(job.id);
+  std::string service = job.service;
+  jobs_[job.id] = std::move(job);
+  update_gauges(service);
+}
+
+void JobQueue::enqueue_row(JobRow r) {
+  LiveJob j;
+  j.id = std::move(r.id);
+  j.service = std::move(r.service);
+  j.payload = std::move(r.payload);
+  j.attempt = r.attempt;
+  j.timeout_s = r.timeout_s;
+  j.avoid_worker = std::move(r.avoid_worker);
+  publish(j, "queued");
+  enqueue(std::move(j));
+}
+
+// Every job-table write reports here. A failure (full disk, full table) is counted and logged, the first
+// one of a run at once and the rest throttled, and marks the table unwritable: new jobs are refused with
+// a retryable error until a write succeeds again, which ends the refusals by itself.
+bool JobQueue::store_ok(std::string_view op, const std::string& what, const Status& st) {
+  if (st.is_ok()) {
+    if (!metrics_.set_store_writable(true))
+      spdlog::info("job table: writes succeed again ({} {}); taking new jobs", op, what);
+    return true;
+  }
+  metrics_.store_write_failed(op);
+  if (metrics_.set_store_writable(false)) {
+    spdlog::error("job table: {} failed: {}; refusing new jobs until writes succeed again", what, st.message());
+  } else {
+    store_log_.error(op, "job table: {} failed: {}", what, st.message());
+  }
+  return false;
+}
+
+Result<bool> JobQueue::submit(JobRow row) {
+  // Tried even while the table refuses writes: the first insert that succeeds ends the refusals.
+  auto inserted = table_.insert(row);
+  if (!store_ok("insert", "insert of job " + row.id, inserted.status())) return inserted.status();
+  if (!*inserted) {
+    metrics_.duplicate_submit();
+    return false;
+  }
+  enqueue_row(std::move(row));
+  return true;
+}
+
+void JobQueue::requeue(std::string job_id, const std::string& reason, bool worker_retry) {
+  // The id is taken by value: callers pass the id of the very job this moves out of the table.
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  LiveJob job = std::move(it->second);
+  jobs_.erase(it);
+  if (!job.worker.empty()) {
+    auto w = workers_.find(job.worker);
+    if (w != workers_.end()) w->second.leased.erase(job_id);
+  }
+  int next_attempt = job.attempt + 1;
+  if (next_attempt > opt_.max_attempts) {
+    dead_letter(job, reason, worker_retry);
+    return;
+  }
+  // A failed write leaves the row leased: a restarted broker requeues it, so the in-memory queue goes on.
+  store_ok("requeue", "requeue " + job.id, table_.requeue(job.id, next_attempt, reason));
+  metrics_.job_requeued(service_label(job.service), reason);
+  spdlog::info("job {} requeued (attempt {} of {}): {}", job.id, next_attempt, opt_.max_attempts, reason);
+  job.attempt = next_attempt;
+  publish(job, "queued");
+  enqueue(std::move(job));
+}
+
+void JobQueue::dead_letter(const LiveJob& job, const std::string& reason, bool worker_retry) {
+  std::vector<proto::FollowUp> next;
+  // The scorer is told, so a candidate that kills every worker cannot stall its campaign.
+  if (job.service != proto::svc::kScore) {
+    proto::DeadLetter dl;
+    dl.job_id = job.id;
+    dl.service = job.service;
+    dl.attempts = job.attempt;
+    dl.reason = reason;
+    dl.payload = proto::Bytes{job.payload};
+    dl.worker_retry = worker_retry;
+    next.push_back(proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
+  }
+  std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
+  auto inserted = table_.complete(job.id, JobState::kDead, "", why, next);
+  if (!store_ok("complete", "dead-letter " + job.id, inserted.status())) {
+    pending_deaths_.push_back(PendingDeath{job, reason, worker_retry});
+    return;
+  }
+  metrics_.job_dead(service_label(job.service));
+  spdlog::warn("job {} dead-lettered: {}", job.id, why);
+  publish(job, "dead");
+  for (auto& r : *inserted) enqueue_row(std::move(r));
+  update_gauges(job.service);
+}
+
+JobQueue::LeaseEnd JobQueue::end_lease(const std::string& identity, const std::string& job_id, int attempt) {
+  auto wit = workers_.find(identity);
+  if (wit == workers_.end()) {
+    // From a worker we dropped (or a broker restart): its job was requeued already.
+    metrics_.late_result();
+    return LeaseEnd::kUnknownWorker;
+  }
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end() || jit->second.worker != identity || jit->second.attempt != attempt) {
+    metrics_.late_result();
+    spdlog::info("late or duplicate result for {} (attempt {}) dropped", job_id, attempt);
+    return LeaseEnd::kLate;
+  }
+  wit->second.leased.erase(job_id);
+  metrics_.lease_ended(service_label(jit->second.service), clock_() - jit->second.leased_mono);
+  return LeaseEnd::kEnded;
+}
+
+bool JobQueue::release(const std::string& identity, const std::string& job_id, const std::string& reason) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end() || !jit->second.leased || jit->second.worker != identity) return false;
+  requeue(job_id, reason);
+  return true;
+}
+
+Status JobQueue::complete(const std::string& job_id, JobState final_state, const std::string& result,
+                          const std::string& error, const std::vector<proto::FollowUp>& next) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end()) return not_found("job " + job_id + " is not active");
+  auto inserted = table_.complete(job_id, final_state, result, error, next);
+  if (!store_ok("complete", "completing " + job_id, inserted.status())) {
+    // Could not record it (the disk is full?): the job goes back to the queue, and is run again once the
+    // table takes writes again.
+    requeue(job_id, "the broker could not record its result: " + inserted.status().message());
+    return inserted.status();
+  }
+  const size_t dups = next.size() - inserted->size();
+  if (dups > 0) metrics_.duplicate_followups(static_cast<int64_t>(dups));
+  LiveJob job = std::move(jit->second);
+  jobs_.erase(jit);
+  metrics_.job_completed(service_label(job.service), final_state == JobState::kDone);
+  if (final_state == JobState::kFailed) spdlog::info("job {} failed: {}", job.id, error);
+  publish(job, job_state_name(final_state));
+  for (auto& r : *inserted) enqueue_row(std::move(r));
+  update_gauges(job.service);
+  return Status::ok();
+}
+
+// May `w` take `job`? A job that avoids a worker goes to another worker of its service with the same
+// device model as the avoided one (busy or not: the job waits for it) when one is connected, else to any
+// worker, the avoided one included.
+bool JobQueue::may_take(const LiveJob& job, const Worker& w, const ServiceQueue& q) const {
+  if (job.avoid_worker.empty()) return true;
+  const Worker* avoided = nullptr;
+  for (const auto& id : q.workers) {
+    const Worker& o = workers_.at(id);
+    if (o.worker_id == job.avoid_worker) avoided = &o;
+  }
+  auto alternative = [&](const Worker& o) {
+    return o.worker_id != job.avoid_worker && (avoided == nullptr || o.caps.gpu_name == avoided->caps.gpu_name);
+  };
+  for (const auto& id : q.workers) {
+    if (alternative(workers_.at(id))) return alternative(w);
+  }
+  return true;
+}
+
+void JobQueue::dispatch() {
+  for (auto& [service, q] : services_) {
+    if (q.queued.empty() || q.workers.empty()) continue;
+    bool progress = true;
+    while (!q.queued.empty() && progress) {
+      progress = false;
+      for (size_t k = 0; k < q.workers.size() && !q.queued.empty(); ++k) {
+        const std::string identity = q.workers[(q.rr + k) % q.workers.size()];
+        Worker& w = workers_.at(identity);
+        if (static_cast<int>(w.leased.size()) >= w.slots) continue;
+        // The first queued job this worker may take (jobs whose entry is gone are dropped on the way).
+        size_t pick = 0;
+        for (; pick < q.queued.size() && pick < kDispatchScan; ++pick) {
+          auto it = jobs_.find(q.queued[pick]);
+          if (it == jobs_.end() || may_take(it->second, w, q)) break;
+        }
+        if (pick == q.queued.size() || pick == kDispatchScan) continue;
+        std::string job_id = q.queued[pick];
+        q.queued.erase(q.queued.begin() + static_cast<std::ptrdiff_t>(pick));
+        auto jit = jobs_.find(job_id);
+        if (jit == jobs_.end()) {
+          progress = true;
+          continue;
+        }
+        LiveJob& job = jit->second;
+        double now = clock_();
+        job.leased = true;
+        job.worker = identity;
+        job.leased_mono = now;
+        double lease = lease_for(job);
+        job.lease_deadline = now + lease;
+        w.leased.insert(job_id);
+        // A failed write leaves the row queued: the lease lives in memory, and a restart requeues it anyway.
+        store_ok("lease", "lease of " + job_id, table_.mark_leased(job_id, job.attempt));
+        metrics_.job_leased(service_label(service), now - job.enqueued_mono);
+        proto::Job msg{job.id, job.attempt, job.service, proto::Bytes{job.payload}, wall_time_s() + lease};
+        publish(job, "leased");
+        // The delivery may find the worker unreachable and remove it (requeueing this very job): nothing
+        // of `job` or `w` is used past it.
+        if (listener_ != nullptr) listener_->deliver(identity, msg);
+        progress = true;
+        if (!workers_.count(identity)) break;
+      }
+      if (q.workers.empty()) break;
+      q.rr = (q.rr + 1) % q.workers.size();
+    }
+    update_gauges(service);
+  }
+}
+
+// ------------------------------------------------------------------------------------ workers
+
+Status JobQueue::add_worker(Worker w) {
+  if (workers_.count(w.identity)) {
+    remove_worker(w.identity, "worker re-registered");
+  } else if (workers_.size() >= opt_.max_workers) {
+    return resource_exhausted("the broker serves at most " + std::to_string(opt_.max_workers) + " workers at once");
+  }
+  w.last_seen = clock_();
+  const std::string identity = w.identity;
+  const std::string service = w.service;
+  spdlog::info("worker {} ready for '{}' with {} slot(s){}{}", w.worker_id, w.service, w.slots,
+               w.caps.gpu_name.empty() ? "" : " on " + w.caps.gpu_name,
+               w.bridge.empty() ? "" : " (external bridge '" + w.bridge + "')");
+  workers_[identity] = std::move(w);
+  update_shortest_heartbeat();
+  ServiceQueue& q = services_[service];
+  q.workers.push_back(identity);
+  if (!q.served) {
+    q.served = true;
+    update_other_gauges();  // its queue has series of its own from now on
+  }
+  update_gauges(service);
+  return Status::ok();
+}
+
+void JobQueue::remove_worker(const std::string& identity, const std::string& reason) {
+  auto it = workers_.find(identity);
+  if (it == workers_.end()) return;
+  Worker w = std::move(it->second);
+  workers_.erase(it);
+  update_shortest_heartbeat();
+  auto& q = services_[w.service];
+  q.workers.erase(std::remove(q.workers.begin(), q.workers.end(), identity), q.workers.end());
+  spdlog::info("worker {} ({}{}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service,
+               w.bridge.empty() ? "" : ", bridge '" + w.bridge + "'", reason, w.leased.size());
+  for (const auto& job_id : w.leased) {
+    auto j = jobs_.find(job_id);
+    if (j != jobs_.end()) j->second.worker.clear();
+    requeue(job_id, reason + " (" + w.worker_id + ")");
+  }
+  if (listener_ != nullptr) listener_->worker_removed(identity);
+  update_gauges(w.service);
+}
+
+const Worker* JobQueue::worker(const std::string& identity) const {
+  auto it = workers_.find(identity);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+std::string JobQueue::next_worker(const std::string& service) {
+  auto it = services_.find(service);
+  if (it == services_.end() || it->second.workers.empty()) return "";
+  ServiceQueue& q = it->second;
+  return q.workers[q.rr++ % q.workers.size()];
+}
+
+void JobQueue::heard_from(const std::string& identity) {
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) it->second.last_seen = clock_();
+}
+
+void JobQueue::wrote_to(const std::string& identity) {
+  auto it = workers_.find(identity);
+  if (it != workers_.end()) it->second.last_sent = clock_();
+}
+
+// Kept in shortest_heartbeat_s_ for the run loop's tick; recomputed only when a worker comes or goes.
+void JobQueue::update_shortest_heartbeat() {
+  double s = opt_.heartbeat_interval_s;
+  for (const auto& [id, w] : workers_)
+    if (w.heartbeat_s > 0) s = std::min(s, w.heartbeat_s);
+  shortest_heartbeat_s_ = s;
+}
+
+// ------------------------------------------------------------------------------------ timers
+
+void JobQueue::check_timers() {
+  const double now = clock_();
+  if (!pending_deaths_.empty()) {
+    auto retry = std::move(pending_deaths_);
+    pending_deaths_.clear();
+    for (const auto& d : retry) dead_letter(d.job, d.reason, d.worker_retry);
+  }
+  std::vector<std::pair<std::string, double>> lost;
+  for (auto& [id, w] : workers_) {
+    // A worker that beats slower than the broker is judged by its own period.
+    double dead_after = std::max(opt_.heartbeat_interval_s, w.heartbeat_s) * opt_.heartbeat_liveness;
+    if (now - w.last_seen > dead_after) lost.emplace_back(id, dead_after);
+  }
+  for (const auto& [id, after] : lost) remove_worker(id, "worker lost: silent for " + format_value("%.1f", after) + " s");
+  std::vector<std::string> expired;
+  for (auto& [id, j] : jobs_)
+    if (j.leased && now > j.lease_deadline) expired.push_back(id);
+  for (const auto& id : expired) requeue(id, "deadline passed");
+}
+
+std::vector<std::string> JobQueue::heartbeats_due() const {
+  const double now = clock_();
+  std::vector<std::string> due;
+  for (const auto& [id, w] : workers_) {
+    // ... and one that expects beats more often than the broker's period gets them that often.
+    double every = w.heartbeat_s > 0 ? std::min(opt_.heartbeat_interval_s, w.heartbeat_s) : opt_.heartbeat_interval_s;
+    if (now - w.last_sent >= every) due.push_back(id);
+  }
+  return due;
+}
+
+}  // namespace kiln::broker

@@ -1,0 +1,82 @@
+#include "kiln/broker/queries.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "kiln/proto/payloads.h"
+
+namespace kiln::broker {
+
+namespace {
+
+proto::BrokerStatus status_of(JobQueue& queue, int64_t rejected_frames) {
+  proto::BrokerStatus st;
+  auto counts = queue.table().counts();
+  std::set<std::string> names;
+  for (const auto& [s, _] : queue.services()) names.insert(s);
+  if (counts.is_ok())
+    for (const auto& [s, _] : *counts) names.insert(s);
+  for (const auto& s : names) {
+    proto::QueueStatus qs;
+    qs.service = s;
+    auto sit = queue.services().find(s);
+    if (sit != queue.services().end()) {
+      qs.queued = static_cast<int64_t>(sit->second.queued.size());
+      qs.workers = static_cast<int64_t>(sit->second.workers.size());
+      for (const auto& id : sit->second.workers)
+        if (const Worker* w = queue.worker(id)) qs.leased += static_cast<int64_t>(w->leased.size());
+    }
+    if (counts.is_ok() && counts->count(s)) {
+      const auto& c = counts->at(s);
+      auto get = [&](const char* k) { auto i = c.find(k); return i == c.end() ? int64_t{0} : i->second; };
+      qs.done = get("done");
+      qs.failed = get("failed");
+      qs.dead = get("dead");
+    }
+    st.queues.push_back(qs);
+  }
+  for (const auto& [id, w] : queue.workers()) {
+    st.workers.push_back(proto::WorkerStatus{w.service, w.worker_id, w.slots, static_cast<int64_t>(w.leased.size()), w.caps});
+  }
+  st.rejected_frames = rejected_frames;
+  return st;
+}
+
+}  // namespace
+
+proto::Reply answer_broker_query(const proto::Request& req, JobQueue& queue, int64_t rejected_frames) {
+  proto::Reply rep;
+  rep.request_id = req.request_id;
+  if (req.method == "status") {
+    rep.ok = true;
+    rep.body = proto::Bytes{proto::encode(status_of(queue, rejected_frames))};
+  } else if (req.method == "job") {
+    auto q = proto::decode<proto::JobStatusQuery>(req.body.data);
+    if (!q.is_ok()) {
+      rep.error = q.status().message();
+    } else {
+      std::string result;
+      auto row = queue.table().get(q->job_id, &result);
+      proto::JobStatus js;
+      js.job_id = q->job_id;
+      if (row.is_ok()) {
+        js.service = row->service;
+        js.state = std::string(job_state_name(row->state));
+        js.attempt = row->attempt;
+        js.error = row->error;
+        js.result = proto::Bytes{std::move(result)};
+      } else {
+        js.state = "unknown";
+      }
+      rep.ok = true;
+      rep.body = proto::Bytes{proto::encode(js)};
+    }
+  } else {
+    rep.error = "broker: unknown method '" + req.method + "' (status, job)";
+  }
+  return rep;
+}
+
+}  // namespace kiln::broker
