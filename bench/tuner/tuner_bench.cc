@@ -14,7 +14,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "kiln/archive/engine.h"
+#include "kiln/scorer/engine.h"
 #include "kiln/archive/scoring.h"
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
@@ -85,9 +85,9 @@ struct CampaignRun {
 // One tuner campaign; candidates are answered from `table` (params string -> measurement).
 CampaignRun tuner_campaign(const std::string& db, const std::string& campaign_id, const proto::FileMap& files,
                            int64_t budget, const std::map<std::string, Measured>& table, bool blocks) {
-  archive::EngineOptions options;
+  scorer::EngineOptions options;
   options.tuner_blocks = blocks;
-  auto engine = value_or_die(archive::CampaignEngine::open(db, options), "archive");
+  auto engine = value_or_die(scorer::CampaignEngine::open(db, options), "archive");
   llm_bridge::ProposeHandler bridge({}, nullptr);
   bridge.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
 

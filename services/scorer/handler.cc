@@ -20,7 +20,7 @@ Result<proto::CampaignQuery> query_of(const proto::Request& request) {
 
 }  // namespace
 
-ScorerHandler::ScorerHandler(std::unique_ptr<archive::CampaignEngine> engine,
+ScorerHandler::ScorerHandler(std::unique_ptr<CampaignEngine> engine,
                              std::shared_ptr<prometheus::Registry> metrics)
     : engine_(std::move(engine)), metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
   best_speedup_ = &prometheus::BuildGauge()
@@ -40,9 +40,9 @@ ScorerHandler::ScorerHandler(std::unique_ptr<archive::CampaignEngine> engine,
 }
 
 Result<std::unique_ptr<ScorerHandler>> ScorerHandler::open(const std::string& db_path,
-                                                           archive::EngineOptions options,
+                                                           EngineOptions options,
                                                            std::shared_ptr<prometheus::Registry> metrics) {
-  KILN_ASSIGN_OR_RETURN(auto engine, archive::CampaignEngine::open(db_path, std::move(options)));
+  KILN_ASSIGN_OR_RETURN(auto engine, CampaignEngine::open(db_path, std::move(options)));
   std::unique_ptr<ScorerHandler> handler(new ScorerHandler(std::move(engine), std::move(metrics)));
   // After a restart the gauge shows what the archive already holds.
   handler->publish_best_speedups();
@@ -104,7 +104,7 @@ Result<std::string> ScorerHandler::report_html(const std::string& campaign_id, c
 Result<service::ServiceHandlers> make_scorer_handlers(const service::ServiceContext& ctx) {
   if (!ctx.config) return invalid_argument("scorer: no configuration");
   const config::KilnConfig& cfg = *ctx.config;
-  archive::EngineOptions options;
+  EngineOptions options;
   options.min_speedup = cfg.scorer.min_speedup;
   options.cuda_arch = cfg.compiler.cuda_arch;
   options.default_max_in_flight = cfg.scorer.max_in_flight;

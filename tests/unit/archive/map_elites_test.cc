@@ -1,20 +1,14 @@
-// MAP-Elites: behaviour descriptors, cells, islands and migration, parent selection, and the campaign
-// engine around it (restart, early stop, routing).
+// MAP-Elites: behaviour descriptors, cells, islands and migration, and parent selection.
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <set>
 
-#include "campaign_fixtures.h"
 #include "kiln/archive/archive.h"
-#include "kiln/archive/engine.h"
 #include "kiln/archive/features.h"
-#include "kiln/core/files.h"
 
 using namespace kiln;
 using namespace kiln::archive;
-using kiln::testing::correct;
-using kiln::testing::Driver;
 
 namespace {
 
@@ -190,132 +184,5 @@ TEST_CASE("parents follow the exploration / exploitation / random ratios", "[arc
     Selection s = a.select(r3, 0);
     CHECK(s.target_cell != s.parent_cell);
     CHECK(a.at(0, s.target_cell) == nullptr);
-  }
-}
-
-// ------------------------------------------------------------------------------------ the engine
-
-namespace {
-
-struct EngineCampaign {
-  TempDir dir{"kiln-map-elites"};
-  std::unique_ptr<CampaignEngine> engine;
-  EngineOptions options;
-  std::function<proto::ScoreResult(const proto::Candidate&, bool)> test = [](const proto::Candidate& c, bool) {
-    return correct(c, 1.0 + 0.01 * static_cast<double>(c.proposal_index), 0.9, 1.1);
-  };
-  Driver driver{[this](const std::string& id, const std::string& payload) {
-                  auto h = engine->handle_job(id, payload);
-                  REQUIRE(h.is_ok());
-                  INFO(id << ": " << h->result.error);
-                  CHECK(h->result.outcome == "ok");
-                  return h->result.next;
-                },
-                [this](const proto::Candidate& c, bool confirm) { return test(c, confirm); }};
-
-  void open() {
-    engine.reset();
-    auto e = CampaignEngine::open(dir.path() + "/archive.db", options);
-    REQUIRE(e.is_ok());
-    engine = std::move(e).value();
-  }
-  proto::CampaignInfo info(const std::string& id) {
-    auto i = engine->campaign(id);
-    REQUIRE(i.is_ok());
-    return *i;
-  }
-};
-
-}  // namespace
-
-TEST_CASE("a scorer restarted mid-campaign resumes without re-seeding or duplicates", "[archive][map_elites]") {
-  // The same campaign twice: straight through, and with the engine closed and reopened half-way.
-  auto run = [](bool restart) {
-    EngineCampaign c;
-    c.open();
-    c.driver.submit("c1:start", proto::encode(kiln::testing::campaign_start("c1", 10, 2)));
-    c.driver.run(12);
-    if (restart) {
-      auto before = c.info("c1");
-      c.open();
-      auto after = c.info("c1");
-      CHECK(after.proposed == before.proposed);
-      CHECK(after.scored == before.scored);
-      CHECK(after.cells_filled == before.cells_filled);
-      // A start redelivered after the restart is answered from the table, not re-seeded.
-      auto again = c.engine->handle_job("c1:start", proto::encode(kiln::testing::campaign_start("c1", 10, 2)));
-      REQUIRE(again.is_ok());
-      CHECK(again->replayed);
-    }
-    c.driver.run();
-    REQUIRE(c.driver.idle());
-    auto info = c.info("c1");
-    CHECK(info.state == "done");
-    CHECK(info.proposed == 10);
-    CHECK(info.scored == 11);
-    std::vector<std::string> trace;
-    for (const auto& f : c.driver.trace.followups) trace.push_back(f.job_id + "|" + f.payload.data);
-    return trace;
-  };
-  auto straight = run(false);
-  auto resumed = run(true);
-  CHECK(straight == resumed);  // same parents, same inspirations, same jobs
-  std::set<std::string> ids(straight.begin(), straight.end());
-  CHECK(ids.size() == straight.size());
-}
-
-TEST_CASE("a campaign stops early at the target speedup", "[archive][map_elites]") {
-  EngineCampaign c;
-  c.options.target_speedup = 1.5;
-  c.open();
-  c.test = [](const proto::Candidate& cand, bool) {
-    return correct(cand, cand.proposal_index >= 3 ? 1.6 : 1.05, 1.0, 1.7);
-  };
-  c.driver.submit("c1:start", proto::encode(kiln::testing::campaign_start("c1", 20, 2)));
-  c.driver.run();
-  REQUIRE(c.driver.idle());
-  auto info = c.info("c1");
-  CHECK(info.state == "done");
-  CHECK(info.stop_reason.find("target speedup 1.5x reached") == 0);
-  CHECK(info.proposed < 20);
-  CHECK(info.proposed >= 3);
-}
-
-TEST_CASE("a campaign stops after N proposals without improvement", "[archive][map_elites]") {
-  EngineCampaign c;
-  c.open();
-  c.test = [](const proto::Candidate& cand, bool) {
-    return correct(cand, cand.proposal_index == 1 ? 1.05 : 1.01, 1.0, 1.1);
-  };
-  auto start = kiln::testing::campaign_start("c1", 30, 1);
-  start.patience = 4;
-  c.driver.submit("c1:start", proto::encode(start));
-  c.driver.run();
-  REQUIRE(c.driver.idle());
-  auto info = c.info("c1");
-  CHECK(info.state == "done");
-  CHECK(info.stop_reason == "no improvement in 4 proposals");
-  CHECK(info.proposed == 5);  // p1 is the best; p2..p5 fail to beat it
-}
-
-TEST_CASE("proposals carry the archive's choices and are routed by proposer", "[archive][map_elites]") {
-  EngineCampaign c;
-  c.open();
-  auto start = kiln::testing::campaign_start("c1", 6, 2);
-  start.proposer = "external";
-  auto h = c.engine->handle_job("c1:start", proto::encode(start));
-  REQUIRE(h.is_ok());
-  std::set<std::string> services;
-  for (const auto& f : h->result.next) services.insert(f.service);
-  CHECK(services == std::set<std::string>{"compile", "propose.external"});
-  CHECK(proposal_service_for("llm") == "propose");
-  CHECK(proposal_service_for("tuner") == "propose");
-
-  for (const auto& f : h->result.next) {
-    if (f.service != "propose.external") continue;
-    auto req = kiln::testing::decode_or_die<proto::ProposalRequest>(f.payload.data);
-    CHECK(req.island == req.proposal_index - 1);
-    CHECK_FALSE(req.target_cell.empty());
-    CHECK(req.strategy.prompt_id.empty());  // strategies are for llm campaigns
   }
 }

@@ -75,7 +75,7 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
   bridge.add("llm", std::move(llm).value());
 
   TempDir dir("kiln-llm-campaign");
-  archive::EngineOptions options;
+  scorer::EngineOptions options;
   options.prompt_evolution_interval = 3;
   auto opened = scorer::ScorerHandler::open(dir.path() + "/archive.db", options, nullptr);
   REQUIRE(opened.is_ok());

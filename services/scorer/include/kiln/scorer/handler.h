@@ -1,5 +1,5 @@
-// The "score" service: jobs (campaign.start, result, dead, promoted) go to the campaign engine of
-// libs/archive; queries from `kiln status` / `kiln best` are answered from the same archive.
+// The "score" service: jobs (campaign.start, result, dead, promoted) go to the campaign engine
+// (kiln/scorer/engine.h); queries from `kiln status` / `kiln best` are answered from the same archive.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "kiln/archive/engine.h"
+#include "kiln/scorer/engine.h"
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
 #include "kiln/proto/wire.h"
@@ -28,7 +28,7 @@ inline constexpr std::string_view kBest = "best";            // CampaignQuery ->
 class ScorerHandler {
  public:
   // `metrics` may be null (a private registry is used then).
-  static Result<std::unique_ptr<ScorerHandler>> open(const std::string& db_path, archive::EngineOptions options,
+  static Result<std::unique_ptr<ScorerHandler>> open(const std::string& db_path, EngineOptions options,
                                                      std::shared_ptr<prometheus::Registry> metrics);
 
   // One "score" job. A database failure answers "retry"; bad input "failed"; a redelivered job id its
@@ -37,17 +37,17 @@ class ScorerHandler {
   // A query; called on the I/O thread, concurrently with handle_job (the engine locks).
   Result<std::string> handle_request(const proto::Request& request);
 
-  archive::CampaignEngine& engine() { return *engine_; }
+  CampaignEngine& engine() { return *engine_; }
 
   // The campaign's HTML report (kiln/report/report.h), with the registry entries read from
   // `registry_dir`; not_found for an unknown campaign. Safe to call from any thread.
   Result<std::string> report_html(const std::string& campaign_id, const std::string& registry_dir, double promotion_bar);
 
  private:
-  ScorerHandler(std::unique_ptr<archive::CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics);
+  ScorerHandler(std::unique_ptr<CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics);
   void publish_best_speedups();
 
-  std::unique_ptr<archive::CampaignEngine> engine_;
+  std::unique_ptr<CampaignEngine> engine_;
   std::shared_ptr<prometheus::Registry> metrics_;
   prometheus::Family<prometheus::Gauge>* best_speedup_ = nullptr;
   prometheus::Counter* duplicates_ = nullptr;

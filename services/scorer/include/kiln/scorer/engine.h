@@ -7,7 +7,7 @@
 // back unchanged, so a job redelivered after a crash produces the same follow-ups and counts nothing
 // twice. A second result for a program that is already scored is ignored (and counted).
 //
-// Search: each campaign's scored programs live in a MAP-Elites archive (archive.h), rebuilt from the
+// Search: each campaign's scored programs live in a MAP-Elites archive (kiln/archive/archive.h), rebuilt from the
 // programs table in scoring order, so a restarted scorer makes the same choices it would have made.
 // Proposal i goes to island (i-1) % islands with a parent, inspirations and a target cell from that
 // island; "llm" campaigns also get the fittest strategy section (prompts table) and, every
@@ -30,7 +30,7 @@
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 
-namespace kiln::archive {
+namespace kiln::scorer {
 
 inline constexpr std::string_view kConfirmSuffix = "#confirm";
 
@@ -44,8 +44,8 @@ struct EngineOptions {
   std::string cuda_arch = "sm_90";  // compile target for CUDA tasks; CPU tasks build for "native"
   int64_t default_max_in_flight = 4;
   std::string archive = "map_elites";  // map_elites | elites (the plain top-k list)
-  EliteOptions elites;
-  MapElitesOptions map_elites;
+  archive::EliteOptions elites;
+  archive::MapElitesOptions map_elites;
   // Early stop, for campaigns that name none: 0 = off.
   double target_speedup = 0;  // stop proposing once the best correct speedup reaches this
   int64_t patience = 0;       // stop after this many scored proposals without a new best
@@ -96,4 +96,4 @@ class CampaignEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace kiln::archive
+}  // namespace kiln::scorer

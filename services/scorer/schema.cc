@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace kiln::archive::detail {
+namespace kiln::scorer::detail {
 
 namespace {
 
@@ -128,4 +128,4 @@ Status ensure_schema(store::Database& db) {
   return put.run();
 }
 
-}  // namespace kiln::archive::detail
+}  // namespace kiln::scorer::detail

@@ -1,4 +1,4 @@
-#include "kiln/archive/engine.h"
+#include "kiln/scorer/engine.h"
 
 #include <catch2/catch.hpp>
 
@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "campaign_fixtures.h"
+#include "../archive/campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/store/sqlite.h"
 #include "kiln/task/task.h"
@@ -23,20 +23,20 @@ namespace {
 struct Fixture {
   TempDir dir{"kiln-archive-test"};
   std::string db_path = dir.path() + "/archive.db";
-  archive::EngineOptions options;
-  std::unique_ptr<archive::CampaignEngine> engine;
+  scorer::EngineOptions options;
+  std::unique_ptr<scorer::CampaignEngine> engine;
   int64_t max_in_flight_seen = 0;
 
   Fixture() { reopen(); }
 
   void reopen() {
     engine.reset();  // closes the database first, as a process exit would
-    auto e = archive::CampaignEngine::open(db_path, options);
+    auto e = scorer::CampaignEngine::open(db_path, options);
     REQUIRE(e.is_ok());
     engine = std::move(e).value();
   }
 
-  archive::Handled handle(const std::string& job_id, const std::string& payload) {
+  scorer::Handled handle(const std::string& job_id, const std::string& payload) {
     auto h = engine->handle_job(job_id, payload);
     REQUIRE(h.is_ok());
     return std::move(h).value();
@@ -63,7 +63,7 @@ struct Fixture {
   Driver driver(Driver::TestFn test, const std::string& campaign_id = "c1") {
     return Driver(
         [this, campaign_id](const std::string& job_id, const std::string& payload) {
-          archive::Handled h = handle(job_id, payload);
+          scorer::Handled h = handle(job_id, payload);
           INFO(job_id << ": " << h.result.error);
           CHECK(h.result.outcome == "ok");
           auto i = engine->campaign(campaign_id);
@@ -106,9 +106,9 @@ std::vector<std::string> job_ids(const std::vector<proto::FollowUp>& fs, const s
 
 }  // namespace
 
-TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[archive][engine]") {
+TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[scorer][engine]") {
   Fixture f;
-  archive::Handled h = f.handle("c1:start", start_payload("c1", 6, 2));
+  scorer::Handled h = f.handle("c1:start", start_payload("c1", 6, 2));
   REQUIRE(h.result.outcome == "ok");
   REQUIRE(h.result.next.size() == 3);
 
@@ -157,28 +157,28 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
     CHECK(req->backend == "cuda");
   }
   SECTION("budget 0 runs program 0 alone") {
-    archive::Handled h0 = f.handle("c3:start", start_payload("c3", 0, 4));
+    scorer::Handled h0 = f.handle("c3:start", start_payload("c3", 0, 4));
     REQUIRE(h0.result.next.size() == 1);
     auto c = decode_or_die<proto::CompileRequest>(h0.result.next[0].payload.data);
-    archive::Handled done = f.handle("c3/p0:score", proto::encode(correct(c.cand, 1.0, 1.0, 1.0)));
+    scorer::Handled done = f.handle("c3/p0:score", proto::encode(correct(c.cand, 1.0, 1.0, 1.0)));
     CHECK(done.result.next.empty());
     CHECK(f.info("c3").state == "done");
     CHECK(f.info("c3").finished_at > 0);
   }
 }
 
-TEST_CASE("a CUDA campaign asks for the configured arch", "[archive][engine]") {
+TEST_CASE("a CUDA campaign asks for the configured arch", "[scorer][engine]") {
   Fixture f;
   f.options.cuda_arch = "sm_100";
   f.reopen();
-  archive::Handled h = f.handle("g:start", start_payload("g", 1, 1, kiln::testing::task_files("cuda")));
+  scorer::Handled h = f.handle("g:start", start_payload("g", 1, 1, kiln::testing::task_files("cuda")));
   auto creq = decode_or_die<proto::CompileRequest>(h.result.next.at(0).payload.data);
   CHECK(creq.arch == "sm_100");
   CHECK(creq.backend == "cuda");
   CHECK(creq.cand.code == kiln::testing::task_files("cuda").at("kernel.cu").data);
 }
 
-TEST_CASE("a whole campaign honours its budget and in-flight bound", "[archive][engine]") {
+TEST_CASE("a whole campaign honours its budget and in-flight bound", "[scorer][engine]") {
   Fixture f;
   const int64_t budget = 12, mif = 3;
   Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
@@ -219,7 +219,7 @@ TEST_CASE("a whole campaign honours its budget and in-flight bound", "[archive][
   CHECK_FALSE(programs["c1/p4"].eval.eval_log.empty());
 }
 
-TEST_CASE("parents come from the archive once programs are scored", "[archive][engine]") {
+TEST_CASE("parents come from the archive once programs are scored", "[scorer][engine]") {
   Fixture f;
   Driver d = f.driver(plain);
   d.submit("c1:start", start_payload("c1", 10, 1));
@@ -238,22 +238,22 @@ TEST_CASE("parents come from the archive once programs are scored", "[archive][e
   CHECK(parents.size() > 1);
 }
 
-TEST_CASE("jobs are handled exactly once", "[archive][engine]") {
+TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));
   auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
   const std::string result = proto::encode(correct(p0, 1.0, 0.9, 1.1));
 
-  archive::Handled first = f.handle("c1/p0:score", result);
+  scorer::Handled first = f.handle("c1/p0:score", result);
   CHECK_FALSE(first.replayed);
   proto::CampaignInfo after_first = f.info("c1");
   CHECK(after_first.scored == 1);
 
   SECTION("a redelivered job gets the identical answer and changes nothing") {
-    archive::Handled again = f.handle("c1/p0:score", result);
+    scorer::Handled again = f.handle("c1/p0:score", result);
     CHECK(again.replayed);
     CHECK(proto::encode(again.result) == proto::encode(first.result));
-    archive::Handled start_again = f.handle("c1:start", start_payload("c1", 4, 2));
+    scorer::Handled start_again = f.handle("c1:start", start_payload("c1", 4, 2));
     CHECK(start_again.replayed);
     CHECK(proto::encode(start_again.result) == proto::encode(start.result));
     proto::CampaignInfo info = f.info("c1");
@@ -262,7 +262,7 @@ TEST_CASE("jobs are handled exactly once", "[archive][engine]") {
     CHECK(*f.engine->duplicates_ignored() == 0);
   }
   SECTION("a second result for a scored program is ignored and counted") {
-    archive::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, "crashed")));
+    scorer::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, "crashed")));
     CHECK(dup.duplicate);
     CHECK(dup.result.outcome == "ok");
     CHECK(dup.result.next.empty());
@@ -271,14 +271,14 @@ TEST_CASE("jobs are handled exactly once", "[archive][engine]") {
     CHECK(*f.engine->duplicates_ignored() == 1);
   }
   SECTION("the same campaign started under another job id is not started twice") {
-    archive::Handled h = f.handle("c1:start-again", start_payload("c1", 4, 2));
+    scorer::Handled h = f.handle("c1:start-again", start_payload("c1", 4, 2));
     CHECK(h.duplicate);
     CHECK(h.result.next.empty());
     CHECK(f.info("c1").proposed == 2);
   }
 }
 
-TEST_CASE("a confirmed fast kernel is sent for promotion", "[archive][engine]") {
+TEST_CASE("a confirmed fast kernel is sent for promotion", "[scorer][engine]") {
   Fixture f;
   std::map<std::string, int> confirms;
   Driver d = f.driver([&](const proto::Candidate& c, bool confirm) {
@@ -325,7 +325,7 @@ TEST_CASE("a confirmed fast kernel is sent for promotion", "[archive][engine]") 
   CHECK(info.scored == 4);
 }
 
-TEST_CASE("no promotion unless the eval and the confirmation both pass", "[archive][engine]") {
+TEST_CASE("no promotion unless the eval and the confirmation both pass", "[scorer][engine]") {
   Fixture f;
   SECTION("the confirmation falls short") {
     Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
@@ -385,11 +385,11 @@ TEST_CASE("no promotion unless the eval and the confirmation both pass", "[archi
   }
 }
 
-TEST_CASE("the campaign waits for a pending confirmation before it is done", "[archive][engine]") {
+TEST_CASE("the campaign waits for a pending confirmation before it is done", "[scorer][engine]") {
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
   auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
-  archive::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
+  scorer::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
   REQUIRE(scored.result.next.size() == 1);
   CHECK(scored.result.next[0].job_id == "c1/p0:compile-confirm");
   // Measured again by another tester than the first time, when one is connected.
@@ -398,14 +398,14 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[a
 
   proto::Candidate confirm = p0;
   confirm.program_id = "c1/p0#confirm";
-  archive::Handled confirmed = f.handle("c1/p0#confirm:score", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  scorer::Handled confirmed = f.handle("c1/p0#confirm:score", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
   REQUIRE(confirmed.result.next.size() == 1);
   CHECK(confirmed.result.next[0].service == "promote");
   CHECK(confirmed.result.next[0].job_id == "c1/p0:promote");
   CHECK(f.info("c1").state == "running");
 
   // A second confirmation result is a duplicate.
-  archive::Handled dup = f.handle("c1/p0#confirm:score-2", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  scorer::Handled dup = f.handle("c1/p0#confirm:score-2", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
   CHECK(dup.duplicate);
   CHECK(dup.result.next.empty());
 
@@ -422,9 +422,9 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[a
   CHECK(f.info("c1").promoted.size() == 1);
 }
 
-TEST_CASE("dead letters end their candidates so the campaign never stalls", "[archive][engine]") {
+TEST_CASE("dead letters end their candidates so the campaign never stalls", "[scorer][engine]") {
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 4, 3));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 3));
   REQUIRE(start.result.next.size() == 4);  // p0 compile + p1..p3 propose
   const proto::FollowUp p0_compile = start.result.next[0];
   const proto::FollowUp p1_propose = start.result.next[1];
@@ -436,12 +436,12 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[ar
   };
 
   // The compile of program 0 killed every compiler: build failed.
-  archive::Handled h0 = f.handle("dead:" + p0_compile.job_id, dead(p0_compile, "compile"));
+  scorer::Handled h0 = f.handle("dead:" + p0_compile.job_id, dead(p0_compile, "compile"));
   CHECK(h0.result.outcome == "ok");
   CHECK(h0.result.next.empty());  // in flight went from 4 to 3 = max_in_flight: nothing new yet
 
   // The proposal p1 died in the bridge: no code.
-  archive::Handled h1 = f.handle("dead:" + p1_propose.job_id, dead(p1_propose, "propose"));
+  scorer::Handled h1 = f.handle("dead:" + p1_propose.job_id, dead(p1_propose, "propose"));
   REQUIRE(h1.result.next.size() == 1);
   CHECK(h1.result.next[0].job_id == "c1/p4:propose");
 
@@ -479,16 +479,16 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[ar
   CHECK(programs.at("c1/p3").eval.perf_score == 5);
 
   SECTION("a dead letter for a program already scored is a duplicate") {
-    archive::Handled late = f.handle("dead:c1/p3:test", dead(p3_propose, "propose"));
+    scorer::Handled late = f.handle("dead:c1/p3:test", dead(p3_propose, "propose"));
     CHECK(late.duplicate);
     CHECK(f.info("c1").scored == 5);
   }
 }
 
 TEST_CASE("a candidate whose jobs workers gave back until they died is not evaluated, with the cause",
-          "[archive][engine]") {
+          "[scorer][engine]") {
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 3, 2));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 3, 2));
   REQUIRE(start.result.next.size() == 3);  // p0 compile + p1, p2 propose
   const proto::FollowUp p0_compile = start.result.next[0];
   const proto::FollowUp p1_propose = start.result.next[1];
@@ -498,7 +498,7 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
       "candidate):\nreference.cpp:1:2: error: #error the reference is broken";
 
   // Program 0's reference never built: no score, no build failure.
-  archive::Handled h0 = f.handle("dead:c1/p0:compile", dead_letter(p0_compile, "compile", reference_failed, true));
+  scorer::Handled h0 = f.handle("dead:c1/p0:compile", dead_letter(p0_compile, "compile", reference_failed, true));
   CHECK(h0.result.outcome == "ok");
   CHECK(h0.result.next.empty());  // in flight went from 3 to 2 = max_in_flight
   proto::CampaignInfo info = f.info("c1");
@@ -508,7 +508,7 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
 
   // The proposer's endpoint stayed down: not evaluated either, and the next proposal takes its place.
   const std::string llm_down = "worker asked to retry: propose: LLM unavailable";
-  archive::Handled h1 = f.handle("dead:c1/p1:propose", dead_letter(p1_propose, "propose", llm_down, true));
+  scorer::Handled h1 = f.handle("dead:c1/p1:propose", dead_letter(p1_propose, "propose", llm_down, true));
   REQUIRE(h1.result.next.size() == 1);
   CHECK(h1.result.next[0].job_id == "c1/p3:propose");
 
@@ -551,11 +551,11 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
 }
 
 TEST_CASE("a result whose code changed the task's kernel outside the regions is scored as no code",
-          "[archive][engine][regions]") {
+          "[scorer][engine][regions]") {
   // The compiler refuses such code, but it checks against the package its compile request carried, and
   // an external bridge writes that itself: the scorer checks again against the campaign's copy.
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 2, 2));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 2, 2));
   auto p1 = decode_or_die<proto::ProposalRequest>(start.result.next.at(1).payload.data);
   auto p2 = decode_or_die<proto::ProposalRequest>(start.result.next.at(2).payload.data);
   auto candidate = [](const proto::ProposalRequest& req, std::string code) {
@@ -587,11 +587,11 @@ TEST_CASE("a result whose code changed the task's kernel outside the regions is 
   CHECK(f.info("c1").best_program_id != "c1/p1");
 }
 
-TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][engine]") {
+TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][engine]") {
   Fixture f;
-  archive::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
+  scorer::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
   auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
-  archive::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
+  scorer::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
   const proto::FollowUp confirm_compile = scored.result.next.at(0);
 
   proto::DeadLetter d;
@@ -601,7 +601,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][e
   d.payload = confirm_compile.payload;
   SECTION("its workers were lost") {
     d.reason = "compiler killed";
-    archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+    scorer::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
     CHECK(h.result.next.empty());
     proto::CampaignInfo info = f.info("c1");
     CHECK(info.state == "done");
@@ -610,7 +610,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][e
   SECTION("its workers gave it back, naming a fault of theirs") {
     d.reason = "worker asked to retry: compile: toolchain: g++ killed by SIGSEGV";
     d.worker_retry = true;
-    archive::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+    scorer::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
     CHECK(h.result.next.empty());
     proto::CampaignInfo info = f.info("c1");
     CHECK(info.state == "done");
@@ -622,7 +622,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[archive][e
   CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the program's own score stands
 }
 
-TEST_CASE("the archive survives a restart and resumes where it stopped", "[archive][engine]") {
+TEST_CASE("the archive survives a restart and resumes where it stopped", "[scorer][engine]") {
   auto test = [](const proto::Candidate& c, bool confirm) {
     if (c.proposal_index == 5) return confirm ? correct(c, 1.6, 1.4, 1.8) : correct(c, 1.7, 1.5, 1.9);
     if (c.proposal_index % 4 == 2) return test_result(c, "timed_out");
@@ -649,7 +649,7 @@ TEST_CASE("the archive survives a restart and resumes where it stopped", "[archi
   CHECK(proto::encode(after) == proto::encode(before));
 
   // A job handled before the restart still gets its stored answer.
-  archive::Handled replay = f.handle("c1:start", start_payload("c1", 9, 2));
+  scorer::Handled replay = f.handle("c1:start", start_payload("c1", 9, 2));
   CHECK(replay.replayed);
   CHECK(replay.result.next.size() == 3);
 
@@ -671,38 +671,38 @@ TEST_CASE("the archive survives a restart and resumes where it stopped", "[archi
   CHECK(done.best_program_id == ref.info("c1").best_program_id);
 }
 
-TEST_CASE("bad input is refused without changing anything", "[archive][engine]") {
+TEST_CASE("bad input is refused without changing anything", "[scorer][engine]") {
   Fixture f;
   CHECK(f.handle("j1", "not msgpack").result.outcome == "failed");
 
   proto::PromoteOutcome odd;
   odd.kind = "mystery";
-  archive::Handled unknown_kind = f.handle("j2", proto::encode(odd));
+  scorer::Handled unknown_kind = f.handle("j2", proto::encode(odd));
   CHECK(unknown_kind.result.outcome == "failed");
   CHECK(unknown_kind.result.error.find("unknown payload kind 'mystery'") != std::string::npos);
 
   proto::Candidate c;
   c.campaign_id = "nope";
   c.program_id = "nope/p1";
-  archive::Handled no_campaign = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
+  scorer::Handled no_campaign = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
   CHECK(no_campaign.result.outcome == "failed");
   CHECK(no_campaign.result.error.find("unknown campaign 'nope'") != std::string::npos);
 
   proto::FileMap broken = kiln::testing::task_files();
   broken["task.yaml"].data += "surprise: 1\n";
-  archive::Handled bad_task = f.handle("c9:start", start_payload("c9", 2, 2, broken));
+  scorer::Handled bad_task = f.handle("c9:start", start_payload("c9", 2, 2, broken));
   CHECK(bad_task.result.outcome == "failed");
   CHECK(bad_task.result.error.find("campaign c9: task.yaml") == 0);
   CHECK(f.engine->campaign("c9").status().code() == StatusCode::kNotFound);
 
   // Nothing was stored for the refused job: once the campaign exists the same id is handled for real.
   f.handle("nope:start", start_payload("nope", 1, 1));
-  archive::Handled later = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
+  scorer::Handled later = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
   CHECK(later.result.outcome == "ok");
   CHECK_FALSE(later.replayed);
 }
 
-TEST_CASE("queries list campaigns and the best programs with their lineage", "[archive][engine]") {
+TEST_CASE("queries list campaigns and the best programs with their lineage", "[scorer][engine]") {
   Fixture f;
   Driver d = f.driver(plain);
   d.submit("c1:start", start_payload("c1", 5, 1));
@@ -765,7 +765,7 @@ proto::ScoreResult two_cases(const proto::Candidate& c, double first, double sec
 }  // namespace
 
 TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked by both and not promoted",
-          "[archive][engine]") {
+          "[scorer][engine]") {
   Fixture f;
   std::map<std::string, int> confirms;
   Driver d = f.driver([&](const proto::Candidate& c, bool confirm) {
@@ -804,7 +804,7 @@ TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked b
 }
 
 TEST_CASE("scored programs carry their task, complexity, diversity and the parameter sets tried",
-          "[archive][engine]") {
+          "[scorer][engine]") {
   Fixture f;
   Driver d = f.driver(plain);
   // p2 rewrites the region with an OpenMP loop, a new behaviour; the others keep program 0's code.

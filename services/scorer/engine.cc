@@ -1,4 +1,4 @@
-#include "kiln/archive/engine.h"
+#include "kiln/scorer/engine.h"
 
 #include <algorithm>
 #include <charconv>
@@ -14,7 +14,9 @@
 #include "kiln/task/task.h"
 #include "schema.h"
 
-namespace kiln::archive {
+namespace kiln::scorer {
+
+using namespace kiln::archive;  // scoring, features, MAP-Elites
 
 namespace {
 
@@ -1242,4 +1244,4 @@ Result<int64_t> CampaignEngine::duplicates_ignored() {
   return row ? st.column_int(0) : int64_t{0};
 }
 
-}  // namespace kiln::archive
+}  // namespace kiln::scorer
