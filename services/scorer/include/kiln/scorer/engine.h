@@ -7,16 +7,17 @@
 // back unchanged, so a job redelivered after a crash produces the same follow-ups and counts nothing
 // twice. A second result for a program that is already scored is ignored (and counted).
 //
-// Search: each campaign's scored programs live in a MAP-Elites archive (kiln/archive/archive.h), rebuilt from the
-// programs table in scoring order, so a restarted scorer makes the same choices it would have made.
-// Proposal i goes to island (i-1) % islands with a parent, inspirations and a target cell from that
+// Search: each campaign's scored programs live in a MAP-Elites archive (kiln/archive/archive.h), rebuilt
+// from the programs table in scoring order, so a restarted scorer makes the same choices it would have
+// made. Proposal i goes to island (i-1) % islands with a parent, inspirations and a target cell from that
 // island; "llm" campaigns also get the fittest strategy section (prompts table) and, every
 // prompt_evolution_interval proposals, a request to rewrite it. Proposals stop at the budget, at the
 // target speedup or after `patience` scored proposals without a new best (campaign_control table).
 //
-// Ids: programs are "<campaign_id>/p<index>" (p0 = program 0, the task's kernel as is); jobs are
-// "<program_id>:<stage>". A confirmation reuses the compile -> test chain with the candidate id
-// "<program_id>#confirm", so the compiler and tester stay unaware of it.
+// The work is split by concern, each in its own file beside this service's handler: the rows
+// (campaign_store), the in-memory archives (campaign_archives), meta-prompts (prompt_book), proposals,
+// the lifecycle of a campaign (start, early stop, finish), results, confirmation and promotion
+// (promotions), dead letters and queries. Ids are in campaign_ids.h.
 #pragma once
 
 #include <cstdint>
@@ -29,15 +30,9 @@
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
+#include "kiln/scorer/campaign_ids.h"
 
 namespace kiln::scorer {
-
-inline constexpr std::string_view kConfirmSuffix = "#confirm";
-
-// "<campaign_id>/p<index>"
-std::string program_id_for(std::string_view campaign_id, int64_t index);
-// The campaign a program id belongs to ("" when it is not of the form above).
-std::string campaign_of(std::string_view program_id);
 
 struct EngineOptions {
   double min_speedup = 1.10;        // promotion bar for speedup and its lower bound (DESIGN §7)
@@ -56,10 +51,6 @@ struct EngineOptions {
   // kiln-bench-tuner found it helps some spaces and hurts others.
   bool tuner_blocks = false;
 };
-
-// The service a campaign's proposals go to: "tuner" and "llm" -> "propose", "external" ->
-// "propose.external" (where authenticated external bridges connect).
-std::string_view proposal_service_for(std::string_view proposer);
 
 struct Handled {
   proto::ResultMsg result;  // outcome, error and follow-ups (job_id set; attempt left to the caller)

@@ -1,0 +1,48 @@
+#include "follow_ups.h"
+
+#include <utility>
+
+namespace kiln::scorer {
+
+proto::FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
+  proto::FollowUp f;
+  f.service = std::string(service);
+  f.job_id = std::move(job_id);
+  f.payload.data = std::move(payload);
+  return f;
+}
+
+Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx) {
+  fx.duplicate = true;
+  return store.add_duplicate(c);
+}
+
+std::string arch_for(const EngineOptions& options, std::string_view backend) {
+  return backend == "cuda" ? options.cuda_arch : std::string("native");
+}
+
+proto::TaskRef task_ref(const CampaignRow& c) {
+  proto::TaskRef t;
+  t.task_id = c.task_id;
+  t.name = c.task_name;
+  t.op = c.op;
+  t.backend = c.backend;
+  t.dtype = c.dtype;
+  return t;
+}
+
+proto::Candidate candidate_of(const CampaignRow& c, const proto::Program& p, int64_t proposal_index) {
+  proto::Candidate cand;
+  cand.campaign_id = c.id;
+  cand.program_id = p.id;
+  cand.parent_id = p.parent_id;
+  cand.generation = p.generation;
+  cand.proposal_index = proposal_index;
+  if (auto it = p.metadata.find("proposer"); it != p.metadata.end()) cand.proposer = it->second;
+  cand.code = p.code;
+  cand.params = p.template_parameters;
+  if (auto it = p.metadata.find("notes"); it != p.metadata.end()) cand.notes = it->second;
+  return cand;
+}
+
+}  // namespace kiln::scorer

@@ -1,0 +1,34 @@
+// Proposals: the next candidates of a running campaign. Proposal i goes to island (i-1) % islands with a
+// parent, inspirations and a target cell chosen by that island of the campaign's archive (program 0
+// while nothing is scored); "llm" campaigns also get the fittest strategy section and, every
+// prompt_evolution_interval proposals, a request to rewrite it. Each proposal is a pending program and a
+// job for the proposer's service.
+#pragma once
+
+#include "campaign_archives.h"
+#include "campaign_store.h"
+#include "follow_ups.h"
+#include "kiln/core/status.h"
+#include "kiln/scorer/engine.h"
+#include "prompt_book.h"
+
+namespace kiln::scorer {
+
+class Proposals {
+ public:
+  Proposals(CampaignStore& store, CampaignArchives& archives, PromptBook& prompts, const EngineOptions& options)
+      : store_(store), archives_(archives), prompts_(prompts), options_(options) {}
+
+  // Issues proposal c.proposed + 1 (c.proposed counts it).
+  Status issue(CampaignRow& c, Effects& fx);
+  // Keeps max_in_flight candidates of a running campaign moving until it stops proposing.
+  Status top_up(CampaignRow& c, Effects& fx);
+
+ private:
+  CampaignStore& store_;
+  CampaignArchives& archives_;
+  PromptBook& prompts_;
+  const EngineOptions& options_;
+};
+
+}  // namespace kiln::scorer

@@ -1,0 +1,214 @@
+#include "queries.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kiln/archive/scoring.h"
+
+namespace kiln::scorer {
+
+Result<proto::CampaignList> Queries::campaigns(const proto::CampaignQuery& query) {
+  proto::CampaignList list;
+  std::vector<std::string> ids;
+  if (!query.campaign_id.empty()) {
+    ids.push_back(query.campaign_id);
+  } else {
+    KILN_ASSIGN_OR_RETURN(ids, campaign_ids());
+  }
+  for (const auto& id : ids) {
+    KILN_ASSIGN_OR_RETURN(auto row, store_.load_campaign(id));
+    if (!row) continue;
+    KILN_ASSIGN_OR_RETURN(proto::CampaignInfo info, campaign_info(*row));
+    list.campaigns.push_back(std::move(info));
+  }
+  return list;
+}
+
+Result<proto::CampaignInfo> Queries::campaign(const std::string& campaign_id) {
+  KILN_ASSIGN_OR_RETURN(auto row, store_.load_campaign(campaign_id));
+  if (!row) return not_found("unknown campaign '" + campaign_id + "'");
+  return campaign_info(*row);
+}
+
+Result<proto::BestPrograms> Queries::best(const proto::CampaignQuery& query) {
+  KILN_ASSIGN_OR_RETURN(auto row, store_.load_campaign(query.campaign_id));
+  if (!row) return not_found("unknown campaign '" + query.campaign_id + "'");
+  return best_programs(*row, query.top);
+}
+
+Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
+  proto::CampaignInfo info;
+  info.campaign_id = c.id;
+  info.task_name = c.task_name;
+  info.task_id = c.task_id;
+  info.backend = c.backend;
+  info.state = c.state;
+  info.budget = c.budget;
+  info.proposed = c.proposed;
+  info.started_at = c.started_at;
+  info.finished_at = c.finished_at;
+  info.proposer = c.proposer;
+  info.stop_reason = c.stop_reason;
+  info.prompt_tokens = c.prompt_tokens;
+  info.completion_tokens = c.completion_tokens;
+  KILN_ASSIGN_OR_RETURN(info.prompts, store_.count("SELECT COUNT(*) FROM prompts WHERE campaign_id = ?", c.id));
+  KILN_ASSIGN_OR_RETURN(archive::Archive * archive, archives_.get(c.id));
+  info.cells_filled = static_cast<int64_t>(archive->cells_filled());
+  KILN_ASSIGN_OR_RETURN(info.scored,
+                        store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ? AND state = 'scored'", c.id));
+  KILN_ASSIGN_OR_RETURN(info.correct, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
+                                                   " AND state = 'scored' AND correct = 1", c.id));
+  KILN_ASSIGN_OR_RETURN(info.in_flight, store_.pending_programs(c.id));
+  KILN_ASSIGN_OR_RETURN(info.not_evaluated, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
+                                                         " AND state = 'not_evaluated'", c.id));
+  info.best_program_id = c.best_program_id;
+  if (!c.best_program_id.empty()) {
+    KILN_ASSIGN_OR_RETURN(auto best, store_.load_program(c.best_program_id));
+    if (best) {
+      const proto::EvalResult& e = best->record.eval;
+      info.best_score = e.combined_score;
+      info.best_speedup = e.runtime_improvement;
+      if (e.runtime_improvement > 0) {
+        auto lo = e.runtime_stats.find("speedup_lo");
+        auto hi = e.runtime_stats.find("speedup_hi");
+        if (lo != e.runtime_stats.end()) info.best_speedup_lo = lo->second;
+        if (hi != e.runtime_stats.end()) info.best_speedup_hi = hi->second;
+      }
+      info.best_params = best->record.template_parameters;
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
+      "SELECT program_id, state, kernel_id, note FROM promotions WHERE campaign_id = ? ORDER BY rowid"));
+  st.bind(1, c.id);
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    std::string program = st.column_text(0), state = st.column_text(1), note = st.column_text(3);
+    if (state == promo::kPromoted) info.promoted.push_back(st.column_text(2));
+    info.promotion_notes.push_back(program + ": " + (note.empty() ? state : note));
+  }
+  return info;
+}
+
+Result<std::vector<std::string>> Queries::campaign_ids() {
+  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare("SELECT id FROM campaigns ORDER BY started_at, id"));
+  std::vector<std::string> ids;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    ids.push_back(st.column_text(0));
+  }
+  return ids;
+}
+
+// EvalResult.template_results: every parameter set the campaign tried with this code and the best
+// combined score each got, the kMaxTemplateResults best kept. Read when asked for, so it is complete.
+Result<std::map<std::string, double>> Queries::template_results(const std::string& campaign_id,
+                                                               const std::string& code) {
+  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
+      "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored' AND code = ?"));
+  st.bind(1, campaign_id).bind(2, code);
+  std::map<std::string, double> tried;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    auto rec = proto::decode<proto::Program>(st.column_blob(0));
+    if (!rec.is_ok()) return internal_error("campaign " + campaign_id + ": stored program: " + rec.status().message());
+    const std::string key = archive::params_string(rec->template_parameters);
+    auto [it, fresh] = tried.emplace(key, rec->eval.combined_score);
+    if (!fresh) it->second = std::max(it->second, rec->eval.combined_score);
+  }
+  if (tried.size() > proto::kMaxTemplateResults) {
+    std::vector<std::pair<double, std::string>> ranked;
+    for (const auto& [key, score] : tried) ranked.emplace_back(-score, key);
+    std::sort(ranked.begin(), ranked.end());
+    tried.clear();
+    for (size_t i = 0; i < proto::kMaxTemplateResults; ++i) tried.emplace(ranked[i].second, -ranked[i].first);
+  }
+  return tried;
+}
+
+Result<proto::BestPrograms> Queries::best_programs(const CampaignRow& c, int64_t top) {
+  store::Database& db = store_.db();
+  proto::BestPrograms out;
+  KILN_ASSIGN_OR_RETURN(out.campaign, campaign_info(c));
+  // Lineage needs every program's parent, not only the top ones.
+  std::map<std::string, std::string> parent_of;
+  {
+    KILN_ASSIGN_OR_RETURN(auto st, db.prepare("SELECT id, parent_id FROM programs WHERE campaign_id = ?"));
+    st.bind(1, c.id);
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(bool row, st.step());
+      if (!row) break;
+      parent_of[st.column_text(0)] = st.column_text(1);
+    }
+  }
+  std::map<std::string, std::string> prompt_parent;
+  {
+    KILN_ASSIGN_OR_RETURN(auto ps, db.prepare("SELECT id, parent_id FROM prompts WHERE campaign_id = ?"));
+    ps.bind(1, c.id);
+    while (true) {
+      KILN_ASSIGN_OR_RETURN(bool row, ps.step());
+      if (!row) break;
+      prompt_parent[ps.column_text(0)] = ps.column_text(1);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
+      "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored'"
+      " ORDER BY combined_score DESC, scored_seq LIMIT ?"));
+  st.bind(1, c.id).bind(2, top > 0 ? top : int64_t{5});
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    auto rec = proto::decode<proto::Program>(st.column_blob(0));
+    if (!rec.is_ok()) return internal_error("campaign " + c.id + ": stored program: " + rec.status().message());
+    proto::Program p = std::move(rec).value();
+    // "p3 <- p1 <- p0": ancestors, nearest first. parent_of.size() bounds the walk if ids ever loop.
+    std::string lineage;
+    std::string at = p.parent_id;
+    for (size_t steps = 0; !at.empty() && steps <= parent_of.size(); ++steps) {
+      if (!lineage.empty()) lineage += ",";
+      lineage += at;
+      auto it = parent_of.find(at);
+      at = it == parent_of.end() ? std::string() : it->second;
+    }
+    p.metadata["lineage"] = lineage;
+    if (p.is_templated) {
+      KILN_ASSIGN_OR_RETURN(p.eval.template_results, template_results(c.id, p.code));
+    }
+    // The strategy section's ancestry the same way: "s-b <- s-a".
+    if (auto pid = p.metadata.find("prompt_id"); pid != p.metadata.end() && !pid->second.empty()) {
+      std::string prompts = pid->second;
+      std::string up = prompt_parent[pid->second];
+      for (size_t steps = 0; !up.empty() && steps <= prompt_parent.size(); ++steps) {
+        prompts += "," + up;
+        auto it = prompt_parent.find(up);
+        up = it == prompt_parent.end() ? std::string() : it->second;
+      }
+      p.metadata["prompt_lineage"] = prompts;
+    }
+    out.programs.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<std::map<std::string, double>> Queries::best_speedup_by_task() {
+  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
+      "SELECT c.task_name, MAX(p.runtime_improvement) FROM campaigns c JOIN programs p ON p.id = c.best_program_id"
+      " WHERE p.correct = 1 AND p.runtime_improvement > 0 GROUP BY c.task_name"));
+  std::map<std::string, double> out;
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (!row) break;
+    out[st.column_text(0)] = st.column_double(1);
+  }
+  return out;
+}
+
+Result<int64_t> Queries::duplicates_ignored() {
+  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare("SELECT COALESCE(SUM(duplicates), 0) FROM campaigns"));
+  KILN_ASSIGN_OR_RETURN(bool row, st.step());
+  return row ? st.column_int(0) : int64_t{0};
+}
+
+}  // namespace kiln::scorer
