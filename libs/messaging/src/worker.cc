@@ -107,12 +107,7 @@ struct Worker::Impl {
         out = JobOutcome::retry("handler threw an unknown exception");
       }
       Done d;
-      d.result.job_id = job.job_id;
-      d.result.attempt = job.attempt;
-      d.result.outcome = out.outcome;
-      d.result.payload = proto::Bytes{std::move(out.payload)};
-      d.result.error = std::move(out.error);
-      d.result.next = std::move(out.next);
+      d.result = to_result(job, std::move(out));
       {
         std::lock_guard lock(mu);
         done.push_back(std::move(d));

@@ -5,7 +5,7 @@
 //   ingest (IngestRequest) -> score (CampaignStart)
 //   score -> propose (ProposalRequest) -> compile (CompileRequest) -> test.<backend> (TestRequest)
 //         -> score (ScoreResult) -> [test.<backend> confirm] -> promote (PromoteRequest) -> score (PromoteOutcome)
-//   a job dead-lettered by the broker -> score (DeadLetter)
+//   a job dead-lettered by the broker, or by its worker -> score (DeadLetter)
 #pragma once
 
 #include <cstddef>
@@ -397,8 +397,9 @@ struct DeadLetter {
   std::string reason;
   Bytes payload;  // the dead job's payload (the scorer reads its candidate from it)
   // Optional (v2). True when the last attempt's worker answered "retry": it named a fault of its own side
-  // (a toolchain, the evaluator, the task's reference) in `reason`, so the payload was never judged. False
-  // when the worker was lost or the deadline passed.
+  // (a toolchain, the evaluator, the task's reference) in `reason`, so the payload was never judged. Also
+  // true in the dead letter a worker sends itself with a job it dead-letters (a permanent fault that is not
+  // the candidate's, messaging::Outcome::kDeadLetter). False when the worker was lost or the deadline passed.
   bool worker_retry = false;
   template <class V> void fields(V& v) {
     v("kind", kind); v("job_id", job_id); v("service", service); v("attempts", attempts);

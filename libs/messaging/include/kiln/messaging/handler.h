@@ -4,41 +4,82 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/status.h"
+#include "kiln/messaging/outcome.h"
 #include "kiln/proto/wire.h"
 
 namespace kiln::messaging {
 
+// The word of the RESULT for an outcome (proto::outcome): kDone "ok", kRetry "retry", kDeadLetter and
+// kCandidateFault "failed" (done, failed for good; follow-ups still enqueued).
+std::string_view wire_outcome(Outcome outcome);
+
+// The outcome field of a JobOutcome: an Outcome. It also converts from and to its wire word, for code that
+// forwards a RESULT it already holds encoded (the scorer replays answers it stored) and tests written
+// against those words: "ok" reads as kDone, "retry" as kRetry, "failed" as kCandidateFault (no follow-up is
+// added to it), any other word as kRetry (the broker refuses it and requeues the job). Handlers use Outcome.
+class OutcomeSlot {
+ public:
+  constexpr OutcomeSlot(Outcome value = Outcome::kDone) : value_(value) {}  // NOLINT: implicit by design
+  OutcomeSlot(const std::string& wire);                                       // NOLINT: see above
+  constexpr operator Outcome() const { return value_; }                      // NOLINT: see above
+  operator std::string() const { return std::string(wire_outcome(value_)); }  // NOLINT: see above
+  Outcome value() const { return value_; }
+  friend bool operator==(OutcomeSlot slot, std::string_view wire) { return wire_outcome(slot.value_) == wire; }
+
+ private:
+  Outcome value_;
+};
+
 struct JobOutcome {
-  std::string outcome = "ok";  // proto::outcome::kOk | kFailed | kRetry
-  std::string payload;         // result payload (encoded message), kept by the broker while the job is
-  std::string error;           // one line for failed / retry
+  OutcomeSlot outcome = Outcome::kDone;
+  std::string payload;  // result payload (encoded message), kept by the broker while the job is
+  std::string error;    // one line for anything but kDone
   std::vector<proto::FollowUp> next;
 
   static JobOutcome ok(std::vector<proto::FollowUp> next = {}, std::string payload = {}) {
+    return of(Outcome::kDone, {}, std::move(next), std::move(payload));
+  }
+  static JobOutcome retry(std::string error) { return of(Outcome::kRetry, std::move(error)); }
+  // The RESULT word "failed" as handlers wrote it before outcome_for: use candidate_fault or dead_letter.
+  static JobOutcome failed(std::string error, std::vector<proto::FollowUp> next = {}) {
+    return candidate_fault(std::move(error), std::move(next));
+  }
+  static JobOutcome dead_letter(std::string error) { return of(Outcome::kDeadLetter, std::move(error)); }
+  // `next`: the verdict for the scorer (or whoever judges); `error`: one line saying what the candidate did.
+  static JobOutcome candidate_fault(std::string error, std::vector<proto::FollowUp> next = {},
+                                    std::string payload = {}) {
+    return of(Outcome::kCandidateFault, std::move(error), std::move(next), std::move(payload));
+  }
+
+  // The answer to a job whose work ended with a failed `status`, as outcome_for() reads it: given back,
+  // dead-lettered, or, for the candidate's own fault only, answered with the follow-ups `verdict` returns
+  // (those that score it). `status` is expected to be an error: an ok one is dead-lettered as a bug.
+  using Verdict = std::function<std::vector<proto::FollowUp>(const Status& status)>;
+  static JobOutcome from_status(const Status& status, const Verdict& verdict = {});
+
+ private:
+  static JobOutcome of(Outcome outcome, std::string error, std::vector<proto::FollowUp> next = {},
+                       std::string payload = {}) {
     JobOutcome o;
+    o.outcome = outcome;
+    o.error = std::move(error);
     o.next = std::move(next);
     o.payload = std::move(payload);
     return o;
   }
-  static JobOutcome failed(std::string error, std::vector<proto::FollowUp> next = {}) {
-    JobOutcome o;
-    o.outcome = "failed";
-    o.error = std::move(error);
-    o.next = std::move(next);
-    return o;
-  }
-  static JobOutcome retry(std::string error) {
-    JobOutcome o;
-    o.outcome = "retry";
-    o.error = std::move(error);
-    return o;
-  }
 };
 
-// Called on a worker thread, at most `slots` at once. Must not throw (a throw becomes `retry`).
+// The codec: the RESULT a worker sends for `job` answered with `out`. A dead-lettered job (not itself a
+// "score" job) takes along the DeadLetter the broker would send had it given up on the job
+// ("dead:<job id>", worker_retry set: the payload was never judged), so the scorer ends its candidate as
+// not evaluated at once.
+proto::ResultMsg to_result(const proto::Job& job, JobOutcome out);
+
+// Called on a worker thread, at most `slots` at once. Must not throw (a throw becomes kRetry).
 using JobHandler = std::function<JobOutcome(const proto::Job& job)>;
 
 // Answers a non-durable query (method + body) with a reply body. Called on the I/O thread: keep it quick.
