@@ -15,6 +15,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
 #include "spdlog/spdlog.h"
@@ -30,8 +31,8 @@ constexpr size_t kMaxCompilerOutputBytes = 1u << 20;
 constexpr int64_t kMaxOutputFileBytes = 1ll << 30;
 // How long asking a compiler for its version may take.
 constexpr double kVersionTimeoutS = 30;
-// Of a reference's build log quoted when the job is given back: the text travels in the broker's log lines
-// and in the dead letter, so only the errors.
+// Of a reference's build log quoted when the job is given back or dead-lettered: the text travels in the
+// broker's log lines and in the dead letter, so only the errors.
 constexpr size_t kMaxRetryLogBytes = 2048;
 constexpr std::string_view kOutputName = "out.so";
 constexpr std::string_view kAbiHeaderPath = "kiln/kernel_abi.h";
@@ -150,7 +151,8 @@ bool crashed(const sandbox::SandboxResult& result) {
 
 struct CompileHandler::Build {
   proto::BuildInfo info;
-  std::string so;  // the shared object, when info.ok
+  std::string so;          // the shared object, when info.ok
+  bool timed_out = false;  // the compiler was stopped at the time limit
 };
 
 PtxasUsage parse_ptxas_usage(std::string_view log) {
@@ -366,6 +368,7 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
   out.info.flags = flags_text;
   out.info.toolchain = version;
   out.info.duration_s = result.wall_s;
+  out.timed_out = result.timed_out;
   if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(run.timeout_s) + "\n" + log;
   out.info.log = trim_log(log, max_log);
   if (backend == "cuda") {
@@ -398,54 +401,65 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
 
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
   proto::Candidate cand = request.cand;
-  auto end_at = [&](std::string_view stage, std::string error, proto::BuildInfo build) {
+  auto score_job = [&](std::string_view stage, std::string error, proto::BuildInfo build) {
     proto::ScoreResult result;
     result.cand = cand;
     result.stage = std::string(stage);
     result.error = std::move(error);
     result.build = std::move(build);
-    return messaging::JobOutcome::ok(
-        {proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}});
+    return std::vector<proto::FollowUp>{
+        proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}};
   };
-  auto to_score = [&](std::string error, proto::BuildInfo build = {}) {
-    return end_at("compile", std::move(error), std::move(build));
+  // Every early end is a Status that says whose fault it is, read by messaging::outcome_for: the candidate's
+  // is scored (at `stage`, with `score_error` when the scorer should see more than the one line, e.g. the
+  // build log); a permanent fault of the task or the request is dead-lettered; this worker's is given back.
+  auto end = [&](const Status& fault, std::string_view stage = "compile", proto::BuildInfo build = {},
+                 std::string score_error = {}) {
+    return messaging::JobOutcome::from_status(fault.with_context("compile"), [&](const Status&) {
+      return score_job(stage, score_error.empty() ? fault.message() : std::move(score_error), std::move(build));
+    });
   };
-
-  // What is not the candidate's doing (the task package, the toolchain, this worker, the task's own
-  // reference) is never scored against it: the job is given back, and after max_attempts the scorer
-  // records the candidate as not evaluated, with this cause.
-  auto give_back = [](const std::string& cause) { return messaging::JobOutcome::retry("compile: " + cause); };
 
   auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return give_back("task package: " + spec.status().message());
+  if (!spec.is_ok()) return end(messaging::job_fault(spec.status().with_context("task package")));
   // Every proposal's code passes here before anything is built, whoever proposed it (tuner, LLM, an
   // external bridge's compile job): the task's kernel outside the editable regions is Kiln's. A proposal
   // that changed it, or whose region bodies do not fit, is scored as no code (stage "propose").
   auto accepted = task::accept_proposal(request.files.at(spec->kernel_file).data, cand.code, cand.regions);
-  if (!accepted.is_ok()) return end_at("propose", accepted.status().message(), {});
+  if (!accepted.is_ok()) return end(messaging::candidate_fault(accepted.status()), "propose");
   cand.code = std::move(accepted).value();
   cand.regions.clear();
   const std::string& backend = spec->backend;
   if (!request.backend.empty() && request.backend != backend) {
-    return give_back("the request is for backend '" + request.backend + "' but the task's is '" + backend + "'");
+    return end(failed_precondition("the request is for backend '" + request.backend + "' but the task's is '" +
+                                   backend + "'"));
   }
   for (const auto& [name, value] : cand.params) {
-    if (!is_identifier(name)) return to_score("parameter '" + name + "': not an identifier");
-    if (!is_define_value(value)) return to_score("parameter " + name + ": value '" + value + "' is not allowed");
+    if (!is_identifier(name)) return end(invalid_argument("parameter '" + name + "': not an identifier"));
+    if (!is_define_value(value)) {
+      return end(invalid_argument("parameter " + name + ": value '" + value + "' is not allowed"));
+    }
   }
   const std::string arch =
       backend == "cuda" && !request.arch.empty() && request.arch != "native" ? request.arch : options_.cuda_arch;
 
+  // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
+  // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy
+  // machine.
   auto reference = build(backend, arch, request.files, spec->reference_file,
                          request.files.at(spec->reference_file).data, {});
-  if (!reference.is_ok()) return give_back("toolchain: " + reference.status().message());
+  if (!reference.is_ok()) return end(messaging::worker_fault(reference.status().with_context("toolchain")));
   if (!reference->info.ok) {
-    return give_back("the reference failed to build (a problem of the task, not of the candidate):\n" +
-                     trim_log(reference->info.log, kMaxRetryLogBytes));
+    const std::string why = "the reference failed to build (a problem of the task, not of the candidate):\n" +
+                            trim_log(reference->info.log, kMaxRetryLogBytes);
+    return end(reference->timed_out ? deadline_exceeded(why) : failed_precondition(why));
   }
   auto kernel = build(backend, arch, request.files, spec->kernel_file, cand.code, cand.params);
-  if (!kernel.is_ok()) return give_back("toolchain: " + kernel.status().message());
-  if (!kernel->info.ok) return to_score(kernel->info.log, kernel->info);
+  if (!kernel.is_ok()) return end(messaging::worker_fault(kernel.status().with_context("toolchain")));
+  if (!kernel->info.ok) {
+    return end(invalid_argument("the candidate does not build: " + kernel->info.process.message), "compile",
+               kernel->info, kernel->info.log);
+  }
 
   proto::TestRequest test;
   test.cand = cand;
@@ -461,12 +475,15 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {
   auto request = proto::decode<proto::CompileRequest>(job.payload.data);
-  if (!request.is_ok()) return messaging::JobOutcome::failed("compile: bad CompileRequest: " + request.status().message());
+  if (!request.is_ok()) {
+    return messaging::JobOutcome::from_status(
+        messaging::job_fault(request.status()).with_context("compile: bad CompileRequest"));
+  }
   try {
     return compile(*request);
   } catch (const std::exception& e) {
     // Out of memory or a full disk on this worker: another attempt, maybe elsewhere, may succeed.
-    return messaging::JobOutcome::retry(std::string("compile: ") + e.what());
+    return messaging::JobOutcome::from_status(messaging::worker_fault(internal_error(std::string("compile: ") + e.what())));
   }
 }
 

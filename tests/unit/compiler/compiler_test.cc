@@ -14,6 +14,7 @@
 
 using kiln::compiler::CompileHandler;
 using kiln::compiler::CompilerOptions;
+using kiln::messaging::Outcome;
 
 namespace {
 
@@ -62,8 +63,9 @@ struct Fixture {
   }
 };
 
+// The verdict of a candidate's own failure: the job is answered, and the scorer scores it.
 kiln::proto::ScoreResult score_of(const kiln::messaging::JobOutcome& out, const std::string& program_id) {
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == Outcome::kCandidateFault);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "score");
   CHECK(out.next[0].job_id == program_id + ":score");
@@ -84,7 +86,7 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   req.cand.params = {{"THREADS", "2"}, {"VEC", "8"}};
   req.avoid_tester = "tester-7";  // a confirmation: another tester than the first measurement's
   auto out = f.handler->handle(job_for(req));
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == Outcome::kDone);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "test.cpu");
   CHECK(out.next[0].job_id == "c1/p1:test");
@@ -173,6 +175,7 @@ TEST_CASE("a candidate that changed code outside the editable regions is not bui
   auto req = request_for(files, "c1/p9");
   req.cand.code = "#include <stdlib.h>\n" + req.cand.code;
   auto out = f.handler->compile(req);
+  CHECK(out.outcome == Outcome::kCandidateFault);
   REQUIRE(out.next.size() == 1);
   REQUIRE(out.next[0].service == "score");
   auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
@@ -211,13 +214,13 @@ TEST_CASE("region bodies are spliced into the task's kernel and built", "[compil
   CHECK(test->cand.code == kiln::task::replace_region(kernel, req.cand.regions.front()).value());
 }
 
-TEST_CASE("a reference that does not build is given back as the task's problem, never scored", "[compiler]") {
+TEST_CASE("a reference that does not build is dead-lettered as the task's problem, never scored", "[compiler]") {
   Fixture f;
   auto files = rmsnorm_files();
   files["reference.cpp"].data = "#error the reference is broken\n";
   auto out = f.handler->handle(job_for(request_for(files, "c1/p5")));
-  CHECK(out.outcome == "retry");
-  CHECK(out.next.empty());  // nothing for the scorer: the candidate was never judged
+  CHECK(out.outcome == Outcome::kDeadLetter);  // the next attempt would fail the same way
+  CHECK(out.next.empty());  // no verdict for the scorer: the candidate was never judged
   CHECK(out.error.rfind("compile: the reference failed to build (a problem of the task, not of the candidate):\n",
                         0) == 0);
   CHECK(out.error.find("the reference is broken") != std::string::npos);
@@ -228,7 +231,7 @@ TEST_CASE("a missing toolchain is given back, not thrown and not scored", "[comp
   options.cxx = "/nonexistent/g++";
   Fixture f(options);
   auto out = f.handler->compile(request_for(rmsnorm_files(), "c1/p6"));
-  CHECK(out.outcome == "retry");
+  CHECK(out.outcome == Outcome::kRetry);
   CHECK(out.next.empty());
   CHECK(out.error.rfind("compile: toolchain: ", 0) == 0);
   CHECK(out.error.find("/nonexistent/g++") != std::string::npos);
@@ -246,7 +249,7 @@ TEST_CASE("a compiler that crashes on the candidate is given back, not scored", 
   options.cxx = cxx;
   Fixture f(options);
   auto out = f.handler->compile(request_for(rmsnorm_files(), "c1/p9"));
-  CHECK(out.outcome == "retry");
+  CHECK(out.outcome == Outcome::kRetry);
   CHECK(out.next.empty());
   CHECK(out.error.rfind("compile: toolchain: " + cxx + " killed by SIGSEGV building kernel.cpp", 0) == 0);
 }
@@ -270,12 +273,72 @@ TEST_CASE("a compiler that takes too long is stopped: the candidate's failure, o
   auto score = score_of(quick.compile(req), "c1/p8");
   CHECK(score.error.find("compile timed out after 0.05 s") != std::string::npos);
 
-  // A reference too slow to build is the task's problem: the job is given back.
+  // A reference too slow to build is never the candidate's; a less busy machine may build it in time: the
+  // job is given back.
   files["reference.cpp"].data += "\n// not in the cache\n";
   auto out = quick.compile(request_for(files, "c1/p9"));
-  CHECK(out.outcome == "retry");
+  CHECK(out.outcome == Outcome::kRetry);
   CHECK(out.error.rfind("compile: the reference failed to build", 0) == 0);
   CHECK(out.error.find("compile timed out after 0.05 s") != std::string::npos);
+}
+
+// The three kinds of fault, each with its one outcome: only the candidate's own is scored against it.
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the candidate's scored", "[compiler]") {
+  // A g++ that crashes once on the candidate (the toolchain's fault, this time only) and then builds it.
+  kiln::TempDir bin("kiln-flaky-cxx");
+  const std::string cxx = bin.path() + "/flaky-g++";
+  const std::string crashed_once = bin.path() + "/crashed-once";
+  REQUIRE(kiln::write_file_atomic(cxx, "#!/bin/sh\n"
+                                       "for arg; do\n"
+                                       "  if [ \"$arg\" = kernel.cpp ] && [ ! -e " + crashed_once + " ]; then\n"
+                                       "    touch " + crashed_once + "; kill -SEGV $$\n"
+                                       "  fi\n"
+                                       "done\n"
+                                       "exec g++ \"$@\"\n").is_ok());
+  REQUIRE(::chmod(cxx.c_str(), 0755) == 0);
+  CompilerOptions options;
+  options.cxx = cxx;
+  Fixture f(options);
+  auto files = rmsnorm_files();
+  const auto job = job_for(request_for(files, "c1/p20"));
+
+  auto first = f.handler->handle(job);
+  CHECK(first.outcome == Outcome::kRetry);
+  CHECK(first.next.empty());
+  auto second = f.handler->handle(job);  // the job given back, attempted again
+  CHECK(second.outcome == Outcome::kDone);
+  REQUIRE(second.next.size() == 1);
+  CHECK(second.next[0].service == "test.cpu");
+
+  // Permanent and not the candidate's: a task package that does not parse, a request for another backend.
+  auto unparsable = files;
+  unparsable.erase("task.yaml");
+  auto no_task = f.handler->handle(job_for(request_for(unparsable, "c1/p21")));
+  CHECK(no_task.outcome == Outcome::kDeadLetter);
+  CHECK(no_task.next.empty());
+  CHECK(no_task.error.rfind("compile: task package: ", 0) == 0);
+  auto cuda_req = request_for(files, "c1/p22");
+  cuda_req.backend = "cuda";
+  auto wrong_backend = f.handler->handle(job_for(cuda_req));
+  CHECK(wrong_backend.outcome == Outcome::kDeadLetter);
+  CHECK(wrong_backend.error.find("the task's is 'cpu'") != std::string::npos);
+  // On the wire the broker completes it and the scorer hears at once that the candidate was not evaluated.
+  auto wire = kiln::messaging::to_result(job_for(cuda_req), wrong_backend);
+  CHECK(wire.outcome == "failed");
+  REQUIRE(wire.next.size() == 1);
+  CHECK(wire.next[0].job_id == "dead:c1/p22:compile");
+  auto letter = kiln::proto::decode<kiln::proto::DeadLetter>(wire.next[0].payload.data);
+  REQUIRE(letter.is_ok());
+  CHECK(letter->worker_retry);
+
+  // The candidate's own: it does not build. Scored, at the compile stage, with its log.
+  auto req = request_for(files, "c1/p23");
+  req.cand.code = kiln::task::replace_region(req.cand.code, "  not C++ at all;\n").value();
+  auto out = f.handler->handle(job_for(req));
+  CHECK(out.error.rfind("compile: the candidate does not build: exit code 1", 0) == 0);
+  auto score = score_of(out, "c1/p23");
+  CHECK_FALSE(score.build.ok);
+  CHECK(score.error.find("not C++") != std::string::npos);
 }
 
 TEST_CASE("bad parameters and bad payloads are refused", "[compiler]") {
@@ -289,7 +352,7 @@ TEST_CASE("bad parameters and bad payloads are refused", "[compiler]") {
   junk.job_id = "x:compile";
   junk.payload.data = "\x93not msgpack";
   auto out = f.handler->handle(junk);
-  CHECK(out.outcome == "failed");
+  CHECK(out.outcome == Outcome::kDeadLetter);  // no attempt can read it; it is no candidate's doing
   CHECK(out.error.rfind("compile: bad CompileRequest", 0) == 0);
 }
 

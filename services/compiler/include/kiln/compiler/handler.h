@@ -2,9 +2,11 @@
 // in a sandbox, caches builds by content, and hands the binaries to the tester, or the build log to the
 // scorer when the candidate does not compile. Before any build it accepts the candidate's code against
 // the request's task kernel (task::accept_proposal): region bodies are spliced in, a whole file must
-// match outside the editable regions; a candidate that fails goes to the scorer as no code. What is not
-// the candidate's fault (a reference that does not build, a missing or crashing toolchain, no scratch
-// space) is answered "retry" with the cause instead.
+// match outside the editable regions; a candidate that fails goes to the scorer as no code. Faults that are
+// not the candidate's are never scored (messaging::outcome_for): this worker's (a missing or crashing
+// toolchain, no scratch space, a reference build that ran out of time) are given back; permanent ones (a task
+// package that does not parse, a reference that does not compile, a request for another backend) are
+// dead-lettered at once.
 #pragma once
 
 #include <prometheus/counter.h>
