@@ -20,6 +20,7 @@
 #include "kiln/cuda/profile.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/tool.h"
+#include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
 
@@ -345,19 +346,22 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return finish(std::move(r));
   };
 
-  // A task package that does not parse, or one routed to the wrong backend, is no fault of the candidate.
+  // Whose fault each failure is, for messaging::outcome_for: a task package that does not parse, or one
+  // routed to the wrong backend, is the job's, permanently; trouble running the evaluation here is this
+  // worker's. Neither is the candidate's: its own failures are reports.
   auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return spec.status().with_context("tester: task");
+  if (!spec.is_ok()) return messaging::job_fault(spec.status()).with_context("tester: task");
   if (spec->backend != options_.backend) {
     return failed_precondition("tester: the task's backend is " + spec->backend + ", this tester runs " +
                                options_.backend);
   }
 
   TempDir scratch("kiln-test");
-  KILN_RETURN_IF_ERROR(write_request_files(scratch.path(), request).with_context("tester: scratch dir"));
+  KILN_RETURN_IF_ERROR(
+      messaging::worker_fault(write_request_files(scratch.path(), request)).with_context("tester: scratch dir"));
 
   auto report_key = write_report_key(scratch.path());
-  if (!report_key.is_ok()) return report_key.status().with_context("tester");
+  if (!report_key.is_ok()) return messaging::worker_fault(report_key.status()).with_context("tester");
   const std::string& key = *report_key;
 
   // A confirmation is measured in full; a first measurement may be screened.
@@ -366,7 +370,9 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   const bool screen = !confirmation && options_.timing.screen_below > 0;
   if (screen) metadata["timing_screen_below"] = short_number(options_.timing.screen_below);
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen), options_.timeout_s);
-  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult child, sandbox::run_sandboxed(run));
+  auto ran = sandbox::run_sandboxed(run);
+  if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
+  sandbox::SandboxResult child = std::move(ran).value();
 
   const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
   const auto [out_budget, err_budget] =
@@ -403,7 +409,8 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
 void TestHandler::start_metrics(prometheus::Registry& registry) {
   evaluations_ = &prometheus::BuildCounter()
                       .Name("kiln_tester_evaluations_total")
-                      .Help("Evaluations by this tester, by device and status (error: given back, not scored)")
+                      .Help("Evaluations by this tester, by device and status (error: given back or dead-lettered, "
+                            "not scored)")
                       .Register(registry);
   // Every status at zero from the start, so rates exist before the first of each kind.
   for (std::string_view s : kCountedStatuses) evaluations_->Add({{"device", worker_.device_name}, {"status", std::string(s)}});
@@ -416,13 +423,15 @@ void TestHandler::start_metrics(prometheus::Registry& registry) {
 
 messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   auto request = proto::decode<proto::TestRequest>(job.payload.data);
-  if (!request.is_ok()) return messaging::JobOutcome::failed("test: bad TestRequest: " + request.status().message());
+  if (!request.is_ok()) {
+    return messaging::JobOutcome::from_status(messaging::job_fault(request.status()).with_context("test: bad TestRequest"));
+  }
   Result<proto::TestReport> report = internal_error("not run");
   const double started = monotonic_s();
   try {
     report = evaluate(*request);
   } catch (const std::exception& e) {
-    report = internal_error(e.what());
+    report = messaging::worker_fault(internal_error(e.what()));  // out of memory or disk, here
   }
   if (evaluations_ != nullptr) {
     busy_seconds_->Increment(monotonic_s() - started);
@@ -430,10 +439,10 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
     if (std::find(kCountedStatuses.begin(), kCountedStatuses.end(), status) == kCountedStatuses.end()) status = "other";
     evaluations_->Add({{"device", worker_.device_name}, {"status", status}}).Increment();
   }
-  // Trouble that is not the candidate's (no scratch space, kiln-eval will not start, the task or the
-  // reference cannot be evaluated here) is never scored: another attempt may do better, and after
-  // max_attempts the scorer records the candidate as not evaluated, with this cause.
-  if (!report.is_ok()) return messaging::JobOutcome::retry("test: " + report.status().message());
+  // Trouble that is not the candidate's is never scored: this worker's is given back (another attempt may do
+  // better), the task's is dead-lettered; either way, in the end, the scorer records the candidate as not
+  // evaluated, with this cause.
+  if (!report.is_ok()) return messaging::JobOutcome::from_status(report.status().with_context("test"));
 
   proto::ScoreResult result;
   result.cand = request->cand;
@@ -442,8 +451,14 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   result.build = request->build;
   result.test = std::move(report).value();
   const std::string suffix = request->purpose == "confirm" ? ":score-confirm" : ":score";
-  return messaging::JobOutcome::ok({proto::FollowUp{std::string(proto::svc::kScore),
-                                                    request->cand.program_id + suffix, {proto::encode(result)}, 0}});
+  const std::string verdict = result.test.status;
+  const std::string message = result.test.message;
+  std::vector<proto::FollowUp> next{
+      proto::FollowUp{std::string(proto::svc::kScore), request->cand.program_id + suffix, {proto::encode(result)}, 0}};
+  if (verdict == proto::test_status::kOk) return messaging::JobOutcome::ok(std::move(next));
+  // Wrong, crashed, too slow to finish, would not load: the candidate's own failure, scored against it.
+  return messaging::JobOutcome::from_status(invalid_argument("test: " + (message.empty() ? verdict : message)),
+                                            [&](const Status&) { return std::move(next); });
 }
 
 Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContext& ctx) {

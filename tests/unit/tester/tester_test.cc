@@ -14,6 +14,7 @@
 #include "kiln/tester/handler.h"
 #include "kiln/task/task.h"
 
+using kiln::messaging::Outcome;
 using kiln::tester::TesterOptions;
 using kiln::tester::TestHandler;
 namespace status = kiln::proto::test_status;
@@ -96,16 +97,25 @@ kiln::messaging::JobOutcome handle(TestHandler& handler, const kiln::proto::Test
 // A job given back for a fault that is not the candidate's: nothing goes to the scorer.
 std::string given_back(TestHandler& handler, const kiln::proto::TestRequest& req) {
   auto out = handle(handler, req);
-  CHECK(out.outcome == "retry");
+  CHECK(out.outcome == Outcome::kRetry);
   CHECK(out.next.empty());
   return out.error;
 }
 
+// A job dead-lettered for a permanent fault that is not the candidate's: no verdict for the scorer.
+std::string dead_lettered(TestHandler& handler, const kiln::proto::TestRequest& req) {
+  auto out = handle(handler, req);
+  CHECK(out.outcome == Outcome::kDeadLetter);
+  CHECK(out.next.empty());
+  return out.error;
+}
+
+// The verdict sent to the scorer: kDone for a kernel that passed, kCandidateFault for any other report.
 kiln::proto::ScoreResult run_job(TestHandler& handler, const kiln::proto::TestRequest& req,
                                  const std::string& expected_job_id = "c1/p1:score") {
   auto out = handle(handler, req);
   INFO(out.error);
-  REQUIRE(out.outcome == "ok");
+  REQUIRE((out.outcome == Outcome::kDone || out.outcome == Outcome::kCandidateFault));
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "score");
   CHECK(out.next[0].job_id == expected_job_id);
@@ -142,6 +152,7 @@ TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
   // The child's run: it exited 0 (a report says what happened), and what it printed is there, apart.
   CHECK(score.test.process.returncode == 0);
   CHECK(score.test.process.message.empty());
+  CHECK(handle(*handler, f.request(f.build("correct"))).outcome == Outcome::kDone);
   CHECK(kiln::proto::combined_output(score.test.process).find("kiln-eval: task 'rmsnorm'") != std::string::npos);
   // How it was measured, from the tester itself.
   const auto& m = score.test.metadata;
@@ -294,18 +305,53 @@ TEST_CASE("a reference that will not load or crashes is the evaluator's fault: t
   CHECK(crashed.find("SIGSEGV") != std::string::npos);
 }
 
+// The three kinds of fault, each with its one outcome: only the candidate's own is scored against it.
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the candidate's scored", "[tester]") {
+  Fixture f;
+  // This worker's fault: its evaluation child is gone (a broken install, a full disk). Given back.
+  const std::string evaluator = f.dir.path() + "/kiln-eval";
+  REQUIRE(::symlink(KILN_BINARY_DIR "/bin/kiln-eval", evaluator.c_str()) == 0);
+  TesterOptions o = quick_options();
+  o.eval_binary = evaluator;
+  auto handler = make(o);
+  const auto correct = f.request(f.build("correct"));
+  REQUIRE(::unlink(evaluator.c_str()) == 0);
+  CHECK(given_back(*handler, correct).rfind("test: tester: evaluation child: ", 0) == 0);
+  REQUIRE(::symlink(KILN_BINARY_DIR "/bin/kiln-eval", evaluator.c_str()) == 0);  // the next attempt
+  CHECK(handle(*handler, correct).outcome == Outcome::kDone);
+
+  // Permanent and not the candidate's: a job for a task of another backend. Never scored.
+  auto cuda = correct;
+  cuda.files["task.yaml"].data.replace(cuda.files["task.yaml"].data.find("backend: cpu"), 12, "backend: cuda");
+  cuda.files["kernel.cu"] = cuda.files.at("kernel.cpp");
+  cuda.files["reference.cu"] = cuda.files.at("reference.cpp");
+  const std::string why = dead_lettered(*handler, cuda);
+  INFO(why);
+  CHECK(why.find("the task's backend is cuda") != std::string::npos);
+
+  // The candidate's own: it computes the wrong values. Scored against it.
+  auto wrong = handle(*handler, f.request(f.build("wrong", "  return 0;\n")));
+  CHECK(wrong.outcome == Outcome::kCandidateFault);
+  REQUIRE(wrong.next.size() == 1);
+  auto score = kiln::proto::decode<kiln::proto::ScoreResult>(wrong.next[0].payload.data);
+  REQUIRE(score.is_ok());
+  CHECK(score->test.status != status::kOk);
+  CHECK(wrong.error.rfind("test: ", 0) == 0);
+}
+
 TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
   auto handler = make();
   kiln::proto::Job junk;
   junk.payload.data = "junk";
   auto out = handler->handle(junk);
-  CHECK(out.outcome == "failed");
+  CHECK(out.outcome == Outcome::kDeadLetter);
+  CHECK(out.error.rfind("test: bad TestRequest", 0) == 0);
 
-  // A task package that does not parse is no fault of the candidate.
+  // A task package that does not parse is no fault of the candidate, and no attempt can read it.
   Fixture f;
   auto req = f.request("x");
   req.files.erase("task.yaml");
-  CHECK(given_back(*handler, req).rfind("test: tester: task: ", 0) == 0);
+  CHECK(dead_lettered(*handler, req).rfind("test: tester: task: ", 0) == 0);
 
   auto cuda = quick_options();
   cuda.backend = "cuda";

@@ -1,7 +1,8 @@
 // The "test.<backend>" service (DESIGN §1, §5): runs one candidate's evaluation in a sandboxed kiln-eval
 // child and sends the TestReport to the scorer. A candidate that crashes, hangs or exits becomes a report
-// ("crashed: SIGSEGV", "timed out after 30 s"); the tester itself keeps serving. A fault that is not the
-// candidate's (the evaluator's, the task's) is answered "retry" with its cause and never scored.
+// ("crashed: SIGSEGV", "timed out after 30 s"), scored against it; the tester itself keeps serving. A fault
+// that is not the candidate's is never scored (messaging::outcome_for): the evaluator's or this worker's is
+// given back with its cause, the task's (a package that does not parse, another backend) dead-lettered.
 #pragma once
 
 #include <prometheus/counter.h>
