@@ -141,7 +141,12 @@ Result<ChatReply> ChatClient::complete(const ChatRequest& request) const {
     }
     if (res->status != 200) {
       report(outcome::kError);
-      return invalid_argument(where + ": HTTP " + std::to_string(res->status) + ": " + snippet(res->body));
+      // Not worth another attempt. A key the server refuses, or a model or path it does not know, is the
+      // deployment's fault; any other refusal is the request's own (a prompt longer than the model takes).
+      const std::string what = where + ": HTTP " + std::to_string(res->status) + ": " + snippet(res->body);
+      if (res->status == 401 || res->status == 403) return permission_denied(what);
+      if (res->status == 404) return not_found(what);
+      return invalid_argument(what);
     }
     auto reply = parse_reply(request.model, res->body);
     if (!reply.is_ok()) {

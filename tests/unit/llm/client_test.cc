@@ -113,17 +113,25 @@ TEST_CASE("no retry starts past the total timeout", "[llm]") {
 
 TEST_CASE("client errors and malformed replies are not retried", "[llm]") {
   FakeOpenAI server;
-  server.script({FakeReply{401}, FakeReply{200, "", "stop", 0, 0, 0, "{not json"}});
+  server.script({FakeReply{401}, FakeReply{404}, FakeReply{400}, FakeReply{200, "", "stop", 0, 0, 0, "{not json"}});
   Recorder rec;
   llm::ChatClient client(options_for(server, rec));
+  // The code says whose fault it is: the deployment's key or model, or the request's own.
   auto refused = client.complete(hello());
   REQUIRE_FALSE(refused.is_ok());
-  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().code() == StatusCode::kPermissionDenied);
   CHECK(refused.status().message().find("HTTP 401") != std::string::npos);
+  auto unknown = client.complete(hello());
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.status().code() == StatusCode::kNotFound);
+  auto bad = client.complete(hello());
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("HTTP 400") != std::string::npos);
   auto garbled = client.complete(hello());
   REQUIRE_FALSE(garbled.is_ok());
   CHECK(garbled.status().message().find("not JSON") != std::string::npos);
-  CHECK(server.requests().size() == 2);
+  CHECK(server.requests().size() == 4);
 }
 
 TEST_CASE("the API key comes from the environment variable the config names", "[llm]") {
