@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kiln/llm_bridge/llm_proposer.h"
+#include "kiln/messaging/outcome.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
@@ -64,45 +65,57 @@ void ProposeHandler::account(const ProposalInfo& info, std::map<std::string, std
 }
 
 messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalRequest& req, const ProposalInfo& info,
-                                                     const std::string& error) {
+                                                     const Status& fault) {
   if (!info.requests_counted) requests_->Add({{"model", info.model}, {"outcome", "error"}}).Increment();
-  proto::ScoreResult r;
-  r.cand.campaign_id = campaign_of(req);
-  r.cand.program_id = req.program_id;
-  r.cand.parent_id = req.parent.program_id;
-  r.cand.generation = req.parent.generation + 1;
-  r.cand.proposal_index = req.proposal_index;
-  r.cand.proposer = req.proposer;
-  r.stage = "propose";
-  r.error = error;
-  r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
-  account(info, r.cand.metadata);
-  return messaging::JobOutcome::ok(
-      {follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))});
+  auto no_code = [&](const Status&) {
+    proto::ScoreResult r;
+    r.cand.campaign_id = campaign_of(req);
+    r.cand.program_id = req.program_id;
+    r.cand.parent_id = req.parent.program_id;
+    r.cand.generation = req.parent.generation + 1;
+    r.cand.proposal_index = req.proposal_index;
+    r.cand.proposer = req.proposer;
+    r.stage = "propose";
+    r.error = fault.message();
+    r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
+    account(info, r.cand.metadata);
+    return std::vector<proto::FollowUp>{follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))};
+  };
+  messaging::JobOutcome out = messaging::JobOutcome::from_status(fault.with_context("propose"), no_code);
+  if (out.outcome != messaging::Outcome::kCandidateFault) {
+    std::map<std::string, std::string> unrecorded;  // tokens spent on a proposal that is not scored still count
+    account(info, unrecorded);
+  }
+  return out;
 }
 
 messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   auto decoded = proto::decode<proto::ProposalRequest>(job.payload.data);
-  if (!decoded.is_ok()) return messaging::JobOutcome::failed("propose job " + job.job_id + ": " + decoded.status().message());
+  if (!decoded.is_ok()) {
+    return messaging::JobOutcome::from_status(
+        messaging::job_fault(decoded.status()).with_context("propose job " + job.job_id));
+  }
   proto::ProposalRequest& req = *decoded;
-  if (req.program_id.empty()) return messaging::JobOutcome::failed("propose job " + job.job_id + ": no program id");
+  if (req.program_id.empty()) {
+    return messaging::JobOutcome::from_status(failed_precondition("propose job " + job.job_id + ": no program id"));
+  }
   if (req.proposer.empty()) req.proposer = std::string(kDefaultProposer);
 
   ProposalInfo info;
   auto found = proposers_.find(req.proposer);
   if (found == proposers_.end()) {
     info.model = std::string(kUnknownModel);
-    return propose_failed(req, info, "proposer '" + req.proposer + "' is not available");
+    return propose_failed(req, info, not_found("proposer '" + req.proposer + "' is not available"));
   }
   Proposer& proposer = *found->second;
   info.model = proposer.model();
 
   auto spec = task::parse_task(req.files);
-  if (!spec.is_ok()) return propose_failed(req, info, spec.status().message());
+  if (!spec.is_ok()) return propose_failed(req, info, messaging::job_fault(spec.status().with_context("task package")));
 
   auto cand = proposer.propose_with_info(req, info);
   if (info.model.empty()) info.model = proposer.model();
-  if (!cand.is_ok()) return propose_failed(req, info, cand.status().message());
+  if (!cand.is_ok()) return propose_failed(req, info, cand.status());
   if (!info.requests_counted) requests_->Add({{"model", info.model}, {"outcome", "ok"}}).Increment();
 
   proto::CompileRequest compile;
@@ -127,8 +140,8 @@ Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceCon
   options.cuda_arch = cfg.compiler.cuda_arch;
   auto handler = std::make_shared<ProposeHandler>(options, ctx.metrics);
   handler->add(std::string(kDefaultProposer), std::make_unique<TunerProposer>());
-  // The LLM proposer is always there: without a reachable server its proposals end as "no code" with
-  // the reason, which is what a campaign asking for it should see.
+  // The LLM proposer is always there: without a reachable server its proposals are given back, and after
+  // max_attempts end as not evaluated with the reason, which is what a campaign asking for it should see.
   KILN_ASSIGN_OR_RETURN(auto llm, LlmProposer::make(llm_options_from(cfg.llm), ctx.metrics));
   handler->add("llm", std::move(llm));
 

@@ -37,7 +37,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   handler.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
 
   messaging::JobOutcome out = handler.handle(propose_job("c1", 1));
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == messaging::Outcome::kDone);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "compile");
   CHECK(out.next[0].job_id == "c1/p1:compile");
@@ -58,7 +58,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   }
   SECTION("an exhausted space ends the candidate with a propose-stage score") {
     messaging::JobOutcome gone = handler.handle(propose_job("c1", 9));
-    CHECK(gone.outcome == "ok");
+    CHECK(gone.outcome == messaging::Outcome::kCandidateFault);
     REQUIRE(gone.next.size() == 1);
     CHECK(gone.next[0].service == "score");
     CHECK(gone.next[0].job_id == "c1/p9:score");
@@ -72,31 +72,90 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
     CHECK(r.cand.proposal_index == 9);
     CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "tuner"}, {"outcome", "error"}}) == 1);
   }
-  SECTION("an unknown proposer is a failed proposal, not a stuck one") {
+  SECTION("an unknown proposer is dead-lettered, not scored and not stuck") {
     messaging::JobOutcome llm = handler.handle(propose_job("c1", 2, "llm"));
-    REQUIRE(llm.next.size() == 1);
-    auto r = decode_or_die<proto::ScoreResult>(llm.next[0].payload.data);
-    CHECK(r.error == "proposer 'llm' is not available");
+    CHECK(llm.outcome == messaging::Outcome::kDeadLetter);
+    CHECK(llm.next.empty());  // the dead letter (added on the wire) ends the candidate as not evaluated
+    CHECK(llm.error == "propose: proposer 'llm' is not available");
     CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "unknown"}, {"outcome", "error"}}) == 1);
   }
-  SECTION("an invalid package is a failed proposal") {
+  SECTION("an invalid package is no fault of the proposal: dead-lettered") {
     proto::FileMap broken = kiln::testing::task_files();
     broken.erase("kernel.cpp");
     messaging::JobOutcome bad = handler.handle(propose_job("c1", 2, "tuner", broken));
-    REQUIRE(bad.next.size() == 1);
-    CHECK(bad.next[0].service == "score");
-    CHECK(decode_or_die<proto::ScoreResult>(bad.next[0].payload.data).error.find("kernel.cpp") != std::string::npos);
+    CHECK(bad.outcome == messaging::Outcome::kDeadLetter);
+    CHECK(bad.next.empty());
+    CHECK(bad.error.rfind("propose: task package: ", 0) == 0);
+    CHECK(bad.error.find("kernel.cpp") != std::string::npos);
   }
-  SECTION("a malformed payload fails the job without follow-ups") {
+  SECTION("a malformed payload is dead-lettered without follow-ups") {
     proto::Job junk;
     junk.job_id = "x:propose";
     junk.payload.data = "\xc1 not msgpack";
     messaging::JobOutcome failed = handler.handle(junk);
-    CHECK(failed.outcome == "failed");
+    CHECK(failed.outcome == messaging::Outcome::kDeadLetter);
     CHECK(failed.next.empty());
     CHECK_FALSE(failed.error.empty());
   }
   CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "tuner"}, {"outcome", "ok"}}) >= 1);
+}
+
+namespace {
+
+// A proposer that fails as it is told to, once per proposal.
+class ScriptedProposer final : public llm_bridge::Proposer {
+ public:
+  explicit ScriptedProposer(std::vector<Status> script) : script_(std::move(script)) {}
+  std::string model() const override { return "scripted"; }
+  Result<proto::Candidate> propose(const proto::ProposalRequest& req) override {
+    Status next = script_.at(calls_++);
+    if (!next.is_ok()) return next;
+    proto::Candidate c;
+    c.program_id = req.program_id;
+    c.code = req.parent.code;
+    return c;
+  }
+
+ private:
+  std::vector<Status> script_;
+  size_t calls_ = 0;
+};
+
+}  // namespace
+
+// The three kinds of fault, each with its one outcome: only the proposal's own is scored against it.
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the proposal's scored", "[llm_bridge]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  llm_bridge::ProposeHandler handler({"sm_90"}, registry);
+  handler.add("scripted", std::make_unique<ScriptedProposer>(std::vector<Status>{
+                              unavailable("POST /chat/completions: rate limited (429)"),
+                              Status::ok(),
+                              permission_denied("POST /chat/completions: HTTP 401: bad key"),
+                              invalid_argument("no fenced code block in the reply"),
+                          }));
+  const proto::Job job = propose_job("c1", 1, "scripted");
+
+  messaging::JobOutcome limited = handler.handle(job);
+  CHECK(limited.outcome == messaging::Outcome::kRetry);
+  CHECK(limited.next.empty());
+  CHECK(limited.error == "propose: POST /chat/completions: rate limited (429)");
+  messaging::JobOutcome again = handler.handle(job);  // given back, attempted again
+  CHECK(again.outcome == messaging::Outcome::kDone);
+  REQUIRE(again.next.size() == 1);
+  CHECK(again.next[0].service == "compile");
+
+  messaging::JobOutcome refused = handler.handle(propose_job("c1", 2, "scripted"));
+  CHECK(refused.outcome == messaging::Outcome::kDeadLetter);
+  CHECK(refused.next.empty());
+
+  messaging::JobOutcome prose = handler.handle(propose_job("c1", 3, "scripted"));
+  CHECK(prose.outcome == messaging::Outcome::kCandidateFault);
+  REQUIRE(prose.next.size() == 1);
+  CHECK(prose.next[0].service == "score");
+  auto r = decode_or_die<proto::ScoreResult>(prose.next[0].payload.data);
+  CHECK(r.stage == "propose");  // scored as no code
+  CHECK(r.error == "no fenced code block in the reply");
+  CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "scripted"}, {"outcome", "error"}}) == 3);
 }
 
 TEST_CASE("make_propose_handlers wires the tuner with slots and arch from the config", "[llm_bridge]") {

@@ -1,6 +1,9 @@
-// The "propose" service: a ProposalRequest in, the candidate's compile job out. A proposer that cannot
-// produce code still ends its candidate: the job answers with a ScoreResult (stage "propose"), which
-// the scorer records as perf_score 0, so a campaign never waits on a failed proposal.
+// The "propose" service: a ProposalRequest in, the candidate's compile job out. A proposal that fails is
+// answered by messaging::outcome_for: when it is the proposal's own failure (the reply held no usable code,
+// the tuner's space is used up) the job answers with a ScoreResult (stage "propose"), which the scorer
+// records as perf_score 0; a proposer that cannot be reached now (a timeout, a rate limit, a server error) is
+// given back; a permanent fault that is not the proposal's (an unknown proposer, a task package that does not
+// parse, a refused API key) is dead-lettered, and the scorer records the candidate as not evaluated.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -36,8 +39,9 @@ class ProposeHandler {
   messaging::JobOutcome handle(const proto::Job& job);
 
  private:
+  // The answer to a proposal that ended with `fault`, as outcome_for reads it.
   messaging::JobOutcome propose_failed(const proto::ProposalRequest& req, const ProposalInfo& info,
-                                       const std::string& error);
+                                       const Status& fault);
   // Token counters and Candidate.metadata from what the proposer reported.
   void account(const ProposalInfo& info, std::map<std::string, std::string>& metadata);
 
