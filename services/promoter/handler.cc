@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kiln/messaging/outcome.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::promoter {
@@ -35,11 +36,16 @@ messaging::JobOutcome PromoteHandler::handle(const proto::Job& job) {
   auto req = proto::decode<proto::PromoteRequest>(job.payload.data);
   if (!req.is_ok()) {
     errors_->Increment();
-    return messaging::JobOutcome::failed("promote: cannot decode PromoteRequest: " + req.status().message());
+    return messaging::JobOutcome::from_status(
+        messaging::job_fault(req.status()).with_context("promote: cannot decode PromoteRequest"));
   }
   proto::PromoteOutcome out;
   out.campaign_id = req->campaign_id;
   out.program_id = req->program_id;
+  auto tell_scorer = [&] {
+    return std::vector<proto::FollowUp>{proto::FollowUp{std::string(proto::svc::kScore), req->program_id + ":promoted",
+                                                        proto::Bytes{proto::encode(out)}, 0}};
+  };
 
   auto id = registry_.promote(*req, min_speedup_);
   if (id.is_ok()) {
@@ -47,26 +53,27 @@ messaging::JobOutcome PromoteHandler::handle(const proto::Job& job) {
     out.promoted = true;
     out.kernel_id = *id;
     spdlog::info("promoted {} as {}", req->program_id, *id);
-  } else if (registry::is_refusal(id.status())) {
-    refused_->Increment();
-    out.reason = id.status().message();
-    spdlog::info("refused {}: {}", req->program_id, out.reason);
-  } else if (is_retryable(id.status().code())) {
-    errors_->Increment();
-    return messaging::JobOutcome::retry("promote: " + id.status().message());
-  } else {
-    // The registry itself is broken (unreadable JSON): tell the scorer, and keep the job's error.
-    errors_->Increment();
-    out.reason = "registry error: " + id.status().message();
-    spdlog::error("cannot promote {}: {}", req->program_id, id.status().message());
+    return messaging::JobOutcome::ok(tell_scorer(), proto::encode(out));
   }
-
-  std::string payload = proto::encode(out);
-  std::vector<proto::FollowUp> next{
-      proto::FollowUp{std::string(proto::svc::kScore), req->program_id + ":promoted", proto::Bytes{payload}, 0}};
-  if (!id.is_ok() && !registry::is_refusal(id.status()))
-    return messaging::JobOutcome::failed("promote: " + id.status().message(), std::move(next));
-  return messaging::JobOutcome::ok(std::move(next), std::move(payload));
+  // A refusal by the promotion rules (too slow, a duplicate, a malformed request) is the kernel's own
+  // failure; I/O trouble is given back; a registry that cannot be read is a fault of the registry, never the
+  // kernel's: the job is dead-lettered and the scorer records the promotion as failed, with the cause.
+  const bool refusal = registry::is_refusal(id.status());
+  const Status fault = refusal ? messaging::candidate_fault(id.status()) : id.status();
+  messaging::JobOutcome answer = messaging::JobOutcome::from_status(fault.with_context("promote"), [&](const Status&) {
+    out.reason = id.status().message();
+    return tell_scorer();
+  });
+  if (answer.outcome == messaging::Outcome::kCandidateFault) {
+    refused_->Increment();
+    answer.payload = proto::encode(out);
+    spdlog::info("refused {}: {}", req->program_id, out.reason);
+  } else {
+    errors_->Increment();
+    if (answer.outcome == messaging::Outcome::kDeadLetter)
+      spdlog::error("cannot promote {}: {}", req->program_id, id.status().message());
+  }
+  return answer;
 }
 
 Result<service::ServiceHandlers> make_promote_handlers(const service::ServiceContext& ctx) {

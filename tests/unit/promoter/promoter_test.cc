@@ -8,6 +8,7 @@
 #include "kiln/proto/payloads.h"
 
 using kiln::messaging::JobOutcome;
+using kiln::messaging::Outcome;
 using kiln::promoter::PromoteHandler;
 
 namespace {
@@ -76,16 +77,17 @@ TEST_CASE("the promote handler promotes, refuses and tells the scorer", "[promot
   REQUIRE(handler.is_ok());
 
   JobOutcome ok = (*handler)->handle(job_for(request("int kiln_entry() { return 0; }\n")));
-  CHECK(ok.outcome == "ok");
+  CHECK(ok.outcome == Outcome::kDone);
   auto promoted = follow_up(ok);
   CHECK(promoted.promoted);
   CHECK(promoted.kernel_id == "cpp_rmsnorm_testcpu3000_fp32_b16_h1024_v1");
   CHECK(ok.payload == ok.next[0].payload.data);
   CHECK(std::filesystem::exists(dir.path() + "/kernel_registry/kernels/cpp/rmsnorm/" + promoted.kernel_id + ".cpp"));
 
-  // The same source again: the job is done, the kernel is not promoted twice.
+  // The same source again: refused, the kernel is not promoted twice.
   JobOutcome dup = (*handler)->handle(job_for(request("int kiln_entry() { return 0; }\n")));
-  CHECK(dup.outcome == "ok");
+  CHECK(dup.outcome == Outcome::kCandidateFault);
+  CHECK(dup.payload == dup.next.at(0).payload.data);
   auto refused = follow_up(dup);
   CHECK_FALSE(refused.promoted);
   CHECK(refused.reason == "duplicate of cpp_rmsnorm_testcpu3000_fp32_b16_h1024_v1");
@@ -93,13 +95,13 @@ TEST_CASE("the promote handler promotes, refuses and tells the scorer", "[promot
   auto slow = request("int kiln_entry() { return 1; }\n");
   slow.confirmation = timing(1.2, 1.04);
   JobOutcome low = (*handler)->handle(job_for(slow));
-  CHECK(low.outcome == "ok");
+  CHECK(low.outcome == Outcome::kCandidateFault);
   CHECK(follow_up(low).reason == "confirmation speedup interval lower bound 1.04 < 1.10");
 
   kiln::proto::Job garbage;
   garbage.payload.data = "\x01\x02 not msgpack";
   JobOutcome bad = (*handler)->handle(garbage);
-  CHECK(bad.outcome == "failed");
+  CHECK(bad.outcome == Outcome::kDeadLetter);
   CHECK(bad.next.empty());
   CHECK(bad.error.starts_with("promote: cannot decode PromoteRequest"));
 
@@ -113,16 +115,44 @@ TEST_CASE("the promote handler promotes, refuses and tells the scorer", "[promot
   CHECK(listed->size() == 1);
 }
 
-TEST_CASE("a broken registry is an error reported to the scorer", "[promoter]") {
+// The three kinds of fault, each with its one outcome: only the kernel's own is held against it.
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the kernel's refused", "[promoter]") {
   kiln::TempDir dir;
-  REQUIRE(kiln::write_file_atomic(dir.path() + "/verified_kernels.json", "{broken").is_ok());
-  auto handler = PromoteHandler::create({dir.path(), 1.10}, nullptr);
+  // The registry's folder cannot be made for now (a file is in the way): I/O trouble, given back.
+  const std::string blocker = dir.path() + "/mnt";
+  REQUIRE(kiln::write_file_atomic(blocker, "not a folder").is_ok());
+  auto handler = PromoteHandler::create({blocker + "/kernel_registry", 1.10}, nullptr);
   REQUIRE(handler.is_ok());
-  JobOutcome out = (*handler)->handle(job_for(request("x")));
-  CHECK(out.outcome == "failed");
-  auto told = follow_up(out);
+  const auto job = job_for(request("int kiln_entry() { return 0; }\n"));
+  JobOutcome busy = (*handler)->handle(job);
+  CHECK(busy.outcome == Outcome::kRetry);
+  CHECK(busy.next.empty());
+  CHECK(busy.error.rfind("promote: ", 0) == 0);
+  std::filesystem::remove(blocker);
+  JobOutcome again = (*handler)->handle(job);  // given back, attempted again
+  CHECK(again.outcome == Outcome::kDone);
+  CHECK(follow_up(again).promoted);
+
+  // A registry that cannot be read is its own fault, never the kernel's: dead-lettered, not refused.
+  REQUIRE(kiln::write_file_atomic(blocker + "/kernel_registry/verified_kernels.json", "{broken").is_ok());
+  JobOutcome broken = (*handler)->handle(job_for(request("int kiln_entry() { return 2; }\n")));
+  CHECK(broken.outcome == Outcome::kDeadLetter);
+  CHECK(broken.next.empty());  // the dead letter on the wire tells the scorer the promotion failed
+  CHECK(broken.error == "promote: verified_kernels.json: not valid JSON");
+  auto wire = kiln::messaging::to_result(job, broken);
+  CHECK(wire.outcome == "failed");
+  REQUIRE(wire.next.size() == 1);
+  CHECK(wire.next[0].job_id == "dead:c7/p12:promote");
+
+  // The kernel's own: below the bar. Refused, and the scorer is told why.
+  auto slow = request("int kiln_entry() { return 3; }\n");
+  slow.confirmation = timing(1.2, 1.04);
+  std::filesystem::remove(blocker + "/kernel_registry/verified_kernels.json");
+  JobOutcome low = (*handler)->handle(job_for(slow));
+  CHECK(low.outcome == Outcome::kCandidateFault);
+  auto told = follow_up(low);
   CHECK_FALSE(told.promoted);
-  CHECK(told.reason == "registry error: verified_kernels.json: not valid JSON");
+  CHECK(told.reason == "confirmation speedup interval lower bound 1.04 < 1.10");
 }
 
 TEST_CASE("make_promote_handlers reads the config and resolves relative paths", "[promoter]") {
@@ -144,7 +174,7 @@ TEST_CASE("make_promote_handlers reads the config and resolves relative paths", 
   auto r = request("y");
   r.confirmation = timing(1.25, 1.2);
   JobOutcome out = handlers->job(job_for(r));
-  CHECK(out.outcome == "ok");
+  CHECK(out.outcome == Outcome::kCandidateFault);
   CHECK(follow_up(out).reason == "confirmation speedup 1.25 < 1.30");
   CHECK(std::filesystem::exists(dir.path() + "/reg") == false);  // refusals write nothing
   CHECK(metrics_text(*ctx.metrics).find("kiln_promotions_total{outcome=\"refused\"} 1") != std::string::npos);

@@ -1,5 +1,6 @@
-// The "promote" service: a PromoteRequest in, a PromoteOutcome for the scorer out. A refusal is a
-// finished job (promoted = false, with the reason); only trouble writing the registry is an error.
+// The "promote" service: a PromoteRequest in, a PromoteOutcome for the scorer out. A refusal by the rules is
+// the kernel's own failure (promoted = false, with the reason); trouble writing the registry is given back,
+// a registry that cannot be read is dead-lettered (messaging::outcome_for).
 #pragma once
 
 #include <prometheus/counter.h>
