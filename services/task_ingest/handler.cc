@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "kiln/core/time.h"
+#include "kiln/messaging/outcome.h"
 #include "kiln/task/task.h"
 
 namespace kiln::task_ingest {
@@ -68,16 +69,21 @@ Result<proto::CampaignStart> IngestHandler::campaign_for(const proto::IngestRequ
 }
 
 messaging::JobOutcome IngestHandler::handle(const proto::Job& job) {
+  // The submission is the candidate here: a request that cannot be read is its own failure, and the job's
+  // error tells the submitter why.
   auto req = proto::decode<proto::IngestRequest>(job.payload.data);
-  if (!req.is_ok()) {
-    rejected_->Increment();
-    return messaging::JobOutcome::failed("ingest: cannot decode IngestRequest: " + req.status().message());
-  }
-  auto start = campaign_for(*req);
+  if (!req.is_ok()) return answer(messaging::candidate_fault(req.status()).with_context("ingest: cannot decode IngestRequest"));
+  return answer(campaign_for(*req));
+}
+
+messaging::JobOutcome IngestHandler::answer(Result<proto::CampaignStart> start) {
   if (!start.is_ok()) {
-    rejected_->Increment();
-    spdlog::info("rejected campaign {}: {}", req->campaign_id, start.status().message());
-    return messaging::JobOutcome::failed(start.status().message());
+    messaging::JobOutcome out = messaging::JobOutcome::from_status(start.status());
+    if (out.outcome == messaging::Outcome::kCandidateFault) {
+      rejected_->Increment();
+      spdlog::info("rejected a campaign: {}", start.status().message());
+    }
+    return out;
   }
   accepted_->Increment();
   spdlog::info("campaign {}: task '{}' ({}), budget {}, proposer {}", start->campaign_id, start->task_name,

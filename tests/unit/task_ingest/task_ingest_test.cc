@@ -7,6 +7,7 @@
 #include "kiln/task_ingest/handler.h"
 
 using kiln::messaging::JobOutcome;
+using kiln::messaging::Outcome;
 using kiln::task_ingest::IngestHandler;
 
 namespace {
@@ -43,7 +44,7 @@ TEST_CASE("a valid package starts a campaign on the scorer", "[ingest]") {
   auto req = request("good_cpu");
   double before = kiln::wall_time_s();
   JobOutcome out = handler.handle(job_for(req));
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == Outcome::kDone);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "score");
   CHECK(out.next[0].job_id == "campaign:rmsnorm-001:start");
@@ -74,13 +75,13 @@ TEST_CASE("the submitter's early-stop settings reach the campaign", "[ingest]") 
   req.target_speedup = 1.5;
   req.patience = 6;
   JobOutcome out = handler.handle(job_for(req));
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == Outcome::kDone);
   auto start = kiln::proto::decode<kiln::proto::CampaignStart>(out.payload);
   REQUIRE(start.is_ok());
   CHECK(start->target_speedup == 1.5);
   CHECK(start->patience == 6);
   req.patience = -1;
-  CHECK(handler.handle(job_for(req)).outcome == "failed");
+  CHECK(handler.handle(job_for(req)).outcome == Outcome::kCandidateFault);
 }
 
 TEST_CASE("broken packages fail the job with the validation line and no follow-up", "[ingest]") {
@@ -96,12 +97,12 @@ TEST_CASE("broken packages fail the job with the validation line and no follow-u
                              "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\""}}) {
     INFO(c.fixture);
     JobOutcome out = handler.handle(job_for(request(c.fixture)));
-    CHECK(out.outcome == "failed");
+    CHECK(out.outcome == Outcome::kCandidateFault);
     CHECK(out.error == c.error);
     CHECK(out.next.empty());
   }
   JobOutcome yaml = handler.handle(job_for(request("broken_bad_yaml")));
-  CHECK(yaml.outcome == "failed");
+  CHECK(yaml.outcome == Outcome::kCandidateFault);
   CHECK(yaml.error.starts_with("task.yaml: line 4:"));
 }
 
@@ -110,7 +111,7 @@ TEST_CASE("requests are checked before the package", "[ingest]") {
   auto req = request("good_cpu");
   req.campaign_id = "bad:id";
   JobOutcome out = handler.handle(job_for(req));
-  CHECK(out.outcome == "failed");
+  CHECK(out.outcome == Outcome::kCandidateFault);
   CHECK(out.error == "campaign_id must be 1-128 characters of [A-Za-z0-9_.-], got \"bad:id\"");
 
   req = request("good_cpu");
@@ -129,8 +130,33 @@ TEST_CASE("requests are checked before the package", "[ingest]") {
   kiln::proto::Job garbage;
   garbage.payload.data = "junk";
   JobOutcome bad = handler.handle(garbage);
-  CHECK(bad.outcome == "failed");
+  CHECK(bad.outcome == Outcome::kCandidateFault);
   CHECK(bad.error.starts_with("ingest: cannot decode IngestRequest"));
+}
+
+// The submission is the candidate of an ingest job. Its own failure fails the job with the reason; a fault
+// that is not its own is given back or dead-lettered, by the same rule as every handler.
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the submission's refused", "[ingest]") {
+  auto metrics = std::make_shared<prometheus::Registry>();
+  IngestHandler handler({}, metrics);
+  JobOutcome busy = handler.answer(kiln::unavailable("the package store is busy"));
+  CHECK(busy.outcome == Outcome::kRetry);
+  CHECK(busy.next.empty());
+  JobOutcome broken = handler.answer(kiln::internal_error("no defaults configured"));
+  CHECK(broken.outcome == Outcome::kDeadLetter);
+  CHECK(broken.next.empty());
+  JobOutcome too_big = handler.answer(kiln::resource_exhausted("package is larger than 64 MiB"));
+  CHECK(too_big.outcome == Outcome::kCandidateFault);
+  CHECK(too_big.error == "package is larger than 64 MiB");
+  CHECK(too_big.next.empty());
+  JobOutcome invalid = handler.handle(job_for(request("broken_unknown_key")));
+  CHECK(invalid.outcome == Outcome::kCandidateFault);
+  CHECK(invalid.next.empty());
+  // Only the submission's own failures count as rejected.
+  const std::string text = prometheus::TextSerializer().Serialize(metrics->Collect());
+  CHECK(text.find("kiln_tasks_ingested_total{outcome=\"rejected\"} 2") != std::string::npos);
+  // On the wire both end the job as "failed", which `kiln submit` reports.
+  CHECK(kiln::messaging::to_result(job_for(request("good_cpu")), invalid).outcome == "failed");
 }
 
 TEST_CASE("make_ingest_handlers takes its defaults from the scorer config", "[ingest]") {
@@ -144,7 +170,7 @@ TEST_CASE("make_ingest_handlers takes its defaults from the scorer config", "[in
   auto req = request("good_cpu");
   req.budget = -1;
   JobOutcome out = handlers->job(job_for(req));
-  REQUIRE(out.outcome == "ok");
+  REQUIRE(out.outcome == Outcome::kDone);
   auto start = kiln::proto::decode<kiln::proto::CampaignStart>(out.payload);
   REQUIRE(start.is_ok());
   CHECK(start->budget == 11);

@@ -1,5 +1,6 @@
 // The "ingest" service: an IngestRequest (a task package and campaign settings) in; a valid package
-// becomes a CampaignStart for the scorer, an invalid one a failed job with the one-line validation error.
+// becomes a CampaignStart for the scorer, an invalid one a failed job with the one-line validation error
+// (the submission's own failure: messaging::Outcome::kCandidateFault).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -31,6 +32,12 @@ class IngestHandler {
 
   // The validation step alone: the CampaignStart a request becomes, or the one-line reason it cannot.
   Result<proto::CampaignStart> campaign_for(const proto::IngestRequest& request) const;
+
+  // The answer to a request that became `start`, or to the reason it could not, by messaging::outcome_for:
+  // a submission that does not validate (kInvalidArgument, kResourceExhausted) is its own failure, a failed
+  // job with the reason and no follow-up; any other fault is not the submission's, given back or
+  // dead-lettered.
+  messaging::JobOutcome answer(Result<proto::CampaignStart> start);
 
  private:
   IngestOptions options_;
