@@ -44,10 +44,6 @@ struct JobOutcome {
     return of(Outcome::kDone, {}, std::move(next), std::move(payload));
   }
   static JobOutcome retry(std::string error) { return of(Outcome::kRetry, std::move(error)); }
-  // The RESULT word "failed" as handlers wrote it before outcome_for: use candidate_fault or dead_letter.
-  static JobOutcome failed(std::string error, std::vector<proto::FollowUp> next = {}) {
-    return candidate_fault(std::move(error), std::move(next));
-  }
   static JobOutcome dead_letter(std::string error) { return of(Outcome::kDeadLetter, std::move(error)); }
   // `next`: the verdict for the scorer (or whoever judges); `error`: one line saying what the candidate did.
   static JobOutcome candidate_fault(std::string error, std::vector<proto::FollowUp> next = {},
