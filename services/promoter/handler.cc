@@ -56,10 +56,12 @@ messaging::JobOutcome PromoteHandler::handle(const proto::Job& job) {
     return messaging::JobOutcome::ok(tell_scorer(), proto::encode(out));
   }
   // A refusal by the promotion rules (too slow, a duplicate, a malformed request) is the kernel's own
-  // failure; I/O trouble is given back; a registry that cannot be read is a fault of the registry, never the
-  // kernel's: the job is dead-lettered and the scorer records the promotion as failed, with the cause.
-  const bool refusal = registry::is_refusal(id.status());
-  const Status fault = refusal ? messaging::candidate_fault(id.status()) : id.status();
+  // failure. Anything else is the registry's, never the kernel's: I/O trouble is given back; a registry that
+  // cannot be read (or has outgrown its bound) is dead-lettered, and the scorer records the promotion as
+  // failed, with the cause.
+  Status fault = id.status();
+  if (registry::is_refusal(fault)) fault = messaging::candidate_fault(fault);
+  else if (!is_retryable(fault.code())) fault = messaging::job_fault(fault);
   messaging::JobOutcome answer = messaging::JobOutcome::from_status(fault.with_context("promote"), [&](const Status&) {
     out.reason = id.status().message();
     return tell_scorer();
