@@ -57,7 +57,8 @@ struct Campaign {
     proposer.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
     driver.set_propose([this](const proto::FollowUp& f) {
       messaging::JobOutcome out = proposer.handle(as_job(f.service, f.job_id, f.payload.data));
-      CHECK(out.outcome == "ok");
+      // A proposal, or the tuner's own failure (its space is used up) scored as no code: never given back.
+      CHECK((out.outcome == messaging::Outcome::kDone || out.outcome == messaging::Outcome::kCandidateFault));
       return out.next;
     });
   }
