@@ -38,7 +38,7 @@ struct LocalKiln {
   std::string registry = dir.path() + "/registry";
   std::unique_ptr<Background> up;
 
-  explicit LocalKiln(int compilers = 2, int testers = 1) {
+  explicit LocalKiln(int compilers = 2, int testers = 1, double screen_below = 0) {
     std::ofstream(config) << "broker:\n"
                           << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
                           << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
@@ -52,7 +52,8 @@ struct LocalKiln {
                           << "  metrics_port: 0\n"
                           // Warm and a little longer: these tests check the pipeline and promotion, not cache
                           // flushing, and a confident interval must not hinge on one slow generation.
-                          << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
+                          << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2,"
+                          << " screen_below: " << screen_below << "}\n"
                           << "scorer: {metrics_port: " << scorer_port << ", max_in_flight: 3}\n"
                           << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
                           << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
@@ -197,6 +198,27 @@ TEST_CASE("a kernel that caches its results by input is never promoted", "[integ
   INFO("kiln best: " << best.out);
   for (const auto& p : json::parse(best.out)["programs"]) CHECK(p["perf_score"].get<int>() < 5);
   CHECK(best.out.find("timed round") != std::string::npos);
+}
+
+TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with its partial interval and why",
+          "[integration]") {
+  // Program 0 is forty times slower than the reference: with screening at the promotion bar its timing
+  // stops once its interval says it cannot reach 1.10x, and the archive keeps that interval and the reason.
+  LocalKiln k(2, 1, 1.10);
+  auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/slow_cpu", "--budget", "0", "--wait",
+                   "--timeout", "120"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester"));
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["scored"] == 1);
+  CHECK(out[0]["promoted"].empty());
+  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  REQUIRE(best.exit_code == 0);
+  INFO("kiln best: " << best.out);
+  CHECK(best.out.find("screened out on N=65536: speedup 0.") != std::string::npos);
+  CHECK(best.out.find("cannot reach 1.1x") != std::string::npos);
 }
 
 TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores each once", "[integration]") {
