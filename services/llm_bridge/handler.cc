@@ -16,13 +16,7 @@ constexpr std::string_view kDefaultProposer = "tuner";
 // would make the label set unbounded.
 constexpr std::string_view kUnknownModel = "unknown";
 
-proto::FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
-  proto::FollowUp f;
-  f.service = std::string(service);
-  f.job_id = std::move(job_id);
-  f.payload.data = std::move(payload);
-  return f;
-}
+using proto::follow_up;
 
 std::string campaign_of(const proto::ProposalRequest& req) {
   if (!req.parent.campaign_id.empty()) return req.parent.campaign_id;

@@ -4,14 +4,6 @@
 
 namespace kiln::scorer {
 
-proto::FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
-  proto::FollowUp f;
-  f.service = std::string(service);
-  f.job_id = std::move(job_id);
-  f.payload.data = std::move(payload);
-  return f;
-}
-
 Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx) {
   fx.duplicate = true;
   return store.add_duplicate(c);

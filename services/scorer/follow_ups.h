@@ -22,7 +22,7 @@ struct Effects {
   bool duplicate = false;             // a repeat of something already recorded: ignored, counted
 };
 
-proto::FollowUp follow_up(std::string_view service, std::string job_id, std::string payload);
+using proto::follow_up;
 
 // A repeated result or start: counted against the campaign, answered without follow-ups.
 Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx);

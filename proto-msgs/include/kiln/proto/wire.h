@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/proto/codec.h"
@@ -78,6 +80,15 @@ struct FollowUp {
     v("avoid_worker", avoid_worker);
   }
 };
+
+// A follow-up job for `service` carrying an encoded payload, with the service's default lease.
+inline FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
+  FollowUp f;
+  f.service = std::string(service);
+  f.job_id = std::move(job_id);
+  f.payload.data = std::move(payload);
+  return f;
+}
 
 namespace outcome {
 inline constexpr std::string_view kOk = "ok";          // done; enqueue `next`
