@@ -70,16 +70,20 @@ json run_broker(int workers_n, int jobs, size_t payload_bytes) {
   }
   double elapsed = monotonic_s() - t0;
   const auto& bc = (*b)->counters();
-  json counters{{"completed", bc.completed.load()}, {"late_results", bc.late_results.load()},
-                {"requeued", bc.requeued.load()}, {"rejected_frames", bc.rejected_frames.load()},
-                {"duplicate_submits", bc.duplicate_submits.load()}, {"acks", acks}};
+  json counters{{"completed", bc.completed.load()},
+                {"late_results", bc.late_results.load()},
+                {"requeued", bc.requeued.load()},
+                {"rejected_frames", bc.rejected_frames.load()},
+                {"duplicate_submits", bc.duplicate_submits.load()},
+                {"acks", acks}};
   wstop = true;
   for (auto& t : wt) t.join();
   stop = true;
   bt.join();
   double rate = done / elapsed;
-  return json{{"workers", workers_n}, {"jobs", jobs}, {"completed", done.load()}, {"seconds", elapsed},
-              {"jobs_per_second", rate}, {"ms_per_job", 1000.0 / rate},
+  return json{{"workers", workers_n},       {"jobs", jobs},
+              {"completed", done.load()},   {"seconds", elapsed},
+              {"jobs_per_second", rate},    {"ms_per_job", 1000.0 / rate},
               {"broker_counters", counters}};
 }
 
@@ -126,7 +130,7 @@ int main(int argc, char** argv) {
               {"raw_zmq_push_pull", raw},
               {"broker", json::array({one, four})},
               {"ratio_to_raw", json::array({one["jobs_per_second"].get<double>() / raw_rate,
-                                             four["jobs_per_second"].get<double>() / raw_rate})},
+                                            four["jobs_per_second"].get<double>() / raw_rate})},
               {"target", "broker overhead per job < 1 ms"}};
   std::printf("%s\n", result.dump(2).c_str());
   if (!out.empty()) {

@@ -210,8 +210,11 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
             for (const auto& w : st->workers) {
               pid_t pid = pid_of_worker(w.worker_id);
               if (w.service == test_service && w.in_flight > 0 && pid > 0 && ::kill(pid, SIGKILL) == 0) {
-                killed = json{{"worker_id", w.worker_id}, {"pid", pid}, {"at_s", wall_time_s() - t0},
-                              {"scored_before", scored}, {"gpu", w.caps.gpu_uuid}};
+                killed = json{{"worker_id", w.worker_id},
+                              {"pid", pid},
+                              {"at_s", wall_time_s() - t0},
+                              {"scored_before", scored},
+                              {"gpu", w.caps.gpu_uuid}};
                 std::fprintf(stderr, "killed tester %s (pid %d) holding a job, %lld of %lld scored\n",
                              w.worker_id.c_str(), pid, static_cast<long long>(scored),
                              static_cast<long long>(expected));
@@ -249,15 +252,20 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
     programs_total += programs;
     eval_results_total += eval_results;
     duplicates_total += std::max<int64_t>(0, duplicates);
-    campaigns.push_back({{"task", c.task_name}, {"state", c.state}, {"scored", c.scored},
-                         {"programs", programs}, {"scored_programs", scored_programs},
-                         {"eval_results", eval_results}, {"duplicate_results_ignored", duplicates},
-                         {"best_speedup", c.best_speedup}, {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
+    campaigns.push_back({{"task", c.task_name},
+                         {"state", c.state},
+                         {"scored", c.scored},
+                         {"programs", programs},
+                         {"scored_programs", scored_programs},
+                         {"eval_results", eval_results},
+                         {"duplicate_results_ignored", duplicates},
+                         {"best_speedup", c.best_speedup},
+                         {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
                          {"promoted", c.promoted.size()}});
   }
   bool all_done = done;
-  bool exactly_once = all_done && scored_total == expected && programs_total == expected &&
-                      eval_results_total == expected;
+  bool exactly_once =
+      all_done && scored_total == expected && programs_total == expected && eval_results_total == expected;
   // Where the time went, from the broker's histograms: how busy the testers were, how long jobs waited.
   const std::string svc = "service=\"" + test_service + "\"";
   double test_jobs = sum_of_samples(broker_metrics, "kiln_job_duration_seconds_count", svc);
@@ -274,28 +282,29 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
                    {"compile_job_mean_s", compile_jobs > 0 ? compile_s / compile_jobs : 0}};
   json gpu_json = json::object();
   for (const auto& [g, s] : gpus) gpu_json[g] = s.to_json();
-  json r = {{"testers", testers},
-            {"compilers", o.compilers},
-            {"backend", o.backend},
-            {"tasks", dirs.size()},
-            {"budget_per_task", o.budget},
-            {"expected_candidates", expected},
-            {"all_campaigns_done", all_done},
-            {"wall_s", wall},
-            {"candidates_scored", scored_total},
-            {"candidates_per_hour", wall > 0 ? scored_total * 3600.0 / wall : 0},
-            {"exactly_once", exactly_once},
-            {"duplicate_results_ignored", duplicates_total},
-            {"requeued_test_jobs", sum_of_samples(broker_metrics, "kiln_jobs_requeued_total", "\"" + test_service + "\"")},
-            {"late_results_dropped", sum_of_samples(broker_metrics, "kiln_broker_duplicates_total", "")},
-            {"gpu_utilization_ratio", gpu_json},
-            {"pipeline", pipeline},
-            {"killed", killed},
-            {"campaigns", campaigns}};
+  json r = {
+      {"testers", testers},
+      {"compilers", o.compilers},
+      {"backend", o.backend},
+      {"tasks", dirs.size()},
+      {"budget_per_task", o.budget},
+      {"expected_candidates", expected},
+      {"all_campaigns_done", all_done},
+      {"wall_s", wall},
+      {"candidates_scored", scored_total},
+      {"candidates_per_hour", wall > 0 ? scored_total * 3600.0 / wall : 0},
+      {"exactly_once", exactly_once},
+      {"duplicate_results_ignored", duplicates_total},
+      {"requeued_test_jobs", sum_of_samples(broker_metrics, "kiln_jobs_requeued_total", "\"" + test_service + "\"")},
+      {"late_results_dropped", sum_of_samples(broker_metrics, "kiln_broker_duplicates_total", "")},
+      {"gpu_utilization_ratio", gpu_json},
+      {"pipeline", pipeline},
+      {"killed", killed},
+      {"campaigns", campaigns}};
   if (kill) {
     auto log = read_file(dir.path() + "/up.log");
-    r["supervisor_restarted_a_tester"] = log.is_ok() && log->find("service tester-") != std::string::npos &&
-                                         log->find("restarted") != std::string::npos;
+    r["supervisor_restarted_a_tester"] =
+        log.is_ok() && log->find("service tester-") != std::string::npos && log->find("restarted") != std::string::npos;
   }
   return r;
 }

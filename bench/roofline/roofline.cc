@@ -50,10 +50,10 @@ void check(const kiln::Status& s, const std::string& what) {
   if (!s.is_ok()) die(what + ": " + s.message());
 }
 
-#define CUDA_OR_DIE(call)                                                                           \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) die(kiln::cuda::describe_error(e_, #call, __FILE__, __LINE__));          \
+#define CUDA_OR_DIE(call)                                                                  \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) die(kiln::cuda::describe_error(e_, #call, __FILE__, __LINE__)); \
   } while (0)
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -355,8 +355,10 @@ json compiler_farm(const std::string& cache_root) {
     for (const auto& b : built) ok += b.ok;
     const double rate = ok / wall;
     if (replicas == 1) single_rate = rate;
-    out[std::to_string(replicas)] = {{"jobs", jobs},       {"ok", ok},
-                                     {"wall_s", wall},     {"builds_per_s", rate},
+    out[std::to_string(replicas)] = {{"jobs", jobs},
+                                     {"ok", ok},
+                                     {"wall_s", wall},
+                                     {"builds_per_s", rate},
                                      {"speedup_vs_1", single_rate > 0 ? rate / single_rate : 0}};
     if (replicas == 1) {
       const auto h0 = Clock::now();
@@ -400,10 +402,14 @@ json tester_overhead(kiln::compiler::CompileHandler& compiler, const std::string
     status = r->status;
     child.push_back(r->duration_s * 1e3);
   }
-  return {{"status", status}, {"evaluations", walls.size()}, {"median_wall_ms", median(walls)},
-          {"median_child_ms", median(child)}, {"walls_ms", walls},
-          {"what", "one evaluation of cuda_transpose program 0 with a 64x64 benchmark case and a minimal timing "
-                   "loop: spawn, CUDA context, dlopen, 9 correctness runs x 3 calls, recheck"}};
+  return {{"status", status},
+          {"evaluations", walls.size()},
+          {"median_wall_ms", median(walls)},
+          {"median_child_ms", median(child)},
+          {"walls_ms", walls},
+          {"what",
+           "one evaluation of cuda_transpose program 0 with a 64x64 benchmark case and a minimal timing "
+           "loop: spawn, CUDA context, dlopen, 9 correctness runs x 3 calls, recheck"}};
 }
 
 json sgemm_vs_cublas(kiln::compiler::CompileHandler& compiler, const std::string& dir, cudaStream_t stream,
@@ -438,8 +444,10 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::string only;  // a comma list of sections, empty for all
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--out") out_path = argv[i + 1];
-    else if (std::string(argv[i]) == "--only") only = argv[i + 1];
+    if (std::string(argv[i]) == "--out")
+      out_path = argv[i + 1];
+    else if (std::string(argv[i]) == "--only")
+      only = argv[i + 1];
   }
   auto wanted = [&](const std::string& section) { return only.empty() || only.find(section) != std::string::npos; };
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

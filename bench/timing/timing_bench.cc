@@ -59,8 +59,9 @@ T value_or_fail(kiln::Result<T> r, const std::string& context) {
 // Compiles one source of the package the way the compiler service does for the CPU backend.
 std::string compile(const Options& o, const std::string& dir, const std::string& source_name) {
   const std::string out = dir + "/" + std::filesystem::path(source_name).stem().string() + ".so";
-  const std::string cmd = o.cxx + " -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I" KILN_SOURCE_DIR
-                          "/libs/core/include -o " + out + " " + o.task_dir + "/" + source_name;
+  const std::string cmd =
+      o.cxx + " -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I" KILN_SOURCE_DIR "/libs/core/include -o " + out +
+      " " + o.task_dir + "/" + source_name;
   if (std::system(cmd.c_str()) != 0) fail("compiling " + source_name + " failed: " + cmd);
   return out;
 }
@@ -85,8 +86,8 @@ Stats stats_of(std::vector<double> v) {
 }
 
 json to_json(const Stats& s, const std::string& unit) {
-  return {{"min_" + unit, s.min}, {"max_" + unit, s.max}, {"mean_" + unit, s.mean}, {"median_" + unit, s.median},
-          {"cv", s.cv}, {"spread_ratio", s.min > 0 ? s.max / s.min : 0}};
+  return {{"min_" + unit, s.min},       {"max_" + unit, s.max}, {"mean_" + unit, s.mean},
+          {"median_" + unit, s.median}, {"cv", s.cv},           {"spread_ratio", s.min > 0 ? s.max / s.min : 0}};
 }
 
 // One evaluation as the tester runs it: scratch dir, sandboxed kiln-eval, report read back.
@@ -112,8 +113,8 @@ EvalRun run_eval(const Options& o, const kiln::proto::FileMap& files, const std:
   std::filesystem::copy_file(reference_so, s + "/reference.so");
 
   kiln::sandbox::SandboxOptions run;
-  run.argv = {o.eval_binary, "--task", "task", "--kernel", "kernel.so", "--reference", "reference.so", "--out",
-              "result.msgpack", "--mode", o.mode};
+  run.argv = {o.eval_binary,  "--task", "task",           "--kernel", "kernel.so", "--reference",
+              "reference.so", "--out",  "result.msgpack", "--mode",   o.mode};
   if (!measure) run.argv.push_back("--no-timing");
   run.working_dir = s;
   run.env = {"PATH=/usr/bin:/bin", "HOME=" + s, "TMPDIR=" + s, "LC_ALL=C"};
@@ -252,11 +253,16 @@ json run(const Options& o) {
     kiln_ref_us.push_back(c.reference.median_us);
     speedups.push_back(c.speedup);
     naive_us.push_back(naive_mean);
-    runs.push_back({{"kiln_median_us", c.candidate.median_us}, {"kiln_cv", c.candidate.cv},
-                    {"kiln_samples", c.candidate.n}, {"kiln_stop_reason", c.stop_reason},
-                    {"reference_median_us", c.reference.median_us}, {"speedup", c.speedup},
-                    {"speedup_lo", c.speedup_lo}, {"speedup_hi", c.speedup_hi},
-                    {"naive_mean_us", naive_mean}, {"eval_wall_ms", r.sandbox_ms}});
+    runs.push_back({{"kiln_median_us", c.candidate.median_us},
+                    {"kiln_cv", c.candidate.cv},
+                    {"kiln_samples", c.candidate.n},
+                    {"kiln_stop_reason", c.stop_reason},
+                    {"reference_median_us", c.reference.median_us},
+                    {"speedup", c.speedup},
+                    {"speedup_lo", c.speedup_lo},
+                    {"speedup_hi", c.speedup_hi},
+                    {"naive_mean_us", naive_mean},
+                    {"eval_wall_ms", r.sandbox_ms}});
   }
 
   std::vector<double> tester_ms, sandbox_ms, internal_ms;
@@ -297,8 +303,10 @@ json run(const Options& o) {
       {"notes",
        "kiln_median_us: the candidate's median from each of the separate kiln-eval runs (tester defaults). "
        "naive_mean_us: 100 back-to-back calls in this process on the same inputs, taken after each run. "
-       "overhead_ms: medians over " + std::to_string(kCorrectnessRepeats) + " correctness-only runs; "
-       "spawn is a sandboxed /bin/true; load is dlopen of both objects in this process."},
+       "overhead_ms: medians over " +
+           std::to_string(kCorrectnessRepeats) +
+           " correctness-only runs; "
+           "spawn is a sandboxed /bin/true; load is dlopen of both objects in this process."},
   };
 }
 

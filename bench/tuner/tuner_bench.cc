@@ -63,11 +63,13 @@ Measured measure(compiler::CompileHandler& cc, tester::TestHandler& tt, const pr
   req.arch = "native";
   req.files = files;
   messaging::JobOutcome built = cc.compile(req);
-  if (built.outcome != "ok" || built.next.empty()) die("compile of " + archive::params_string(params) + ": " + built.error);
+  if (built.outcome != "ok" || built.next.empty())
+    die("compile of " + archive::params_string(params) + ": " + built.error);
   proto::FollowUp next = built.next.front();
   if (next.service.rfind("test.", 0) == 0) {
     messaging::JobOutcome tested = tt.handle(job_of(next));
-    if (tested.outcome != "ok" || tested.next.empty()) die("test of " + archive::params_string(params) + ": " + tested.error);
+    if (tested.outcome != "ok" || tested.next.empty())
+      die("test of " + archive::params_string(params) + ": " + tested.error);
     next = tested.next.front();
   }
   Measured m;
@@ -152,7 +154,8 @@ int main(int argc, char** argv) {
   if (spec.backend != "cpu") die("task " + spec.name + ": the benchmark runs CPU tasks");
   llm_bridge::ParamSpace space = value_or_die(llm_bridge::ParamSpace::make(spec.params), "parameters");
   constexpr uint64_t kMaxExhaustive = 512;  // every combination is compiled and timed once
-  if (space.size() > kMaxExhaustive) die("parameter space too large to enumerate (" + std::to_string(space.size()) + ")");
+  if (space.size() > kMaxExhaustive)
+    die("parameter space too large to enumerate (" + std::to_string(space.size()) + ")");
 
   TempDir scratch("kiln-bench-tuner");
   compiler::CompilerOptions copts;
@@ -192,16 +195,19 @@ int main(int argc, char** argv) {
       const std::string cid = "tune-" + std::to_string(s);
       const std::string db = scratch.path() + "/archive-" + (blocks ? "b" : "r") + std::to_string(s) + ".db";
       CampaignRun r = tuner_campaign(db, cid, files, budget, table, blocks);
-      runs.push_back({{"campaign", cid}, {"best_speedup", r.best_speedup}, {"candidates_to_best", r.candidates_to_best}});
+      runs.push_back(
+          {{"campaign", cid}, {"best_speedup", r.best_speedup}, {"candidates_to_best", r.candidates_to_best}});
       sum_best += r.best_speedup;
       sum_needed += static_cast<double>(r.candidates_to_best);
       reached_optimum += r.best_speedup >= best;
       within_5pct += r.best_speedup >= 0.95 * best;
     }
     return json{{"block_size", blocks ? llm_bridge::tuner_block_size(space.size(), budget) : 1},
-                {"mean_best_speedup", sum_best / seeds}, {"mean_candidates_to_best", sum_needed / seeds},
+                {"mean_best_speedup", sum_best / seeds},
+                {"mean_candidates_to_best", sum_needed / seeds},
                 {"fraction_reaching_optimum", static_cast<double>(reached_optimum) / seeds},
-                {"fraction_within_5pct", static_cast<double>(within_5pct) / seeds}, {"runs", runs}};
+                {"fraction_within_5pct", static_cast<double>(within_5pct) / seeds},
+                {"runs", runs}};
   };
 
   json out = {
@@ -210,8 +216,12 @@ int main(int argc, char** argv) {
       {"space_size", space.size()},
       {"budget", budget},
       {"seeds", seeds},
-      {"exhaustive", {{"candidates", space.size()}, {"best_speedup", best}, {"best_params", best_params},
-                      {"seconds", exhaustive_s}, {"combinations", combos}}},
+      {"exhaustive",
+       {{"candidates", space.size()},
+        {"best_speedup", best},
+        {"best_params", best_params},
+        {"seconds", exhaustive_s},
+        {"combinations", combos}}},
       {"tuner", campaigns(false)},
       {"tuner_block_sampling", campaigns(true)},
   };

@@ -149,25 +149,58 @@ void Writer::end_nested() {
   parent.buf.write(level->buf.data(), level->buf.size());
 }
 
-void Writer::operator()(std::string_view k, const int64_t& v) { key(k); p_->pk().pack_int64(v); }
-void Writer::operator()(std::string_view k, const int& v) { key(k); p_->pk().pack_int64(v); }
-void Writer::operator()(std::string_view k, const double& v) { key(k); p_->pk().pack_double(v); }
+void Writer::operator()(std::string_view k, const int64_t& v) {
+  key(k);
+  p_->pk().pack_int64(v);
+}
+void Writer::operator()(std::string_view k, const int& v) {
+  key(k);
+  p_->pk().pack_int64(v);
+}
+void Writer::operator()(std::string_view k, const double& v) {
+  key(k);
+  p_->pk().pack_double(v);
+}
 void Writer::operator()(std::string_view k, const bool& v) {
   key(k);
-  if (v) p_->pk().pack_true(); else p_->pk().pack_false();
+  if (v)
+    p_->pk().pack_true();
+  else
+    p_->pk().pack_false();
 }
-void Writer::operator()(std::string_view k, const std::string& v) { key(k); p_->pk().pack(v); }
+void Writer::operator()(std::string_view k, const std::string& v) {
+  key(k);
+  p_->pk().pack(v);
+}
 void Writer::operator()(std::string_view k, const Bytes& v) {
   key(k);
   p_->pk().pack_bin(static_cast<uint32_t>(v.data.size()));
   p_->pk().pack_bin_body(v.data.data(), static_cast<uint32_t>(v.data.size()));
 }
-void Writer::operator()(std::string_view k, const std::vector<std::string>& v) { key(k); p_->pk().pack(v); }
-void Writer::operator()(std::string_view k, const std::vector<int64_t>& v) { key(k); p_->pk().pack(v); }
-void Writer::operator()(std::string_view k, const std::vector<double>& v) { key(k); p_->pk().pack(v); }
-void Writer::operator()(std::string_view k, const std::map<std::string, std::string>& v) { key(k); p_->pk().pack(v); }
-void Writer::operator()(std::string_view k, const std::map<std::string, double>& v) { key(k); p_->pk().pack(v); }
-void Writer::operator()(std::string_view k, const std::map<std::string, int64_t>& v) { key(k); p_->pk().pack(v); }
+void Writer::operator()(std::string_view k, const std::vector<std::string>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
+void Writer::operator()(std::string_view k, const std::vector<int64_t>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
+void Writer::operator()(std::string_view k, const std::vector<double>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
+void Writer::operator()(std::string_view k, const std::map<std::string, std::string>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
+void Writer::operator()(std::string_view k, const std::map<std::string, double>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
+void Writer::operator()(std::string_view k, const std::map<std::string, int64_t>& v) {
+  key(k);
+  p_->pk().pack(v);
+}
 void Writer::operator()(std::string_view k, const FileMap& v) {
   key(k);
   auto& pk = p_->pk();
@@ -194,8 +227,7 @@ Result<Reader> Reader::parse(std::string_view frame, const DecodeLimits& limits)
   auto handle = std::make_shared<msgpack::object_handle>();
   size_t off = 0;
   try {
-    msgpack::unpack_limit lim(limits.max_array, limits.max_map, limits.max_str, limits.max_bin, 0,
-                              limits.max_depth);
+    msgpack::unpack_limit lim(limits.max_array, limits.max_map, limits.max_str, limits.max_bin, 0, limits.max_depth);
     *handle = msgpack::unpack(frame.data(), frame.size(), off, nullptr, nullptr, lim);
   } catch (const std::exception& e) {
     return invalid_argument(std::string("malformed msgpack: ") + e.what());
@@ -283,11 +315,11 @@ bool Reader::list(std::string_view key, std::vector<Reader>& out) {
   return true;
 }
 
-#define KILN_READ_FIELD(TYPE, EXPECTED, CONVERT)                 \
-  void Reader::operator()(std::string_view key, TYPE& v) {       \
-    const object* o = as_obj(find(key));                         \
-    if (o == nullptr || o->type == object_type::NIL) return;     \
-    if (!(CONVERT)) fail(key, EXPECTED);                         \
+#define KILN_READ_FIELD(TYPE, EXPECTED, CONVERT)             \
+  void Reader::operator()(std::string_view key, TYPE& v) {   \
+    const object* o = as_obj(find(key));                     \
+    if (o == nullptr || o->type == object_type::NIL) return; \
+    if (!(CONVERT)) fail(key, EXPECTED);                     \
   }
 
 KILN_READ_FIELD(int64_t, "an integer", as_int(*o, v))

@@ -26,7 +26,8 @@ Result<Allowlist> Allowlist::parse(const std::string& text, const std::string& s
     std::istringstream words(line);
     std::string name, key, extra;
     if (!(words >> name) || name[0] == '#') continue;  // blank or comment
-    if (!(words >> key)) return invalid_argument(where + ": expected \"<name> <z85 public key>\", got only \"" + name + "\"");
+    if (!(words >> key))
+      return invalid_argument(where + ": expected \"<name> <z85 public key>\", got only \"" + name + "\"");
     if ((words >> extra) && extra[0] != '#')
       return invalid_argument(where + ": unexpected text after the key: \"" + extra + "\"");
     if (!messaging::is_valid_bridge_name(name))
@@ -34,7 +35,8 @@ Result<Allowlist> Allowlist::parse(const std::string& text, const std::string& s
     auto raw = messaging::decode_curve_key(key);
     if (!raw.is_ok()) return raw.status().with_context(where + ": bridge '" + name + "'");
     if (auto seen = name_lines.find(name); seen != name_lines.end())
-      return invalid_argument(where + ": bridge '" + name + "' is already listed on line " + std::to_string(seen->second));
+      return invalid_argument(where + ": bridge '" + name + "' is already listed on line " +
+                              std::to_string(seen->second));
     if (list.names_.count(*raw))
       return invalid_argument(where + ": bridge '" + name + "': the same key is already listed for '" +
                               list.names_[*raw] + "'");

@@ -18,7 +18,7 @@ constexpr std::string_view kZapOk = "200";
 constexpr std::string_view kZapDenied = "400";
 constexpr std::string_view kZapError = "500";
 constexpr size_t kZapMaxFrames = 16;
-constexpr int kZapMaxPerServe = 100;  // requests answered per call, so a flood cannot starve the loop
+constexpr int kZapMaxPerServe = 100;         // requests answered per call, so a flood cannot starve the loop
 constexpr double kDeniedLogInterval_s = 10;  // a refused bridge retries every second: log it less often
 constexpr size_t kDeniedLogMaxKeys = 1024;
 

@@ -153,7 +153,8 @@ struct Broker::Impl final : Outbox, QueueListener {
         // The ZAP handler put the bridge name on the connection. A name no longer on the list was
         // revoked by a reload: its open connection gets nothing more.
         if (e.user_id.empty() || !auth->admits(e.user_id)) {
-          commands.reject(e.identity, Rejection::kRevoked, "bridge '" + e.user_id + "' is not on the allowlist (revoked?)");
+          commands.reject(e.identity, Rejection::kRevoked,
+                          "bridge '" + e.user_id + "' is not on the allowlist (revoked?)");
           queue.remove_worker(e.identity, "bridge revoked");
           continue;
         }
@@ -250,7 +251,8 @@ Result<std::unique_ptr<Broker>> Broker::create(zmq::context_t& context, BrokerOp
   // Jobs that were leased when the broker stopped go back to the queue: their workers are gone.
   const size_t n_active = active->size();
   const size_t requeued = m.queue.resume(std::move(active).value());
-  if (n_active > 0) spdlog::info("broker: resumed {} job(s) from {} ({} were leased)", n_active, m.opt.db_path, requeued);
+  if (n_active > 0)
+    spdlog::info("broker: resumed {} job(s) from {} ({} were leased)", n_active, m.opt.db_path, requeued);
   return b;
 }
 

@@ -59,7 +59,9 @@ void Commands::reject(const std::string& peer, Rejection reason, const std::stri
   reject_log_.warn(label, "rejected message from {} ({}): {}", printable_peer(peer), label, why);
 }
 
-void Commands::ack(const std::string& peer, const proto::Ack& a) { out_.send(peer, proto::cmd::kAck, proto::encode(a)); }
+void Commands::ack(const std::string& peer, const proto::Ack& a) {
+  out_.send(peer, proto::cmd::kAck, proto::encode(a));
+}
 
 void Commands::reply_error(const std::string& client, const std::string& request_id, const std::string& error) {
   proto::Reply rep;
@@ -103,8 +105,8 @@ void Commands::refuse_from_bridge(const Envelope& env) {
 }
 
 void Commands::refuse_oversized(const Envelope& e) {
-  const std::string why = e.command + " of " + std::to_string(e.body.size()) + " bytes is over broker.max_message_bytes (" +
-                          std::to_string(opt_.max_message_bytes) + ")";
+  const std::string why = e.command + " of " + std::to_string(e.body.size()) +
+                          " bytes is over broker.max_message_bytes (" + std::to_string(opt_.max_message_bytes) + ")";
   reject(e.identity, Rejection::kOversized, why);
   if (e.command == proto::cmd::kSubmit) {  // the job id is not read, so the ACK names none
     proto::Ack a;
@@ -248,7 +250,8 @@ void Commands::on_request(const Envelope& env) {
   }
   if (!JobQueue::valid_service_name(req->service)) {
     reject(env.identity, Rejection::kInvalidName, "bad REQUEST: not a service name");
-    return reply_error(env.identity, req->request_id, "service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
+    return reply_error(env.identity, req->request_id,
+                       "service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
   }
   const std::string worker = queue_.next_worker(req->service);  // a lookup: a request names no new service
   if (worker.empty())

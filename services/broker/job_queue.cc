@@ -209,7 +209,8 @@ void JobQueue::dead_letter(const LiveJob& job, const std::string& reason, bool w
     dl.reason = reason;
     dl.payload = proto::Bytes{job.payload};
     dl.worker_retry = worker_retry;
-    next.push_back(proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
+    next.push_back(
+        proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
   }
   std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
   auto inserted = table_.complete(job.id, JobState::kDead, "", why, next);
@@ -431,7 +432,8 @@ void JobQueue::check_timers() {
     double dead_after = std::max(opt_.heartbeat_interval_s, w.heartbeat_s) * opt_.heartbeat_liveness;
     if (now - w.last_seen > dead_after) lost.emplace_back(id, dead_after);
   }
-  for (const auto& [id, after] : lost) remove_worker(id, "worker lost: silent for " + format_value("%.1f", after) + " s");
+  for (const auto& [id, after] : lost)
+    remove_worker(id, "worker lost: silent for " + format_value("%.1f", after) + " s");
   std::vector<std::string> expired;
   for (auto& [id, j] : jobs_)
     if (j.leased && now > j.lease_deadline) expired.push_back(id);

@@ -50,7 +50,8 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
   KILN_RETURN_IF_ERROR(db->exec(kSchema));
   // Tables made before jobs could name a worker to avoid gain the column.
   {
-    KILN_ASSIGN_OR_RETURN(auto cols, db->prepare("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name='avoid_worker'"));
+    KILN_ASSIGN_OR_RETURN(auto cols,
+                          db->prepare("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name='avoid_worker'"));
     KILN_ASSIGN_OR_RETURN(bool row, cols.step());
     if (row && cols.column_int(0) == 0)
       KILN_RETURN_IF_ERROR(db->exec("ALTER TABLE jobs ADD COLUMN avoid_worker TEXT NOT NULL DEFAULT ''"));
@@ -66,9 +67,9 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
 }
 
 Result<std::vector<JobRow>> JobTable::load_active() {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker FROM jobs "
-      "WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st, db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker FROM jobs "
+                           "WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
   std::vector<JobRow> rows;
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -89,53 +90,64 @@ Result<std::vector<JobRow>> JobTable::load_active() {
 
 Result<bool> JobTable::insert(const JobRow& row) {
   KILN_RETURN_IF_ERROR(check_write("insert"));
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
-      "VALUES(?,?,'queued',?,?,?,?,?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
+                  "VALUES(?,?,'queued',?,?,?,?,?)"));
   double now = wall_time_s();
-  st.bind(1, row.id).bind(2, row.service).bind(3, row.attempt).bind_blob(4, row.payload).bind(5, row.timeout_s)
-      .bind(6, row.created_at > 0 ? row.created_at : now).bind(7, now);
+  st.bind(1, row.id)
+      .bind(2, row.service)
+      .bind(3, row.attempt)
+      .bind_blob(4, row.payload)
+      .bind(5, row.timeout_s)
+      .bind(6, row.created_at > 0 ? row.created_at : now)
+      .bind(7, now);
   KILN_RETURN_IF_ERROR(st.run());
   return db_.changes() > 0;
 }
 
 Status JobTable::mark_leased(const std::string& id, int attempt) {
   KILN_RETURN_IF_ERROR(check_write("lease"));
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "UPDATE jobs SET state='leased', attempt=?, updated_at=? WHERE id=?"));
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("UPDATE jobs SET state='leased', attempt=?, updated_at=? WHERE id=?"));
   st.bind(1, attempt).bind(2, wall_time_s()).bind(3, id);
   return st.run();
 }
 
 Status JobTable::requeue(const std::string& id, int attempt, const std::string& reason) {
   KILN_RETURN_IF_ERROR(check_write("requeue"));
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "UPDATE jobs SET state='queued', attempt=?, error=?, updated_at=? WHERE id=?"));
+  KILN_ASSIGN_OR_RETURN(auto st,
+                        db_.prepare("UPDATE jobs SET state='queued', attempt=?, error=?, updated_at=? WHERE id=?"));
   st.bind(1, attempt).bind(2, reason).bind(3, wall_time_s()).bind(4, id);
   return st.run();
 }
 
-Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState final_state,
-                                               const std::string& result, const std::string& error,
-                                               const std::vector<proto::FollowUp>& next) {
+Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState final_state, const std::string& result,
+                                               const std::string& error, const std::vector<proto::FollowUp>& next) {
   KILN_RETURN_IF_ERROR(check_write("complete"));
   store::Transaction tx(db_);
   KILN_RETURN_IF_ERROR(tx.begin_status());
   double now = wall_time_s();
   {
-    KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-        "UPDATE jobs SET state=?, result=?, error=?, payload=NULL, updated_at=? WHERE id=?"));
+    KILN_ASSIGN_OR_RETURN(
+        auto st, db_.prepare("UPDATE jobs SET state=?, result=?, error=?, payload=NULL, updated_at=? WHERE id=?"));
     st.bind(1, job_state_name(final_state)).bind_blob(2, result).bind(3, error).bind(4, now).bind(5, id);
     KILN_RETURN_IF_ERROR(st.run());
   }
   std::vector<JobRow> inserted;
   if (!next.empty()) {
-    KILN_ASSIGN_OR_RETURN(auto ins, db_.prepare(
-        "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
-        "avoid_worker) VALUES(?,?,'queued',1,?,?,?,?,?)"));
+    KILN_ASSIGN_OR_RETURN(
+        auto ins,
+        db_.prepare(
+            "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
+            "avoid_worker) VALUES(?,?,'queued',1,?,?,?,?,?)"));
     for (const auto& f : next) {
-      ins.bind(1, f.job_id).bind(2, f.service).bind_blob(3, f.payload.data).bind(4, f.timeout_s).bind(5, now)
-          .bind(6, now).bind(7, f.avoid_worker);
+      ins.bind(1, f.job_id)
+          .bind(2, f.service)
+          .bind_blob(3, f.payload.data)
+          .bind(4, f.timeout_s)
+          .bind(5, now)
+          .bind(6, now)
+          .bind(7, f.avoid_worker);
       KILN_RETURN_IF_ERROR(ins.run());
       if (db_.changes() > 0) {
         JobRow r;
@@ -154,8 +166,8 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
 }
 
 Result<JobRow> JobTable::get(const std::string& id, std::string* result) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT service, state, attempt, error, result, created_at FROM jobs WHERE id=?"));
+  KILN_ASSIGN_OR_RETURN(auto st,
+                        db_.prepare("SELECT service, state, attempt, error, result, created_at FROM jobs WHERE id=?"));
   st.bind(1, id);
   KILN_ASSIGN_OR_RETURN(bool row, st.step());
   if (!row) return not_found("no job '" + id + "'");

@@ -7,9 +7,9 @@ namespace kiln::broker {
 namespace {
 
 constexpr Rejection kAllRejections[] = {
-    Rejection::kMalformed, Rejection::kOversized, Rejection::kInvalidName, Rejection::kTooManyServices,
-    Rejection::kTooManyWorkers, Rejection::kBadReady, Rejection::kBadResult, Rejection::kBadSubmit,
-    Rejection::kBadRequest, Rejection::kBadReply, Rejection::kForbidden, Rejection::kRevoked,
+    Rejection::kMalformed,       Rejection::kOversized, Rejection::kInvalidName, Rejection::kTooManyServices,
+    Rejection::kTooManyWorkers,  Rejection::kBadReady,  Rejection::kBadResult,   Rejection::kBadSubmit,
+    Rejection::kBadRequest,      Rejection::kBadReply,  Rejection::kForbidden,   Rejection::kRevoked,
     Rejection::kStoreUnavailable};
 
 // The job-table writes, the label of kiln_broker_store_write_failures_total.
@@ -48,25 +48,63 @@ std::string requeue_reason_label(const std::string& reason) {
 
 BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
   using namespace prometheus;
-  queue_depth_ = &BuildGauge().Name("kiln_queue_depth_jobs").Help("Jobs waiting for a worker, per service").Register(registry);
+  queue_depth_ =
+      &BuildGauge().Name("kiln_queue_depth_jobs").Help("Jobs waiting for a worker, per service").Register(registry);
   jobs_leased_ = &BuildGauge().Name("kiln_jobs_leased").Help("Jobs leased to a worker, per service").Register(registry);
-  workers_connected_ = &BuildGauge().Name("kiln_workers_connected").Help("Workers connected, per service").Register(registry);
-  completed_total_ = &BuildCounter().Name("kiln_jobs_completed_total").Help("Jobs finished, by outcome").Register(registry);
-  requeued_total_ = &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(registry);
-  dead_total_ = &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(registry);
-  rejected_total_ = &BuildCounter().Name("kiln_broker_rejected_frames_total").Help("Malformed or unexpected messages rejected, by reason").Register(registry);
+  workers_connected_ =
+      &BuildGauge().Name("kiln_workers_connected").Help("Workers connected, per service").Register(registry);
+  completed_total_ =
+      &BuildCounter().Name("kiln_jobs_completed_total").Help("Jobs finished, by outcome").Register(registry);
+  requeued_total_ =
+      &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(registry);
+  dead_total_ =
+      &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(registry);
+  rejected_total_ = &BuildCounter()
+                         .Name("kiln_broker_rejected_frames_total")
+                         .Help("Malformed or unexpected messages rejected, by reason")
+                         .Register(registry);
   for (Rejection why : kAllRejections) rejected_total_->Add({{"reason", std::string(rejection_label(why))}});
-  store_failures_total_ = &BuildCounter().Name("kiln_broker_store_write_failures_total").Help("Job-table writes that failed (disk or table full), by operation").Register(registry);
+  store_failures_total_ = &BuildCounter()
+                               .Name("kiln_broker_store_write_failures_total")
+                               .Help("Job-table writes that failed (disk or table full), by operation")
+                               .Register(registry);
   for (std::string_view op : kStoreOps) store_failures_total_->Add({{"op", std::string(op)}});
-  store_writable_ = &BuildGauge().Name("kiln_broker_store_writable").Help("1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs are refused meanwhile)").Register(registry).Add({});
+  store_writable_ = &BuildGauge()
+                         .Name("kiln_broker_store_writable")
+                         .Help(
+                             "1 while the job table takes writes; 0 from a failed write until one succeeds (new jobs "
+                             "are refused meanwhile)")
+                         .Register(registry)
+                         .Add({});
   store_writable_->Set(1);
-  disconnects_total_ = &BuildCounter().Name("kiln_broker_disconnects_total").Help("Connections closed, by endpoint: peers leaving, and peers ZeroMQ dropped for a frame over max_message_bytes").Register(registry);
-  duplicates_total_ = &BuildCounter().Name("kiln_broker_duplicates_total").Help("Duplicate submits, follow-ups and late results dropped").Register(registry);
-  duration_ = &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(registry);
-  queue_wait_ = &BuildHistogram().Name("kiln_job_queue_wait_seconds").Help("Enqueue to lease, per service").Register(registry);
-  bridge_messages_ = &BuildCounter().Name("kiln_bridge_messages_total").Help("Messages received from external bridges, per bridge").Register(registry);
-  bridge_auth_failures_ = &BuildCounter().Name("kiln_bridge_auth_failures_total").Help("CURVE clients refused by the allowlist").Register(registry).Add({});
-  bridge_keys_ = &BuildGauge().Name("kiln_bridge_allowlist_keys").Help("Keys on the external bridges' allowlist").Register(registry).Add({});
+  disconnects_total_ = &BuildCounter()
+                            .Name("kiln_broker_disconnects_total")
+                            .Help(
+                                "Connections closed, by endpoint: peers leaving, and peers ZeroMQ dropped for a frame "
+                                "over max_message_bytes")
+                            .Register(registry);
+  duplicates_total_ = &BuildCounter()
+                           .Name("kiln_broker_duplicates_total")
+                           .Help("Duplicate submits, follow-ups and late results dropped")
+                           .Register(registry);
+  duration_ =
+      &BuildHistogram().Name("kiln_job_duration_seconds").Help("Lease to result, per service").Register(registry);
+  queue_wait_ =
+      &BuildHistogram().Name("kiln_job_queue_wait_seconds").Help("Enqueue to lease, per service").Register(registry);
+  bridge_messages_ = &BuildCounter()
+                          .Name("kiln_bridge_messages_total")
+                          .Help("Messages received from external bridges, per bridge")
+                          .Register(registry);
+  bridge_auth_failures_ = &BuildCounter()
+                               .Name("kiln_bridge_auth_failures_total")
+                               .Help("CURVE clients refused by the allowlist")
+                               .Register(registry)
+                               .Add({});
+  bridge_keys_ = &BuildGauge()
+                      .Name("kiln_bridge_allowlist_keys")
+                      .Help("Keys on the external bridges' allowlist")
+                      .Register(registry)
+                      .Add({});
 }
 
 void BrokerMetrics::set_service_gauges(const std::string& service, double queued, double leased, double workers) {

@@ -30,7 +30,10 @@ proto::BrokerStatus status_of(JobQueue& queue, int64_t rejected_frames) {
     }
     if (counts.is_ok() && counts->count(s)) {
       const auto& c = counts->at(s);
-      auto get = [&](const char* k) { auto i = c.find(k); return i == c.end() ? int64_t{0} : i->second; };
+      auto get = [&](const char* k) {
+        auto i = c.find(k);
+        return i == c.end() ? int64_t{0} : i->second;
+      };
       qs.done = get("done");
       qs.failed = get("failed");
       qs.dead = get("dead");
@@ -38,7 +41,8 @@ proto::BrokerStatus status_of(JobQueue& queue, int64_t rejected_frames) {
     st.queues.push_back(qs);
   }
   for (const auto& [id, w] : queue.workers()) {
-    st.workers.push_back(proto::WorkerStatus{w.service, w.worker_id, w.slots, static_cast<int64_t>(w.leased.size()), w.caps});
+    st.workers.push_back(
+        proto::WorkerStatus{w.service, w.worker_id, w.slots, static_cast<int64_t>(w.leased.size()), w.caps});
   }
   st.rejected_frames = rejected_frames;
   return st;

@@ -71,8 +71,8 @@ std::vector<std::string> compile_flags(const std::string& backend, const std::st
   if (backend == "cuda") {
     // Machine code for the target and its PTX embedded beside it, so a newer GPU can still JIT the kernel;
     // the shared runtime, so that the kernel and kiln-eval-cuda share one runtime and its error state.
-    flags = {"-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", cuda_gencode(arch), "-cudart", "shared",
-             "-Xptxas", "-v", "-I."};
+    flags = {"-O3",     "-shared", "-Xcompiler", "-fPIC", "-gencode", cuda_gencode(arch),
+             "-cudart", "shared",  "-Xptxas",    "-v",    "-I."};
   } else {
     flags = {"-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-I."};
   }
@@ -142,7 +142,11 @@ std::string host_arch() {
 bool crashed(const sandbox::SandboxResult& result) {
   if (result.timed_out) return false;
   switch (result.term_signal) {
-    case SIGSEGV: case SIGBUS: case SIGILL: case SIGABRT: case SIGFPE: return true;
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGILL:
+    case SIGABRT:
+    case SIGFPE: return true;
     default: return false;
   }
 }
@@ -333,8 +337,8 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
 
   TempDir scratch("kiln-compile");
   KILN_RETURN_IF_ERROR(make_dirs(scratch.path() + "/kiln"));
-  KILN_RETURN_IF_ERROR(write_file_atomic(scratch.path() + "/" + std::string(kAbiHeaderPath),
-                                         std::string(kernel_abi_header())));
+  KILN_RETURN_IF_ERROR(
+      write_file_atomic(scratch.path() + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
   for (const auto& [name, content] : sources) {
     // Names were checked by task::parse_task: relative, no "..".
     const std::string path = scratch.path() + "/" + name;
@@ -446,8 +450,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
   // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy
   // machine.
-  auto reference = build(backend, arch, request.files, spec->reference_file,
-                         request.files.at(spec->reference_file).data, {});
+  auto reference =
+      build(backend, arch, request.files, spec->reference_file, request.files.at(spec->reference_file).data, {});
   if (!reference.is_ok()) return end(messaging::worker_fault(reference.status().with_context("toolchain")));
   if (!reference->info.ok) {
     const std::string why = "the reference failed to build (a problem of the task, not of the candidate):\n" +
@@ -468,9 +472,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   test.kernel_so = proto::Bytes{std::move(kernel->so)};
   test.reference_so = proto::Bytes{std::move(reference->so)};
   test.build = kernel->info;
-  return messaging::JobOutcome::ok(
-      {proto::FollowUp{proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0,
-                       request.avoid_tester}});
+  return messaging::JobOutcome::ok({proto::FollowUp{
+      proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0, request.avoid_tester}});
 }
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {
@@ -483,7 +486,8 @@ messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {
     return compile(*request);
   } catch (const std::exception& e) {
     // Out of memory or a full disk on this worker: another attempt, maybe elsewhere, may succeed.
-    return messaging::JobOutcome::from_status(messaging::worker_fault(internal_error(std::string("compile: ") + e.what())));
+    return messaging::JobOutcome::from_status(
+        messaging::worker_fault(internal_error(std::string("compile: ") + e.what())));
   }
 }
 

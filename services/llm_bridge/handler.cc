@@ -27,12 +27,12 @@ std::string campaign_of(const proto::ProposalRequest& req) {
 }  // namespace
 
 ProposeHandler::ProposeHandler(ProposeOptions options, std::shared_ptr<prometheus::Registry> metrics)
-    : options_(std::move(options)),
-      metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
+    : options_(std::move(options)), metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("kiln_llm_requests_total")
-                   .Help("Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
-                         "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
+                   .Help(
+                       "Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
+                       "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
                    .Register(*metrics_);
   tokens_ = &prometheus::BuildCounter()
                  .Name("kiln_llm_tokens_total")

@@ -57,8 +57,9 @@ LlmProposer::LlmProposer(LlmProposerOptions options, llm::Ensemble ensemble,
       metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("kiln_llm_requests_total")
-                   .Help("Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
-                         "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
+                   .Help(
+                       "Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
+                       "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
                    .Register(*metrics_);
   llm::ClientOptions client = options_.client;
   auto* family = requests_;

@@ -127,8 +127,8 @@ Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t p
   const uint64_t untried = space_size > 0 ? space_size - 1 : 0;
   const auto k = static_cast<uint64_t>(proposal - 1);
   if (k >= untried)
-    return resource_exhausted("parameter space exhausted (" + std::to_string(space_size) +
-                              " combinations, proposal " + std::to_string(proposal) + ")");
+    return resource_exhausted("parameter space exhausted (" + std::to_string(space_size) + " combinations, proposal " +
+                              std::to_string(proposal) + ")");
   SplitMix rng(seed);
   if (untried <= kShuffleLimit) {
     std::vector<uint64_t> order(untried);
@@ -180,7 +180,8 @@ Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& re
   cand.params = space.combination(index);
   cand.notes = "tuner:";
   for (const auto& [name, values] : spec->params) cand.notes += " " + name + "=" + cand.params[name];
-  if (block.size() > 1) cand.notes += " (nearest to " + req.parent.program_id + " of " + std::to_string(block.size()) + ")";
+  if (block.size() > 1)
+    cand.notes += " (nearest to " + req.parent.program_id + " of " + std::to_string(block.size()) + ")";
   return cand;
 }
 

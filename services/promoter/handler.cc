@@ -60,8 +60,10 @@ messaging::JobOutcome PromoteHandler::handle(const proto::Job& job) {
   // cannot be read (or has outgrown its bound) is dead-lettered, and the scorer records the promotion as
   // failed, with the cause.
   Status fault = id.status();
-  if (registry::is_refusal(fault)) fault = messaging::candidate_fault(fault);
-  else if (!is_retryable(fault.code())) fault = messaging::job_fault(fault);
+  if (registry::is_refusal(fault))
+    fault = messaging::candidate_fault(fault);
+  else if (!is_retryable(fault.code()))
+    fault = messaging::job_fault(fault);
   messaging::JobOutcome answer = messaging::JobOutcome::from_status(fault.with_context("promote"), [&](const Status&) {
     out.reason = id.status().message();
     return tell_scorer();

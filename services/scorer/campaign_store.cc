@@ -12,7 +12,10 @@ namespace {
 
 struct FilesBlob {
   proto::FileMap files;
-  template <class V> void fields(V& v) { v("files", files); }
+  template <class V>
+  void fields(V& v) {
+    v("files", files);
+  }
 };
 
 std::string json_string(std::string_view s) {
@@ -46,8 +49,7 @@ std::string params_json(const std::map<std::string, std::string>& params) {
 
 }  // namespace
 
-CampaignStore::CampaignStore(store::Database db, ControlDefaults defaults)
-    : db_(std::move(db)), defaults_(defaults) {}
+CampaignStore::CampaignStore(store::Database db, ControlDefaults defaults) : db_(std::move(db)), defaults_(defaults) {}
 
 Result<int64_t> CampaignStore::count(std::string_view sql, const std::string& campaign_id) {
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(sql));
@@ -59,10 +61,11 @@ Result<int64_t> CampaignStore::count(std::string_view sql, const std::string& ca
 // ------------------------------------------------------------------------------------------- campaigns
 
 Result<std::optional<CampaignRow>> CampaignStore::load_campaign(const std::string& id) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight, proposed,"
-      " scored, duplicates, state, best_program_id, submitted_at, started_at, finished_at"
-      " FROM campaigns WHERE id = ?"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("SELECT id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight, proposed,"
+                  " scored, duplicates, state, best_program_id, submitted_at, started_at, finished_at"
+                  " FROM campaigns WHERE id = ?"));
   st.bind(1, id);
   KILN_ASSIGN_OR_RETURN(bool row, st.step());
   if (!row) return std::optional<CampaignRow>{};
@@ -87,9 +90,10 @@ Result<std::optional<CampaignRow>> CampaignStore::load_campaign(const std::strin
   c.submitted_at = st.column_double(15);
   c.started_at = st.column_double(16);
   c.finished_at = st.column_double(17);
-  KILN_ASSIGN_OR_RETURN(auto ctl, db_.prepare(
-      "SELECT target_speedup, patience, stop_reason, prompt_tokens, completion_tokens FROM campaign_control"
-      " WHERE campaign_id = ?"));
+  KILN_ASSIGN_OR_RETURN(
+      auto ctl,
+      db_.prepare("SELECT target_speedup, patience, stop_reason, prompt_tokens, completion_tokens FROM campaign_control"
+                  " WHERE campaign_id = ?"));
   ctl.bind(1, id);
   KILN_ASSIGN_OR_RETURN(bool has_ctl, ctl.step());
   if (has_ctl) {
@@ -106,9 +110,11 @@ Result<std::optional<CampaignRow>> CampaignStore::load_campaign(const std::strin
 }
 
 Status CampaignStore::insert_campaign(const CampaignRow& c) {
-  KILN_ASSIGN_OR_RETURN(auto ins, db_.prepare(
-      "INSERT INTO campaigns(id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight,"
-      " state, submitted_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto ins,
+      db_.prepare(
+          "INSERT INTO campaigns(id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight,"
+          " state, submitted_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   ins.bind(1, c.id).bind(2, c.task_id).bind(3, c.task_name).bind(4, c.backend).bind(5, c.op).bind(6, c.dtype);
   ins.bind_blob(7, proto::encode(FilesBlob{c.files})).bind(8, c.budget).bind(9, c.proposer);
   ins.bind(10, c.max_in_flight).bind(11, c.state).bind(12, c.submitted_at).bind(13, c.started_at);
@@ -117,12 +123,13 @@ Status CampaignStore::insert_campaign(const CampaignRow& c) {
 }
 
 Status CampaignStore::save_control(const CampaignRow& c) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "INSERT INTO campaign_control(campaign_id, target_speedup, patience, stop_reason, prompt_tokens,"
-      " completion_tokens) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(campaign_id) DO UPDATE SET"
-      " target_speedup = excluded.target_speedup, patience = excluded.patience,"
-      " stop_reason = excluded.stop_reason, prompt_tokens = excluded.prompt_tokens,"
-      " completion_tokens = excluded.completion_tokens"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("INSERT INTO campaign_control(campaign_id, target_speedup, patience, stop_reason, prompt_tokens,"
+                  " completion_tokens) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(campaign_id) DO UPDATE SET"
+                  " target_speedup = excluded.target_speedup, patience = excluded.patience,"
+                  " stop_reason = excluded.stop_reason, prompt_tokens = excluded.prompt_tokens,"
+                  " completion_tokens = excluded.completion_tokens"));
   st.bind(1, c.id).bind(2, c.target_speedup).bind(3, c.patience).bind(4, c.stop_reason);
   st.bind(5, c.prompt_tokens).bind(6, c.completion_tokens);
   return st.run();
@@ -156,8 +163,8 @@ Status CampaignStore::add_duplicate(CampaignRow& c) {
 // -------------------------------------------------------------------------------------------- programs
 
 Result<std::optional<ProgramRow>> CampaignStore::load_program(const std::string& id) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT campaign_id, state, proposal_index, record FROM programs WHERE id = ?"));
+  KILN_ASSIGN_OR_RETURN(auto st,
+                        db_.prepare("SELECT campaign_id, state, proposal_index, record FROM programs WHERE id = ?"));
   st.bind(1, id);
   KILN_ASSIGN_OR_RETURN(bool row, st.step());
   if (!row) return std::optional<ProgramRow>{};
@@ -173,9 +180,10 @@ Result<std::optional<ProgramRow>> CampaignStore::load_program(const std::string&
 
 Status CampaignStore::insert_program(const CampaignRow& c, const proto::Program& p, int64_t proposal_index,
                                      std::string_view proposer) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "INSERT INTO programs(id, campaign_id, proposal_index, parent_id, generation, proposer, state, code,"
-      " params, record, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("INSERT INTO programs(id, campaign_id, proposal_index, parent_id, generation, proposer, state, code,"
+                  " params, record, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)"));
   st.bind(1, p.id).bind(2, c.id).bind(3, proposal_index).bind(4, p.parent_id).bind(5, p.generation);
   st.bind(6, proposer).bind(7, p.code).bind(8, params_json(p.template_parameters));
   st.bind_blob(9, proto::encode(p)).bind(10, wall_time_s());
@@ -184,10 +192,12 @@ Status CampaignStore::insert_program(const CampaignRow& c, const proto::Program&
 
 Status CampaignStore::store_scored_program(CampaignRow& c, const proto::Program& p) {
   ++c.scored;
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "UPDATE programs SET state = 'scored', scored_seq = ?, code = ?, params = ?, proposer = ?,"
-      " perf_score = ?, combined_score = ?, correct = ?, runtime_ms = ?, runtime_improvement = ?, status = ?,"
-      " eval_log = ?, record = ?, scored_at = ? WHERE id = ?"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare(
+          "UPDATE programs SET state = 'scored', scored_seq = ?, code = ?, params = ?, proposer = ?,"
+          " perf_score = ?, combined_score = ?, correct = ?, runtime_ms = ?, runtime_improvement = ?, status = ?,"
+          " eval_log = ?, record = ?, scored_at = ? WHERE id = ?"));
   st.bind(1, c.scored).bind(2, p.code).bind(3, params_json(p.template_parameters));
   auto proposer = p.metadata.find("proposer");
   st.bind(4, proposer == p.metadata.end() ? std::string() : proposer->second);
@@ -201,8 +211,8 @@ Status CampaignStore::store_scored_program(CampaignRow& c, const proto::Program&
 }
 
 Status CampaignStore::store_not_evaluated(const std::string& program_id, const proto::Program& p) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "UPDATE programs SET state = ?, status = ?, eval_log = ?, record = ? WHERE id = ?"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st, db_.prepare("UPDATE programs SET state = ?, status = ?, eval_log = ?, record = ? WHERE id = ?"));
   st.bind(1, kNotEvaluated).bind(2, kNotEvaluated).bind(3, p.eval.eval_log).bind_blob(4, proto::encode(p));
   st.bind(5, program_id);
   return st.run();
@@ -218,8 +228,9 @@ Result<std::optional<int64_t>> CampaignStore::scored_seq(const std::string& prog
 
 Status CampaignStore::for_each_scored(const std::string& campaign_id,
                                       const std::function<void(const proto::Program&)>& fn) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "SELECT id, record FROM programs WHERE campaign_id = ? AND state = 'scored' ORDER BY scored_seq"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("SELECT id, record FROM programs WHERE campaign_id = ? AND state = 'scored' ORDER BY scored_seq"));
   st.bind(1, campaign_id);
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -239,9 +250,10 @@ Result<int64_t> CampaignStore::pending_programs(const std::string& campaign_id) 
 Result<bool> CampaignStore::insert_result(const std::string& program_id, std::string_view purpose,
                                           const std::string& campaign_id, std::string_view job_id,
                                           const proto::ScoreResult& r) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "INSERT OR IGNORE INTO results(program_id, purpose, campaign_id, job_id, payload, received_at)"
-      " VALUES (?, ?, ?, ?, ?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("INSERT OR IGNORE INTO results(program_id, purpose, campaign_id, job_id, payload, received_at)"
+                  " VALUES (?, ?, ?, ?, ?, ?)"));
   st.bind(1, program_id).bind(2, purpose).bind(3, campaign_id).bind(4, job_id).bind_blob(5, proto::encode(r));
   st.bind(6, wall_time_s());
   KILN_RETURN_IF_ERROR(st.run());
@@ -262,9 +274,9 @@ Result<std::optional<proto::ScoreResult>> CampaignStore::load_result(const std::
 // ------------------------------------------------------------------------------------------ promotions
 
 Result<bool> CampaignStore::insert_promotion(const std::string& program_id, const std::string& campaign_id) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "INSERT OR IGNORE INTO promotions(program_id, campaign_id, state, requested_at, updated_at)"
-      " VALUES (?, ?, ?, ?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st, db_.prepare("INSERT OR IGNORE INTO promotions(program_id, campaign_id, state, requested_at, updated_at)"
+                           " VALUES (?, ?, ?, ?, ?)"));
   double now = wall_time_s();
   st.bind(1, program_id).bind(2, campaign_id).bind(3, promo::kConfirming).bind(4, now).bind(5, now);
   KILN_RETURN_IF_ERROR(st.run());
@@ -279,10 +291,11 @@ Result<std::optional<std::string>> CampaignStore::promotion_state(const std::str
   return std::optional<std::string>(st.column_text(0));
 }
 
-Status CampaignStore::set_promotion(const std::string& program_id, std::string_view state,
-                                    std::string_view kernel_id, std::string_view note) {
-  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare(
-      "UPDATE promotions SET state = ?, kernel_id = ?, note = ?, updated_at = ? WHERE program_id = ?"));
+Status CampaignStore::set_promotion(const std::string& program_id, std::string_view state, std::string_view kernel_id,
+                                    std::string_view note) {
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      db_.prepare("UPDATE promotions SET state = ?, kernel_id = ?, note = ?, updated_at = ? WHERE program_id = ?"));
   st.bind(1, state).bind(2, kernel_id).bind(3, note).bind(4, wall_time_s()).bind(5, program_id);
   return st.run();
 }
@@ -306,8 +319,10 @@ Result<std::optional<proto::ResultMsg>> CampaignStore::processed(std::string_vie
 
 Status CampaignStore::record_processed(std::string_view job_id, std::string_view kind, const std::string& campaign_id,
                                        const proto::ResultMsg& result) {
-  KILN_ASSIGN_OR_RETURN(auto put, db_.prepare(
-      "INSERT INTO processed_jobs(job_id, kind, campaign_id, result, processed_at) VALUES (?, ?, ?, ?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto put,
+      db_.prepare(
+          "INSERT INTO processed_jobs(job_id, kind, campaign_id, result, processed_at) VALUES (?, ?, ?, ?, ?)"));
   put.bind(1, job_id).bind(2, kind).bind(3, campaign_id).bind_blob(4, proto::encode(result));
   put.bind(5, wall_time_s());
   return put.run();

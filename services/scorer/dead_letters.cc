@@ -64,8 +64,8 @@ Status DeadLetters::on_dead(std::string_view job_id, std::string_view payload, E
   auto msg = proto::decode<proto::DeadLetter>(payload);
   if (!msg.is_ok()) return invalid_argument("dead letter: " + msg.status().message());
   const proto::DeadLetter& dead = *msg;
-  const std::string cause = (dead.reason.empty() ? std::string("no reason given") : dead.reason) +
-                            " (dead after " + std::to_string(dead.attempts) + " attempts)";
+  const std::string cause = (dead.reason.empty() ? std::string("no reason given") : dead.reason) + " (dead after " +
+                            std::to_string(dead.attempts) + " attempts)";
   const std::string why = (dead.worker_retry ? "not evaluated: " : "crashed: ") + cause;
 
   if (dead.service == proto::svc::kPromote) {

@@ -20,8 +20,7 @@ Result<proto::CampaignQuery> query_of(const proto::Request& request) {
 
 }  // namespace
 
-ScorerHandler::ScorerHandler(std::unique_ptr<CampaignEngine> engine,
-                             std::shared_ptr<prometheus::Registry> metrics)
+ScorerHandler::ScorerHandler(std::unique_ptr<CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics)
     : engine_(std::move(engine)), metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
   best_speedup_ = &prometheus::BuildGauge()
                        .Name("kiln_campaign_best_speedup")
@@ -39,8 +38,7 @@ ScorerHandler::ScorerHandler(std::unique_ptr<CampaignEngine> engine,
                    .Add({});
 }
 
-Result<std::unique_ptr<ScorerHandler>> ScorerHandler::open(const std::string& db_path,
-                                                           EngineOptions options,
+Result<std::unique_ptr<ScorerHandler>> ScorerHandler::open(const std::string& db_path, EngineOptions options,
                                                            std::shared_ptr<prometheus::Registry> metrics) {
   KILN_ASSIGN_OR_RETURN(auto engine, CampaignEngine::open(db_path, std::move(options)));
   std::unique_ptr<ScorerHandler> handler(new ScorerHandler(std::move(engine), std::move(metrics)));
@@ -57,7 +55,8 @@ void ScorerHandler::publish_best_speedups() {
 
 messaging::JobOutcome ScorerHandler::handle_job(const proto::Job& job) {
   auto handled = engine_->handle_job(job.job_id, job.payload.data);
-  if (!handled.is_ok()) return messaging::JobOutcome::retry("score job " + job.job_id + ": " + handled.status().message());
+  if (!handled.is_ok())
+    return messaging::JobOutcome::retry("score job " + job.job_id + ": " + handled.status().message());
   if (handled->replayed) replayed_->Increment();
   if (handled->duplicate) duplicates_->Increment();
 
@@ -96,8 +95,9 @@ std::string resolve_db_path(const std::string& db_path, const std::string& state
 }
 
 Result<std::string> ScorerHandler::report_html(const std::string& campaign_id, const std::string& registry_dir,
-                                              double promotion_bar) {
-  KILN_ASSIGN_OR_RETURN(proto::BestPrograms best, engine_->best(proto::CampaignQuery{campaign_id, report::kMaxReportPrograms}));
+                                               double promotion_bar) {
+  KILN_ASSIGN_OR_RETURN(proto::BestPrograms best,
+                        engine_->best(proto::CampaignQuery{campaign_id, report::kMaxReportPrograms}));
   return report::render_html(report::make_input(std::move(best), registry_dir, promotion_bar));
 }
 

@@ -43,8 +43,7 @@ proto::PromoteRequest promote_request(const CampaignRow& c, const proto::Program
 
 }  // namespace
 
-Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p, int64_t proposal_index,
-                                        Effects& fx) {
+Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p, int64_t proposal_index, Effects& fx) {
   KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_promotion(p.id, c.id));
   if (!fresh) return Status::ok();
 

@@ -57,10 +57,12 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
   KILN_ASSIGN_OR_RETURN(info.scored,
                         store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ? AND state = 'scored'", c.id));
   KILN_ASSIGN_OR_RETURN(info.correct, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
-                                                   " AND state = 'scored' AND correct = 1", c.id));
+                                                   " AND state = 'scored' AND correct = 1",
+                                                   c.id));
   KILN_ASSIGN_OR_RETURN(info.in_flight, store_.pending_programs(c.id));
   KILN_ASSIGN_OR_RETURN(info.not_evaluated, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
-                                                         " AND state = 'not_evaluated'", c.id));
+                                                         " AND state = 'not_evaluated'",
+                                                         c.id));
   info.best_program_id = c.best_program_id;
   if (!c.best_program_id.empty()) {
     KILN_ASSIGN_OR_RETURN(auto best, store_.load_program(c.best_program_id));
@@ -77,8 +79,9 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
       info.best_params = best->record.template_parameters;
     }
   }
-  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
-      "SELECT program_id, state, kernel_id, note FROM promotions WHERE campaign_id = ? ORDER BY rowid"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st, store_.db().prepare(
+                   "SELECT program_id, state, kernel_id, note FROM promotions WHERE campaign_id = ? ORDER BY rowid"));
   st.bind(1, c.id);
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -104,9 +107,10 @@ Result<std::vector<std::string>> Queries::campaign_ids() {
 // EvalResult.template_results: every parameter set the campaign tried with this code and the best
 // combined score each got, the kMaxTemplateResults best kept. Read when asked for, so it is complete.
 Result<std::map<std::string, double>> Queries::template_results(const std::string& campaign_id,
-                                                               const std::string& code) {
-  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
-      "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored' AND code = ?"));
+                                                                const std::string& code) {
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      store_.db().prepare("SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored' AND code = ?"));
   st.bind(1, campaign_id).bind(2, code);
   std::map<std::string, double> tried;
   while (true) {
@@ -153,9 +157,8 @@ Result<proto::BestPrograms> Queries::best_programs(const CampaignRow& c, int64_t
       prompt_parent[ps.column_text(0)] = ps.column_text(1);
     }
   }
-  KILN_ASSIGN_OR_RETURN(auto st, db.prepare(
-      "SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored'"
-      " ORDER BY combined_score DESC, scored_seq LIMIT ?"));
+  KILN_ASSIGN_OR_RETURN(auto st, db.prepare("SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored'"
+                                            " ORDER BY combined_score DESC, scored_seq LIMIT ?"));
   st.bind(1, c.id).bind(2, top > 0 ? top : int64_t{5});
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -193,9 +196,11 @@ Result<proto::BestPrograms> Queries::best_programs(const CampaignRow& c, int64_t
 }
 
 Result<std::map<std::string, double>> Queries::best_speedup_by_task() {
-  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare(
-      "SELECT c.task_name, MAX(p.runtime_improvement) FROM campaigns c JOIN programs p ON p.id = c.best_program_id"
-      " WHERE p.correct = 1 AND p.runtime_improvement > 0 GROUP BY c.task_name"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st,
+      store_.db().prepare(
+          "SELECT c.task_name, MAX(p.runtime_improvement) FROM campaigns c JOIN programs p ON p.id = c.best_program_id"
+          " WHERE p.correct = 1 AND p.runtime_improvement > 0 GROUP BY c.task_name"));
   std::map<std::string, double> out;
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());

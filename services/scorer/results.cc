@@ -92,8 +92,10 @@ Status Results::on_result(std::string_view job_id, proto::ScoreResult r, Effects
   // What the proposer reports (model, prompt lineage, tokens); the strategy text goes to the prompts table.
   std::string prompt_text;
   for (const auto& [key, value] : cand.metadata) {
-    if (key == "prompt_text") prompt_text = value;
-    else if (key != "island" && key != "campaign_id" && key != "proposer") p.metadata[key] = value;
+    if (key == "prompt_text")
+      prompt_text = value;
+    else if (key != "island" && key != "campaign_id" && key != "proposer")
+      p.metadata[key] = value;
   }
   if (!r.test.worker.device_name.empty()) p.metadata["device"] = r.test.worker.device_name;
   if (!r.build.kernel_sha256.empty()) p.metadata["kernel_sha256"] = r.build.kernel_sha256;

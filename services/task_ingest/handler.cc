@@ -72,7 +72,8 @@ messaging::JobOutcome IngestHandler::handle(const proto::Job& job) {
   // The submission is the candidate here: a request that cannot be read is its own failure, and the job's
   // error tells the submitter why.
   auto req = proto::decode<proto::IngestRequest>(job.payload.data);
-  if (!req.is_ok()) return answer(messaging::candidate_fault(req.status()).with_context("ingest: cannot decode IngestRequest"));
+  if (!req.is_ok())
+    return answer(messaging::candidate_fault(req.status()).with_context("ingest: cannot decode IngestRequest"));
   return answer(campaign_for(*req));
 }
 
@@ -89,8 +90,8 @@ messaging::JobOutcome IngestHandler::answer(Result<proto::CampaignStart> start) 
   spdlog::info("campaign {}: task '{}' ({}), budget {}, proposer {}", start->campaign_id, start->task_name,
                start->task_id.substr(0, 12), start->budget, start->proposer);
   std::string payload = proto::encode(*start);
-  std::vector<proto::FollowUp> next{proto::FollowUp{std::string(proto::svc::kScore),
-                                                    campaign_start_job_id(start->campaign_id), proto::Bytes{payload}, 0}};
+  std::vector<proto::FollowUp> next{proto::FollowUp{
+      std::string(proto::svc::kScore), campaign_start_job_id(start->campaign_id), proto::Bytes{payload}, 0}};
   return messaging::JobOutcome::ok(std::move(next), std::move(payload));
 }
 

@@ -31,7 +31,8 @@ GpuMonitor::GpuMonitor(std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu,
     : nvml_(std::move(nvml)), gpu_(std::move(gpu)), registry_(std::move(registry)) {
   for (size_t i = 0; i < sensors_.size(); ++i) {
     sensors_[i].kind = kSensorMetrics[i].kind;
-    sensors_[i].family = &prometheus::BuildGauge().Name(kSensorMetrics[i].name).Help(kSensorMetrics[i].help).Register(*registry_);
+    sensors_[i].family =
+        &prometheus::BuildGauge().Name(kSensorMetrics[i].name).Help(kSensorMetrics[i].help).Register(*registry_);
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -57,7 +58,8 @@ void GpuMonitor::poll_once() {
         spdlog::warn("gpu {}: sensor {} failed ({}); polling it less often", gpu_.index, cuda::sensor_name(s.kind),
                      value.status().message());
       }
-      const auto backoff = std::min<std::chrono::milliseconds>(kPollInterval * (1 << std::min(s.failures, 6)), kMaxBackoff);
+      const auto backoff =
+          std::min<std::chrono::milliseconds>(kPollInterval * (1 << std::min(s.failures, 6)), kMaxBackoff);
       s.next_poll = now + backoff;
       continue;
     }

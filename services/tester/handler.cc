@@ -29,10 +29,16 @@ namespace {
 
 // The status label values of kiln_tester_evaluations_total: every test_status, "error" for an evaluation
 // given back, "other" for anything else, so the series stay a fixed set.
-constexpr std::array<std::string_view, 10> kCountedStatuses = {
-    proto::test_status::kOk,       proto::test_status::kMismatch,   proto::test_status::kInputModified,
-    proto::test_status::kWrongShape, proto::test_status::kNonFinite, proto::test_status::kCrashed,
-    proto::test_status::kTimedOut, proto::test_status::kLoadFailed, "error", "other"};
+constexpr std::array<std::string_view, 10> kCountedStatuses = {proto::test_status::kOk,
+                                                               proto::test_status::kMismatch,
+                                                               proto::test_status::kInputModified,
+                                                               proto::test_status::kWrongShape,
+                                                               proto::test_status::kNonFinite,
+                                                               proto::test_status::kCrashed,
+                                                               proto::test_status::kTimedOut,
+                                                               proto::test_status::kLoadFailed,
+                                                               "error",
+                                                               "other"};
 
 // Names inside the scratch directory of one evaluation.
 constexpr const char* kTaskDir = "task";
@@ -215,9 +221,8 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   worker.device_name = gpu->name;
   worker.gpu_uuid = gpu->uuid;
   worker.driver_version = gpu->driver_version;
-  return std::unique_ptr<TestHandler>(
-      new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value(),
-                      std::move(claim)));
+  return std::unique_ptr<TestHandler>(new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(),
+                                                      std::move(gpu).value(), std::move(claim)));
 }
 
 proto::Capabilities TestHandler::capabilities() const {
@@ -236,12 +241,29 @@ void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> regist
 
 std::vector<std::string> TestHandler::eval_argv(const char* result_file, bool screen) const {
   const auto& t = options_.timing;
-  std::vector<std::string> argv = {
-      options_.eval_binary, "--task",      kTaskDir,        "--kernel",    kKernelFile,
-      "--reference",        kReferenceFile, "--out",        result_file,   "--mode",
-      t.mode,               "--min-samples", std::to_string(t.min_samples), "--min-time", number(t.min_time_s),
-      "--max-time",         number(t.max_time_s), "--max-noise", number(t.max_noise), "--warmup",
-      std::to_string(t.warmup_iters), "--report-key", kReportKeyFile};
+  std::vector<std::string> argv = {options_.eval_binary,
+                                   "--task",
+                                   kTaskDir,
+                                   "--kernel",
+                                   kKernelFile,
+                                   "--reference",
+                                   kReferenceFile,
+                                   "--out",
+                                   result_file,
+                                   "--mode",
+                                   t.mode,
+                                   "--min-samples",
+                                   std::to_string(t.min_samples),
+                                   "--min-time",
+                                   number(t.min_time_s),
+                                   "--max-time",
+                                   number(t.max_time_s),
+                                   "--max-noise",
+                                   number(t.max_noise),
+                                   "--warmup",
+                                   std::to_string(t.warmup_iters),
+                                   "--report-key",
+                                   kReportKeyFile};
   if (screen && t.screen_below > 0) {
     argv.push_back("--screen-below");
     argv.push_back(number(t.screen_below));
@@ -409,11 +431,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
 void TestHandler::start_metrics(prometheus::Registry& registry) {
   evaluations_ = &prometheus::BuildCounter()
                       .Name("kiln_tester_evaluations_total")
-                      .Help("Evaluations by this tester, by device and status (error: given back or dead-lettered, "
-                            "not scored)")
+                      .Help(
+                          "Evaluations by this tester, by device and status (error: given back or dead-lettered, "
+                          "not scored)")
                       .Register(registry);
   // Every status at zero from the start, so rates exist before the first of each kind.
-  for (std::string_view s : kCountedStatuses) evaluations_->Add({{"device", worker_.device_name}, {"status", std::string(s)}});
+  for (std::string_view s : kCountedStatuses)
+    evaluations_->Add({{"device", worker_.device_name}, {"status", std::string(s)}});
   busy_seconds_ = &prometheus::BuildCounter()
                        .Name("kiln_tester_busy_seconds_total")
                        .Help("Wall time spent evaluating (correctness, timing, profiling), by device")
@@ -424,7 +448,8 @@ void TestHandler::start_metrics(prometheus::Registry& registry) {
 messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   auto request = proto::decode<proto::TestRequest>(job.payload.data);
   if (!request.is_ok()) {
-    return messaging::JobOutcome::from_status(messaging::job_fault(request.status()).with_context("test: bad TestRequest"));
+    return messaging::JobOutcome::from_status(
+        messaging::job_fault(request.status()).with_context("test: bad TestRequest"));
   }
   Result<proto::TestReport> report = internal_error("not run");
   const double started = monotonic_s();

@@ -23,12 +23,12 @@ inline bool gpu_tests_enabled() {
   return v && std::string(v) == "1";
 }
 
-#define KILN_REQUIRE_GPU_TESTS()                                           \
-  do {                                                                     \
-    if (!::kiln::gpu_test::gpu_tests_enabled()) {                                          \
-      WARN("KILN_GPU_TESTS is not 1: GPU test skipped");                   \
-      return;                                                              \
-    }                                                                      \
+#define KILN_REQUIRE_GPU_TESTS()                         \
+  do {                                                   \
+    if (!::kiln::gpu_test::gpu_tests_enabled()) {        \
+      WARN("KILN_GPU_TESTS is not 1: GPU test skipped"); \
+      return;                                            \
+    }                                                    \
   } while (0)
 
 inline kiln::proto::FileMap task_files(const std::string& name) {
@@ -115,8 +115,6 @@ inline std::string summary(const kiln::proto::TestReport& r) {
 }
 
 // A reduce_sum candidate whose body is `body` (a kernel and a kiln_entry using it).
-inline std::string reduce_candidate(const std::string& body) {
-  return "#include \"kiln/kernel_abi.h\"\n" + body;
-}
+inline std::string reduce_candidate(const std::string& body) { return "#include \"kiln/kernel_abi.h\"\n" + body; }
 
 }  // namespace kiln::gpu_test

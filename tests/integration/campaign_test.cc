@@ -39,24 +39,25 @@ struct LocalKiln {
   std::unique_ptr<Background> up;
 
   explicit LocalKiln(int compilers = 2, int testers = 1, double screen_below = 0) {
-    std::ofstream(config) << "broker:\n"
-                          << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
-                          << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
-                          << "  metrics_port: " << metrics_port << "\n"
-                          << "  heartbeat_interval_s: 0.25\n"
-                          << "  heartbeat_liveness: 4\n"
-                          << "ingest: {metrics_port: 0}\n"
-                          << "llm_bridge: {metrics_port: 0}\n"
-                          << "compiler: {metrics_port: 0}\n"
-                          << "tester:\n"
-                          << "  metrics_port: 0\n"
-                          // Warm and a little longer: these tests check the pipeline and promotion, not cache
-                          // flushing, and a confident interval must not hinge on one slow generation.
-                          << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2,"
-                          << " screen_below: " << screen_below << "}\n"
-                          << "scorer: {metrics_port: " << scorer_port << ", max_in_flight: 3}\n"
-                          << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
-                          << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
+    std::ofstream(config)
+        << "broker:\n"
+        << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
+        << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
+        << "  metrics_port: " << metrics_port << "\n"
+        << "  heartbeat_interval_s: 0.25\n"
+        << "  heartbeat_liveness: 4\n"
+        << "ingest: {metrics_port: 0}\n"
+        << "llm_bridge: {metrics_port: 0}\n"
+        << "compiler: {metrics_port: 0}\n"
+        << "tester:\n"
+        << "  metrics_port: 0\n"
+        // Warm and a little longer: these tests check the pipeline and promotion, not cache
+        // flushing, and a confident interval must not hinge on one slow generation.
+        << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2,"
+        << " screen_below: " << screen_below << "}\n"
+        << "scorer: {metrics_port: " << scorer_port << ", max_in_flight: 3}\n"
+        << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
+        << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
     up = std::make_unique<Background>(
         std::vector<std::string>{bin_dir() + "/kiln", "--config", config, "up", "--state-dir", dir.path() + "/state"},
         dir.path() + "/up.log");
@@ -205,8 +206,8 @@ TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with 
   // Program 0 is forty times slower than the reference: with screening at the promotion bar its timing
   // stops once its interval says it cannot reach 1.10x, and the archive keeps that interval and the reason.
   LocalKiln k(2, 1, 1.10);
-  auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/slow_cpu", "--budget", "0", "--wait",
-                   "--timeout", "120"});
+  auto r = k.kiln(
+      {"--json", "submit", source_dir() + "/tests/data/tasks/slow_cpu", "--budget", "0", "--wait", "--timeout", "120"});
   INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
@@ -232,32 +233,36 @@ TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores
   // SIGKILL the process holding a job, once for each service.
   std::set<std::string> killed;
   for (const char* service : {"compile", "test.cpu"}) {
-    bool hit = eventually([&] {
-      for (const auto& w : broker_status(client).workers) {
-        if (w.service == service && w.in_flight > 0) {
-          pid_t pid = pid_of_worker(w.worker_id);
-          if (pid > 0 && ::kill(pid, SIGKILL) == 0) {
-            killed.insert(service);
-            return true;
+    bool hit = eventually(
+        [&] {
+          for (const auto& w : broker_status(client).workers) {
+            if (w.service == service && w.in_flight > 0) {
+              pid_t pid = pid_of_worker(w.worker_id);
+              if (pid > 0 && ::kill(pid, SIGKILL) == 0) {
+                killed.insert(service);
+                return true;
+              }
+            }
           }
-        }
-      }
-      return false;
-    }, 120, 0.02);
+          return false;
+        },
+        120, 0.02);
     INFO("service " << service);
     REQUIRE(hit);
   }
 
   // The campaign still completes.
   proto::CampaignInfo info;
-  bool finished = eventually([&] {
-    auto body = client.request("score", "campaign", proto::encode(proto::CampaignQuery{cid, 5}), 2.0);
-    if (!body.is_ok()) return false;
-    auto c = proto::decode<proto::CampaignInfo>(*body);
-    if (!c.is_ok()) return false;
-    info = *c;
-    return info.state == "done";
-  }, 300, 0.5);
+  bool finished = eventually(
+      [&] {
+        auto body = client.request("score", "campaign", proto::encode(proto::CampaignQuery{cid, 5}), 2.0);
+        if (!body.is_ok()) return false;
+        auto c = proto::decode<proto::CampaignInfo>(*body);
+        if (!c.is_ok()) return false;
+        info = *c;
+        return info.state == "done";
+      },
+      300, 0.5);
   INFO("scorer log:\n" << k.log("scorer") << "\nbroker log:\n" << k.log("broker"));
   REQUIRE(finished);
   CHECK(info.scored == 7);
@@ -275,7 +280,8 @@ TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores
   // The broker requeued the killed workers' jobs, and the supervisor restarted them.
   std::string metrics = http_get(k.metrics_port, "/metrics");
   CHECK(std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="compile"[^}]*\} [1-9])re")));
-  CHECK(std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="test.cpu"[^}]*\} [1-9])re")));
+  CHECK(
+      std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="test.cpu"[^}]*\} [1-9])re")));
   auto up_log = read_file(k.dir.path() + "/up.log");
   REQUIRE(up_log.is_ok());
   CHECK(up_log->find("restarted") != std::string::npos);
@@ -291,11 +297,13 @@ TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integrat
   REQUIRE(sub.exit_code == 0);
   zmq::context_t ctx(1);
   messaging::Client client(ctx, k.endpoint());
-  bool queued = eventually([&] {
-    for (const auto& q : broker_status(client).queues)
-      if (q.service == "test.cuda" && q.queued >= 1 && q.workers == 0) return true;
-    return false;
-  }, 180, 0.2);
+  bool queued = eventually(
+      [&] {
+        for (const auto& q : broker_status(client).queues)
+          if (q.service == "test.cuda" && q.queued >= 1 && q.workers == 0) return true;
+        return false;
+      },
+      180, 0.2);
   INFO("compiler log:\n" << k.log("compiler-1"));
   REQUIRE(queued);
   // Still there a moment later: it waits, it does not fail.
@@ -315,8 +323,8 @@ TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integrat
 TEST_CASE("a campaign submitted with a target speedup stops early", "[integration]") {
   LocalKiln k(1);
   // Program 0 of this task is already far faster than its reference, so the target is met at once.
-  auto r = k.kiln({"--json", "submit", fast_task(), "--budget", "12", "--target-speedup", "1.5", "--wait",
-                   "--timeout", "240"});
+  auto r = k.kiln(
+      {"--json", "submit", fast_task(), "--budget", "12", "--target-speedup", "1.5", "--wait", "--timeout", "240"});
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
@@ -358,7 +366,8 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
     CHECK((*p)["cases"][0]["dims"]["N"] == 4096);
     CHECK((*p)["cases"][1]["dims"]["N"] == 65536);
     // The program's speedup is the geometric mean of its cases'.
-    const double mean = std::sqrt((*p)["cases"][0]["speedup"].get<double>() * (*p)["cases"][1]["speedup"].get<double>());
+    const double mean =
+        std::sqrt((*p)["cases"][0]["speedup"].get<double>() * (*p)["cases"][1]["speedup"].get<double>());
     CHECK((*p)["speedup"].get<double>() == Approx(mean).epsilon(1e-9));
   }
   CHECK(p0["cases"][0]["speedup"].get<double>() > 2.0);
@@ -418,8 +427,13 @@ TEST_CASE("kiln report renders a real campaign that a headless browser shows wit
 
   // A real browser: the DOM after the page's script ran, and a screenshot.
   const std::string profile = k.dir.path() + "/chromium";
-  const std::vector<std::string> browser = {chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                            "--no-first-run", "--user-data-dir=" + profile};
+  const std::vector<std::string> browser = {chromium,
+                                            "--headless",
+                                            "--no-sandbox",
+                                            "--disable-gpu",
+                                            "--disable-dev-shm-usage",
+                                            "--no-first-run",
+                                            "--user-data-dir=" + profile};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = browser;
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -474,16 +488,17 @@ TEST_CASE("kiln up --demo writes a report per campaign next to its results table
   std::filesystem::create_directories(tasks);
   std::filesystem::copy(fast_task(), tasks + "/fast_cpu", std::filesystem::copy_options::recursive);
   const std::string config = dir.path() + "/kiln.yaml";
-  std::ofstream(config) << "broker:\n"
-                        << "  bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
-                        << "  events_bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
-                        << "  metrics_port: 0\n"
-                        << "ingest: {metrics_port: 0}\nllm_bridge: {metrics_port: 0}\ncompiler: {metrics_port: 0}\n"
-                        << "tester:\n  metrics_port: 0\n"
-                        << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
-                        << "scorer: {metrics_port: 0}\n"
-                        << "promoter: {metrics_port: 0, registry_dir: " << dir.path() << "/registry}\n"
-                        << "up: {compilers: 1, testers: 1}\n";
+  std::ofstream(config)
+      << "broker:\n"
+      << "  bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
+      << "  events_bind: tcp://127.0.0.1:" << free_tcp_port() << "\n"
+      << "  metrics_port: 0\n"
+      << "ingest: {metrics_port: 0}\nllm_bridge: {metrics_port: 0}\ncompiler: {metrics_port: 0}\n"
+      << "tester:\n  metrics_port: 0\n"
+      << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2}\n"
+      << "scorer: {metrics_port: 0}\n"
+      << "promoter: {metrics_port: 0, registry_dir: " << dir.path() << "/registry}\n"
+      << "up: {compilers: 1, testers: 1}\n";
   auto r = run_process({bin_dir() + "/kiln", "--config", config, "up", "--demo", "--tasks", tasks, "--budget", "2",
                         "--state-dir", dir.path() + "/state", "--timeout", "240"},
                        300);

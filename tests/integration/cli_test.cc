@@ -24,15 +24,14 @@ size_t lines(const std::string& s) {
 }
 }  // namespace
 
-TEST_CASE("broken packages are refused by validate and submit with one line naming file and key", "[integration][cli]") {
+TEST_CASE("broken packages are refused by validate and submit with one line naming file and key",
+          "[integration][cli]") {
   struct Case {
     const char* dir;
     const char* expect;
   } cases[] = {
-      {"broken_missing_file", "reference.cpp: missing"},
-      {"broken_bad_yaml", "task.yaml: line"},
-      {"broken_unknown_key", "task.yaml: warmup: unknown key"},
-      {"broken_no_evolve", "kernel.cpp: no [EVOLVE_START]"},
+      {"broken_missing_file", "reference.cpp: missing"},        {"broken_bad_yaml", "task.yaml: line"},
+      {"broken_unknown_key", "task.yaml: warmup: unknown key"}, {"broken_no_evolve", "kernel.cpp: no [EVOLVE_START]"},
       {"broken_undefined_dim", "dim N is not defined"},
   };
   for (const auto& c : cases) {

@@ -11,10 +11,26 @@ using namespace kiln::testing;
 using nlohmann::json;
 
 TEST_CASE("two testers, one killed mid-run: every candidate is scored exactly once", "[integration]") {
-  auto r = run_process({bin_dir() + "/kiln-bench-multigpu", "--backend", "cpu", "--tasks",
-                        source_dir() + "/tests/data/tasks", "--testers", "2", "--kill-one", "--kill-at", "0.2",
-                        "--budget", "4", "--compilers", "2", "--timing-min-time", "0.05", "--timing-max-time", "0.5",
-                        "--timeout", "200"},
+  auto r = run_process({bin_dir() + "/kiln-bench-multigpu",
+                        "--backend",
+                        "cpu",
+                        "--tasks",
+                        source_dir() + "/tests/data/tasks",
+                        "--testers",
+                        "2",
+                        "--kill-one",
+                        "--kill-at",
+                        "0.2",
+                        "--budget",
+                        "4",
+                        "--compilers",
+                        "2",
+                        "--timing-min-time",
+                        "0.05",
+                        "--timing-max-time",
+                        "0.5",
+                        "--timeout",
+                        "200"},
                        300);
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_code == 0);

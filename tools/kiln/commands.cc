@@ -31,17 +31,31 @@ std::string Common::broker_endpoint() const {
 
 namespace {
 
-
 json to_json(const proto::CampaignInfo& c) {
-  return json{{"campaign_id", c.campaign_id}, {"task", c.task_name}, {"task_id", c.task_id},
-              {"backend", c.backend}, {"state", c.state}, {"budget", c.budget}, {"proposed", c.proposed},
-              {"scored", c.scored}, {"correct", c.correct}, {"in_flight", c.in_flight},
-              {"best_program_id", c.best_program_id}, {"best_score", c.best_score},
-              {"best_speedup", c.best_speedup}, {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
-              {"best_params", c.best_params}, {"promoted", c.promoted}, {"promotion_notes", c.promotion_notes},
-              {"started_at", c.started_at}, {"finished_at", c.finished_at}, {"proposer", c.proposer},
-              {"stop_reason", c.stop_reason}, {"cells_filled", c.cells_filled},
-              {"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens},
+  return json{{"campaign_id", c.campaign_id},
+              {"task", c.task_name},
+              {"task_id", c.task_id},
+              {"backend", c.backend},
+              {"state", c.state},
+              {"budget", c.budget},
+              {"proposed", c.proposed},
+              {"scored", c.scored},
+              {"correct", c.correct},
+              {"in_flight", c.in_flight},
+              {"best_program_id", c.best_program_id},
+              {"best_score", c.best_score},
+              {"best_speedup", c.best_speedup},
+              {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
+              {"best_params", c.best_params},
+              {"promoted", c.promoted},
+              {"promotion_notes", c.promotion_notes},
+              {"started_at", c.started_at},
+              {"finished_at", c.finished_at},
+              {"proposer", c.proposer},
+              {"stop_reason", c.stop_reason},
+              {"cells_filled", c.cells_filled},
+              {"prompt_tokens", c.prompt_tokens},
+              {"completion_tokens", c.completion_tokens},
               {"not_evaluated", c.not_evaluated}};
 }
 
@@ -76,11 +90,12 @@ std::string format_speedup(double s, double lo, double hi) {
 }
 
 void print_results_table(const std::vector<proto::CampaignInfo>& campaigns) {
-  std::printf("\n%-10s %-8s %-9s %-24s %-28s %s\n", "task", "state", "programs", "best speedup [95% CI]",
-              "params", "registry");
+  std::printf("\n%-10s %-8s %-9s %-24s %-28s %s\n", "task", "state", "programs", "best speedup [95% CI]", "params",
+              "registry");
   for (const auto& c : campaigns) {
-    std::string reg = c.promoted.empty() ? (c.promotion_notes.empty() ? "-" : "not promoted: " + c.promotion_notes.back())
-                                         : c.promoted.back();
+    std::string reg = c.promoted.empty()
+                          ? (c.promotion_notes.empty() ? "-" : "not promoted: " + c.promotion_notes.back())
+                          : c.promoted.back();
     std::printf("%-10s %-8s %4lld/%-4lld %-24s %-28s %s\n", c.task_name.c_str(), c.state.c_str(),
                 static_cast<long long>(c.scored), static_cast<long long>(c.budget + 1),
                 format_speedup(c.best_speedup, c.best_speedup_lo, c.best_speedup_hi).c_str(),
@@ -157,7 +172,10 @@ int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, dou
       line = "waiting for the scorer: " + all.status().message();
     }
     if (!quiet && line != last_line) {
-      if (tty) std::fprintf(stderr, "\r%s", line.c_str()); else std::fprintf(stderr, "%s\n", line.c_str());
+      if (tty)
+        std::fprintf(stderr, "\r%s", line.c_str());
+      else
+        std::fprintf(stderr, "%s\n", line.c_str());
       last_line = line;
     }
     if (all.is_ok() && done == ids.size()) {
@@ -184,8 +202,10 @@ int cmd_submit(const Common& c, const SubmitOptions& o) {
   auto cid = submit_task(c, o);
   if (!cid.is_ok()) return fail(cid.status().message());
   if (!o.wait) {
-    if (c.json) std::printf("%s\n", json{{"campaign_id", *cid}}.dump().c_str());
-    else std::printf("submitted campaign %s\n", cid->c_str());
+    if (c.json)
+      std::printf("%s\n", json{{"campaign_id", *cid}}.dump().c_str());
+    else
+      std::printf("submitted campaign %s\n", cid->c_str());
     return 0;
   }
   if (!c.json) std::printf("submitted campaign %s\n", cid->c_str());
@@ -224,11 +244,21 @@ int cmd_status(const Common& c, const std::string& campaign) {
   if (c.json) {
     json q = json::array(), w = json::array(), cs = json::array();
     for (const auto& s : st->queues)
-      q.push_back({{"service", s.service}, {"queued", s.queued}, {"leased", s.leased}, {"done", s.done},
-                   {"failed", s.failed}, {"dead", s.dead}, {"workers", s.workers}});
+      q.push_back({{"service", s.service},
+                   {"queued", s.queued},
+                   {"leased", s.leased},
+                   {"done", s.done},
+                   {"failed", s.failed},
+                   {"dead", s.dead},
+                   {"workers", s.workers}});
     for (const auto& x : st->workers)
-      w.push_back({{"service", x.service}, {"worker_id", x.worker_id}, {"slots", x.slots}, {"in_flight", x.in_flight},
-                   {"backend", x.caps.backend}, {"gpu", x.caps.gpu_name}, {"host", x.caps.host}});
+      w.push_back({{"service", x.service},
+                   {"worker_id", x.worker_id},
+                   {"slots", x.slots},
+                   {"in_flight", x.in_flight},
+                   {"backend", x.caps.backend},
+                   {"gpu", x.caps.gpu_name},
+                   {"host", x.caps.host}});
     for (const auto& info : shown) cs.push_back(to_json(info));
     json out{{"queues", q}, {"workers", w}, {"campaigns", cs}, {"rejected_frames", st->rejected_frames}};
     if (!campaigns.is_ok()) out["campaigns_error"] = campaigns.status().message();
@@ -254,7 +284,8 @@ int cmd_status(const Common& c, const std::string& campaign) {
 int cmd_best(const Common& c, const std::string& campaign, int top) {
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
-  auto body = client.request(std::string(proto::svc::kScore), "best", proto::encode(proto::CampaignQuery{campaign, top}), 5.0);
+  auto body =
+      client.request(std::string(proto::svc::kScore), "best", proto::encode(proto::CampaignQuery{campaign, top}), 5.0);
   if (!body.is_ok()) return fail(body.status().message());
   auto best = proto::decode<proto::BestPrograms>(*body);
   if (!best.is_ok()) return fail("bad reply: " + best.status().message());
@@ -263,21 +294,34 @@ int cmd_best(const Common& c, const std::string& campaign, int top) {
     for (const auto& p : best->programs) {
       json cases = json::array();
       for (const auto& k : p.eval.cases)
-        cases.push_back({{"dims", k.dims}, {"speedup", k.speedup}, {"speedup_interval", {k.speedup_lo, k.speedup_hi}},
-                         {"median_us", k.median_us}, {"reference_median_us", k.reference_median_us}, {"n", k.n}});
+        cases.push_back({{"dims", k.dims},
+                         {"speedup", k.speedup},
+                         {"speedup_interval", {k.speedup_lo, k.speedup_hi}},
+                         {"median_us", k.median_us},
+                         {"reference_median_us", k.reference_median_us},
+                         {"n", k.n}});
       auto stat = [&](const char* key) {
         auto it = p.eval.runtime_stats.find(key);
         return it == p.eval.runtime_stats.end() ? -1.0 : it->second;
       };
-      progs.push_back({{"id", p.id}, {"parent_id", p.parent_id}, {"generation", p.generation},
-                       {"params", p.template_parameters}, {"perf_score", p.eval.perf_score},
-                       {"combined_score", p.eval.combined_score}, {"runtime_ms", p.eval.runtime},
+      progs.push_back({{"id", p.id},
+                       {"parent_id", p.parent_id},
+                       {"generation", p.generation},
+                       {"params", p.template_parameters},
+                       {"perf_score", p.eval.perf_score},
+                       {"combined_score", p.eval.combined_score},
+                       {"runtime_ms", p.eval.runtime},
                        {"speedup", p.eval.runtime_improvement},
-                       {"speedup_interval", {stat("speedup_lo"), stat("speedup_hi")}}, {"cases", cases},
-                       {"status", p.eval.status}, {"eval_log", p.eval.eval_log}, {"metadata", p.metadata},
-                       {"eval_metadata", p.eval.metadata}, {"profiler_data", p.eval.profiler_data},
+                       {"speedup_interval", {stat("speedup_lo"), stat("speedup_hi")}},
+                       {"cases", cases},
+                       {"status", p.eval.status},
+                       {"eval_log", p.eval.eval_log},
+                       {"metadata", p.metadata},
+                       {"eval_metadata", p.eval.metadata},
+                       {"profiler_data", p.eval.profiler_data},
                        {"template_results", p.eval.template_results},
-                       {"complexity", p.complexity}, {"diversity", p.diversity},
+                       {"complexity", p.complexity},
+                       {"diversity", p.diversity},
                        {"task", {{"task_id", p.task.task_id}, {"name", p.task.name}}}});
     }
     std::printf("%s\n", json{{"campaign", to_json(best->campaign)}, {"programs", progs}}.dump(2).c_str());
@@ -287,17 +331,17 @@ int cmd_best(const Common& c, const std::string& campaign, int top) {
   // Programs whose jobs died of faults not their own (the task's reference, the evaluator): no score.
   const std::string not_evaluated =
       ci.not_evaluated > 0 ? ", " + std::to_string(ci.not_evaluated) + " not evaluated" : "";
-  std::printf("campaign %s (%s, %s): %lld/%lld scored, %lld correct%s\n", ci.campaign_id.c_str(),
-              ci.task_name.c_str(), ci.state.c_str(), (long long)ci.scored, (long long)(ci.budget + 1),
-              (long long)ci.correct, not_evaluated.c_str());
+  std::printf("campaign %s (%s, %s): %lld/%lld scored, %lld correct%s\n", ci.campaign_id.c_str(), ci.task_name.c_str(),
+              ci.state.c_str(), (long long)ci.scored, (long long)(ci.budget + 1), (long long)ci.correct,
+              not_evaluated.c_str());
   for (const auto& k : ci.promoted) std::printf("  promoted: %s\n", k.c_str());
   for (const auto& n : ci.promotion_notes) std::printf("  note: %s\n", n.c_str());
   bool several_cases = false;
   for (const auto& p : best->programs) several_cases = several_cases || p.eval.cases.size() > 1;
   if (several_cases)
     std::printf("\nruntime and speedup are geometric means over the benchmark cases listed under each program\n");
-  std::printf("\n%-4s %-22s %-8s %-10s %-12s %-28s %s\n", "rank", "program", "score", "runtime", "speedup",
-              "params", "parent");
+  std::printf("\n%-4s %-22s %-8s %-10s %-12s %-28s %s\n", "rank", "program", "score", "runtime", "speedup", "params",
+              "parent");
   int rank = 1;
   for (const auto& p : best->programs) {
     char rt[32];
@@ -312,7 +356,8 @@ int cmd_best(const Common& c, const std::string& campaign, int top) {
       std::printf("       %-36s %s\n", (case_dims(k.dims) + ":").c_str(),
                   format_speedup(k.speedup, k.speedup_lo, k.speedup_hi).c_str());
   }
-  if (!best->programs.empty()) std::printf("\nbest program's evaluation:\n%s\n", best->programs[0].eval.eval_log.c_str());
+  if (!best->programs.empty())
+    std::printf("\nbest program's evaluation:\n%s\n", best->programs[0].eval.eval_log.c_str());
   std::printf("\n%s\n", report_hint(c, campaign).c_str());
   return 0;
 }
@@ -331,16 +376,23 @@ int cmd_task_validate(const Common& c, const std::string& dir) {
   size_t space = 1;
   for (const auto& [k, v] : spec->params) space *= v.size();
   if (c.json) {
-    std::printf("%s\n", json{{"valid", true}, {"name", spec->name}, {"op", spec->op}, {"backend", spec->backend},
-                             {"dtype", spec->dtype}, {"task_id", task::task_id(*files)},
+    std::printf("%s\n", json{{"valid", true},
+                             {"name", spec->name},
+                             {"op", spec->op},
+                             {"backend", spec->backend},
+                             {"dtype", spec->dtype},
+                             {"task_id", task::task_id(*files)},
                              {"correctness_cases", spec->correctness_cases.size()},
-                             {"benchmark_cases", spec->benchmark_cases.size()}, {"param_space", space}}
-                            .dump(2).c_str());
+                             {"benchmark_cases", spec->benchmark_cases.size()},
+                             {"param_space", space}}
+                            .dump(2)
+                            .c_str());
   } else {
-    std::printf("%s: valid task '%s' (op %s, %s, %s): %zu correctness case(s) x %lld seed(s), %zu benchmark case(s), "
-                "%zu parameter combination(s)\n",
-                dir.c_str(), spec->name.c_str(), spec->op.c_str(), spec->backend.c_str(), spec->dtype.c_str(),
-                spec->correctness_cases.size(), (long long)spec->seeds, spec->benchmark_cases.size(), space);
+    std::printf(
+        "%s: valid task '%s' (op %s, %s, %s): %zu correctness case(s) x %lld seed(s), %zu benchmark case(s), "
+        "%zu parameter combination(s)\n",
+        dir.c_str(), spec->name.c_str(), spec->op.c_str(), spec->backend.c_str(), spec->dtype.c_str(),
+        spec->correctness_cases.size(), (long long)spec->seeds, spec->benchmark_cases.size(), space);
   }
   return 0;
 }

@@ -27,7 +27,7 @@ struct SubmitOptions {
   std::string proposer = "tuner";
   int64_t max_in_flight = -1;
   bool wait = false;
-  double timeout_s = 0;  // 0: no limit while waiting
+  double timeout_s = 0;       // 0: no limit while waiting
   double target_speedup = 0;  // stop early once reached (0: the scorer's default)
   int64_t patience = 0;       // stop after this many proposals without improvement (0: default)
 };
@@ -45,8 +45,8 @@ int cmd_registry_verify(const Common& c, const std::string& dir);
 struct MatchOptions {
   std::string op;
   std::string dtype;
-  std::string shape;  // "K=V,K=V", parsed strictly
-  std::string gpu;    // empty: any GPU
+  std::string shape;       // "K=V,K=V", parsed strictly
+  std::string gpu;         // empty: any GPU
   bool gpu_given = false;  // --gpu was on the command line (an empty name is then an error)
 };
 int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptions& o);
@@ -64,7 +64,7 @@ struct UpOptions {
   std::string state_dir;  // empty: config up.state_dir
   bool demo = false;
   std::string tasks_dir;  // bundled tasks for --demo
-  int64_t budget = 8;  // the demo's proposals per campaign: a few minutes on a laptop
+  int64_t budget = 8;     // the demo's proposals per campaign: a few minutes on a laptop
   double demo_timeout_s = 1800;
 };
 int cmd_up(const Common& c, const UpOptions& o);

@@ -56,13 +56,15 @@ int cmd_keys_new(const Common& c, const std::string& name, const std::string& di
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("wrote %s (secret, mode 0600: keep it with the bridge) and %s\n", secret_path.c_str(), public_path.c_str());
+  std::printf("wrote %s (secret, mode 0600: keep it with the bridge) and %s\n", secret_path.c_str(),
+              public_path.c_str());
   std::printf("admit the bridge: add this line to the broker's allowlist %s (read on SIGHUP or change):\n",
               allowlist.c_str());
   std::printf("%s\n", line.c_str());
-  std::printf("the bridge pins the broker's public key, %s (created by kiln-broker on its first start with "
-              "broker.external_bind set)\n",
-              broker_public.c_str());
+  std::printf(
+      "the bridge pins the broker's public key, %s (created by kiln-broker on its first start with "
+      "broker.external_bind set)\n",
+      broker_public.c_str());
   return 0;
 }
 

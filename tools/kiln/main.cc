@@ -77,13 +77,14 @@ int main(int argc, char** argv) {
       "verify", "check every entry, its source file and hash (an entry without source_sha256 is a warning)");
   MatchOptions match;
   auto* match_cmd = reg_cmd->add_subcommand(
-      "match", "the best kernel for an op, dtype, shape and GPU: exact GPU, then name containment, then the same "
-               "architecture; the exact shape, then the nearest");
+      "match",
+      "the best kernel for an op, dtype, shape and GPU: exact GPU, then name containment, then the same "
+      "architecture; the exact shape, then the nearest");
   match_cmd->add_option("op", match.op, "op name, e.g. rmsnorm")->required();
   match_cmd->add_option("--dtype", match.dtype, "dtype, e.g. fp16")->required();
-  match_cmd->add_option("--shape", match.shape, "dims as K=V,K=V with positive integers, e.g. B=16,H=4096")
-      ->required();
-  auto* gpu_opt = match_cmd->add_option("--gpu", match.gpu, "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
+  match_cmd->add_option("--shape", match.shape, "dims as K=V,K=V with positive integers, e.g. B=16,H=4096")->required();
+  auto* gpu_opt = match_cmd->add_option("--gpu", match.gpu,
+                                        "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
   // Also accepted after the subcommand, where a user of `match` reaches for them.
   match_cmd->add_option("--dir", reg_dir, "registry folder (default: promoter.registry_dir)");
   match_cmd->add_flag("--json", common.json, "machine-readable output");

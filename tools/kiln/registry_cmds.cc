@@ -56,9 +56,10 @@ int cmd_registry_verify(const Common& c, const std::string& dir) {
   std::vector<std::string> warnings;
   Status st = reg->verify(&warnings);
   if (c.json)
-    std::printf("%s\n", nlohmann::json{{"ok", st.is_ok()}, {"error", st.is_ok() ? "" : st.message()}, {"warnings", warnings}}
-                            .dump()
-                            .c_str());
+    std::printf("%s\n",
+                nlohmann::json{{"ok", st.is_ok()}, {"error", st.is_ok() ? "" : st.message()}, {"warnings", warnings}}
+                    .dump()
+                    .c_str());
   else
     for (const std::string& w : warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
   if (!st.is_ok()) return fail(dir + ": " + st.message());
@@ -85,9 +86,10 @@ int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptio
   auto raw = reg->raw_entries();  // every entry already checked by the registry's strict reader
   if (!raw.is_ok()) return fail(dir + ": " + raw.status().message());
   registry::MatchOutcome outcome =
-      raw->empty() ? registry::MatchOutcome{std::nullopt, "no " + o.op + " " + o.dtype + " kernel: " + dir + "/" +
-                                                              std::string(registry::kRegistryFile) + " has no kernels yet"}
-                   : registry::match_kernel(*raw, query);
+      raw->empty()
+          ? registry::MatchOutcome{std::nullopt, "no " + o.op + " " + o.dtype + " kernel: " + dir + "/" +
+                                                     std::string(registry::kRegistryFile) + " has no kernels yet"}
+          : registry::match_kernel(*raw, query);
   if (!outcome.match) {
     if (c.json) std::printf("%s\n", nlohmann::json{{"match", nullptr}, {"error", outcome.error}}.dump().c_str());
     return fail(outcome.error);
@@ -96,7 +98,8 @@ int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptio
   const nlohmann::json& entry = (*raw)[m.index];
   registry::MatchCandidate k;
   std::string read_error;
-  if (!registry::read_candidate(entry, k, read_error)) return fail("kernels[" + std::to_string(m.index) + "]." + read_error);
+  if (!registry::read_candidate(entry, k, read_error))
+    return fail("kernels[" + std::to_string(m.index) + "]." + read_error);
   if (c.json) {
     nlohmann::json out{{"entry", entry},
                        {"match",

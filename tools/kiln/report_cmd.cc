@@ -15,9 +15,10 @@ std::string default_report_path(const std::string& campaign) { return "kiln-repo
 Result<std::string> write_report(const Common& c, const std::string& campaign, const std::string& path) {
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
-  KILN_ASSIGN_OR_RETURN(std::string body,
-                        client.request(std::string(proto::svc::kScore), "best",
-                                       proto::encode(proto::CampaignQuery{campaign, report::kMaxReportPrograms}), 30.0));
+  KILN_ASSIGN_OR_RETURN(
+      std::string body,
+      client.request(std::string(proto::svc::kScore), "best",
+                     proto::encode(proto::CampaignQuery{campaign, report::kMaxReportPrograms}), 30.0));
   auto best = proto::decode<proto::BestPrograms>(body);
   if (!best.is_ok()) return internal_error("bad reply: " + best.status().message());
   const std::string html = report::render_html(
@@ -32,7 +33,8 @@ Result<std::string> write_report(const Common& c, const std::string& campaign, c
 std::string report_hint(const Common& c, const std::string& campaign) {
   std::string hint = "report: kiln report " + campaign;
   if (c.config.scorer.metrics_port > 0)
-    hint += ", or http://<scorer host>:" + std::to_string(c.config.scorer.metrics_port) + "/campaigns/" + campaign + "/report";
+    hint += ", or http://<scorer host>:" + std::to_string(c.config.scorer.metrics_port) + "/campaigns/" + campaign +
+            "/report";
   return hint;
 }
 

@@ -45,7 +45,8 @@ extern "C" int kiln_entry(const kiln_args* a) {
 }
 )";
 
-constexpr const char* kKernel = R"(// Program 0. Kiln's proposers rewrite only the region between the markers; THREADS and UNROLL
+constexpr const char* kKernel =
+    R"(// Program 0. Kiln's proposers rewrite only the region between the markers; THREADS and UNROLL
 // arrive as -D defines from task.yaml's params.
 #include <kiln/kernel_abi.h>
 #include <omp.h>
@@ -106,8 +107,9 @@ int cmd_task_new(const Common&, const std::string& name, const std::string& pare
       return 1;
     }
   }
-  std::printf("created %s (task.yaml, reference.cpp, kernel.cpp, instructions.md); check it with: kiln task validate %s\n",
-              dir.c_str(), dir.c_str());
+  std::printf(
+      "created %s (task.yaml, reference.cpp, kernel.cpp, instructions.md); check it with: kiln task validate %s\n",
+      dir.c_str(), dir.c_str());
   return 0;
 }
 

@@ -65,9 +65,8 @@ Status Supervisor::spawn(Child& c) {
 
 Status Supervisor::start() {
   // The broker first, so workers find it at once (they would reconnect anyway).
-  std::stable_sort(specs_.begin(), specs_.end(), [](const ChildSpec& a, const ChildSpec& b) {
-    return a.is_broker > b.is_broker;
-  });
+  std::stable_sort(specs_.begin(), specs_.end(),
+                   [](const ChildSpec& a, const ChildSpec& b) { return a.is_broker > b.is_broker; });
   for (auto& s : specs_) {
     children_.push_back(Child{s});
     KILN_RETURN_IF_ERROR(spawn(children_.back()).with_context("starting " + s.name));
@@ -116,7 +115,10 @@ void Supervisor::stop(double grace_s) {
       for (auto& c : children_) {
         if (c.pid <= 0 || c.spec.is_broker != brokers) continue;
         int status = 0;
-        if (::waitpid(c.pid, &status, WNOHANG) == c.pid) c.pid = -1; else alive = true;
+        if (::waitpid(c.pid, &status, WNOHANG) == c.pid)
+          c.pid = -1;
+        else
+          alive = true;
       }
       if (!alive) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -13,9 +13,9 @@
 namespace kiln::cli {
 
 struct ChildSpec {
-  std::string name;              // "compiler-1"
-  std::vector<std::string> argv; // argv[0] is the executable path
-  std::string log_path;          // stdout+stderr go here
+  std::string name;                                      // "compiler-1"
+  std::vector<std::string> argv;                         // argv[0] is the executable path
+  std::string log_path;                                  // stdout+stderr go here
   std::vector<std::pair<std::string, std::string>> env;  // set in the child on top of ours
   bool is_broker = false;
 };

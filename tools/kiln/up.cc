@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 std::string self_dir() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);

@@ -37,8 +37,8 @@ uint64_t seed_from(std::string_view text) {
 
 bool EliteArchive::add(const proto::Program& program) {
   uint64_t order = next_order_++;
-  auto same = std::find_if(entries_.begin(), entries_.end(),
-                           [&](const Entry& e) { return e.program.id == program.id; });
+  auto same =
+      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.program.id == program.id; });
   if (same != entries_.end()) {
     order = same->order;
     entries_.erase(same);

@@ -35,7 +35,8 @@ const std::vector<Group>& memory_groups() {
 const std::vector<Group>& compute_groups() {
   static const std::vector<Group> kGroups{
       group({R"(#\s*pragma\s+(GCC\s+)?unroll)", R"(\bUNROLL\b)"}),
-      group({R"(\bfmaf?\b)", R"(\b__fmaf?_r[nzdu]\b)", R"(\b__fma_r[nzdu]\b)", R"(\b_mm(256|512)?_fn?m(add|sub)[a-z0-9_]*)"}),
+      group({R"(\bfmaf?\b)", R"(\b__fmaf?_r[nzdu]\b)", R"(\b__fma_r[nzdu]\b)",
+             R"(\b_mm(256|512)?_fn?m(add|sub)[a-z0-9_]*)"}),
       group({R"(\b__(expf|logf|sinf|cosf|fdividef|powf|frcp_r[nzdu]|frsqrt_rn)\b)", R"(\brsqrtf?\b)",
              R"(\b_mm(256|512)?_(?!loadu?_|fn?m)[a-z0-9_]+)", R"(\b__builtin_(?!prefetch|assume_aligned)[a-z_]+)"}),
       group({R"(\bwmma\b)", R"(\bmma_sync\b)", R"(\bw?mma\.)", R"(\bwgmma\b)", R"(\b__hmma)"}),
@@ -100,8 +101,10 @@ std::string strip_comments_and_strings(std::string_view src) {
         }
         break;
       case S::kLine:
-        if (c == '\n') state = S::kCode;
-        else out[i] = ' ';
+        if (c == '\n')
+          state = S::kCode;
+        else
+          out[i] = ' ';
         break;
       case S::kBlock:
         if (c == '*' && next == '/') {
@@ -155,16 +158,20 @@ int64_t shared_bytes_bucket(int64_t bytes) {
   return 3;
 }
 
-std::vector<int64_t> coordinates(const std::vector<std::string>& dimensions, std::string_view source,
-                                 int64_t registers, int64_t shared_bytes) {
+std::vector<int64_t> coordinates(const std::vector<std::string>& dimensions, std::string_view source, int64_t registers,
+                                 int64_t shared_bytes) {
   const auto levels = static_levels(source);
   std::vector<int64_t> out;
   out.reserve(dimensions.size());
   for (const std::string& d : dimensions) {
-    if (auto it = levels.find(d); it != levels.end()) out.push_back(it->second);
-    else if (d == dim::kRegisters) out.push_back(register_bucket(registers));
-    else if (d == dim::kSharedMemory) out.push_back(shared_bytes_bucket(shared_bytes));
-    else out.push_back(0);
+    if (auto it = levels.find(d); it != levels.end())
+      out.push_back(it->second);
+    else if (d == dim::kRegisters)
+      out.push_back(register_bucket(registers));
+    else if (d == dim::kSharedMemory)
+      out.push_back(shared_bytes_bucket(shared_bytes));
+    else
+      out.push_back(0);
   }
   return out;
 }

@@ -222,7 +222,8 @@ Selection MapElitesArchive::select(Rng& rng, int64_t island) const {
     if (comma == std::string::npos) comma = parent_key.size();
     size_t eq = parent_key.find('=', start);
     int64_t level = 0;
-    if (eq != std::string::npos && eq < comma) std::from_chars(parent_key.data() + eq + 1, parent_key.data() + comma, level);
+    if (eq != std::string::npos && eq < comma)
+      std::from_chars(parent_key.data() + eq + 1, parent_key.data() + comma, level);
     at.push_back(level);
     start = comma + 1;
   }

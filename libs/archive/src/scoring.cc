@@ -79,17 +79,18 @@ double stat_geomean(const std::vector<proto::CaseTiming>& cases, F value) {
 // Why one case misses the bar; empty when it clears it.
 std::string case_shortfall(const proto::CaseTiming& c, double min_speedup) {
   if (c.speedup >= min_speedup && c.speedup_lo >= min_speedup) return {};
-  return "speedup " + format_value("%.3f", c.speedup) + " [" + format_value("%.3f", c.speedup_lo) + ", " + format_value("%.3f", c.speedup_hi) +
-         "] below " + format_value("%.2f", min_speedup);
+  return "speedup " + format_value("%.3f", c.speedup) + " [" + format_value("%.3f", c.speedup_lo) + ", " +
+         format_value("%.3f", c.speedup_hi) + "] below " + format_value("%.2f", min_speedup);
 }
 
 std::string timing_line(const proto::CaseTiming& c) {
   std::string line = dims_text(c.dims) + ": median " + format_value("%.4g", c.candidate.median_us) + " us (reference " +
-                     format_value("%.4g", c.reference.median_us) + " us), speedup " + format_value("%.3f", c.speedup) + " [" +
-                     format_value("%.3f", c.speedup_lo) + ", " + format_value("%.3f", c.speedup_hi) + "], n=" +
-                     std::to_string(c.candidate.n) + ", cv " + format_value("%.3g", c.candidate.cv);
+                     format_value("%.4g", c.reference.median_us) + " us), speedup " + format_value("%.3f", c.speedup) +
+                     " [" + format_value("%.3f", c.speedup_lo) + ", " + format_value("%.3f", c.speedup_hi) +
+                     "], n=" + std::to_string(c.candidate.n) + ", cv " + format_value("%.3g", c.candidate.cv);
   for (const auto& b : c.baselines)
-    line += "; " + b.name + " " + format_value("%.4g", b.stats.median_us) + " us (x" + format_value("%.3f", b.speedup) + ")";
+    line += "; " + b.name + " " + format_value("%.4g", b.stats.median_us) + " us (x" + format_value("%.3f", b.speedup) +
+            ")";
   return line;
 }
 
@@ -178,8 +179,8 @@ std::string condensed_eval_log(const proto::ScoreResult& r, int64_t perf_score) 
       if (!t.profile_summary.empty()) log += t.profile_summary + "\n";
     } else if (perf_score >= kScoreWrongShape) {
       log += std::to_string(c.mismatches) + " mismatches, max abs error " + format_value("%.3g", c.max_abs_error) +
-             ", max rel error " + format_value("%.3g", c.max_rel_error) + " (rtol " + format_value("%.3g", c.rtol) + ", atol " +
-             format_value("%.3g", c.atol) + ")\n";
+             ", max rel error " + format_value("%.3g", c.max_rel_error) + " (rtol " + format_value("%.3g", c.rtol) +
+             ", atol " + format_value("%.3g", c.atol) + ")\n";
       size_t n = std::min(c.first_mismatches.size(), kMaxMismatchLines);
       for (size_t i = 0; i < n; ++i) log += "  " + c.first_mismatches[i] + "\n";
     } else if (!t.log.empty()) {

@@ -34,9 +34,8 @@ struct Key {
 };
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> kSections{"broker", "ingest",  "llm_bridge", "compiler",
-                                                  "tester", "scorer", "promoter",   "up",
-                                                  "llm"};
+  static const std::vector<std::string> kSections{"broker", "ingest",   "llm_bridge", "compiler", "tester",
+                                                  "scorer", "promoter", "up",         "llm"};
   return kSections;
 }
 
@@ -214,7 +213,8 @@ void set_from_node(const Field& field, const YAML::Node& n, const std::string& w
     if (!n.IsSequence()) fail(where, path, "expected a list of strings, got " + describe(n));
     StringList out;
     for (size_t i = 0; i < n.size(); ++i) {
-      if (!n[i].IsScalar()) fail(where, path + "[" + std::to_string(i) + "]", "expected a string, got " + describe(n[i]));
+      if (!n[i].IsScalar())
+        fail(where, path + "[" + std::to_string(i) + "]", "expected a string, got " + describe(n[i]));
       out.push_back(n[i].Scalar());
     }
     **sl = std::move(out);
@@ -277,7 +277,8 @@ void apply_env(const std::map<std::string, std::string>& env, const std::vector<
       // Collections take YAML flow syntax; the brackets may be left out: "compile: 200" or "0,1,2".
       bool is_map = std::holds_alternative<DoubleMap*>(k.field);
       std::string text = it->second;
-      if (!text.empty() && text.front() != (is_map ? '{' : '[')) text = (is_map ? "{" : "[") + text + (is_map ? "}" : "]");
+      if (!text.empty() && text.front() != (is_map ? '{' : '['))
+        text = (is_map ? "{" : "[") + text + (is_map ? "}" : "]");
       YAML::Node node;
       try {
         node = YAML::Load(text);
@@ -406,7 +407,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("tester.timing.warmup_iters", t.timing.warmup_iters, 0);
   v.non_negative("tester.timing.screen_below", t.timing.screen_below);
   if (t.timing.screen_below > c.scorer.min_speedup) {
-    v.error("tester.timing.screen_below", "must be <= scorer.min_speedup (a screened-out candidate could have been promoted)");
+    v.error("tester.timing.screen_below",
+            "must be <= scorer.min_speedup (a screened-out candidate could have been promoted)");
   }
   v.port("tester.metrics_port", t.metrics_port);
 
@@ -433,7 +435,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("scorer.campaign.patience", s.campaign.patience, 0);
   v.at_least("scorer.campaign.prompt_evolution_interval", s.campaign.prompt_evolution_interval, 0);
   if (s.campaign.tuner_block_sampling != 0 && s.campaign.tuner_block_sampling != 1)
-    v.error("scorer.campaign.tuner_block_sampling", "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
+    v.error("scorer.campaign.tuner_block_sampling",
+            "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
 
   v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
   // Forge's promotion bar. Readers of the registry take an entry as at least 10 % faster than its

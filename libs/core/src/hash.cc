@@ -68,7 +68,8 @@ namespace {
 // The raw bytes of a lowercase hex digest.
 std::string unhex(const std::string& hex) {
   std::string raw;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return raw;
 }
 }  // namespace

@@ -18,9 +18,7 @@ std::string_view status_code_name(StatusCode code) {
   return "unknown";
 }
 
-bool is_retryable(StatusCode code) {
-  return code == StatusCode::kUnavailable || code == StatusCode::kDeadlineExceeded;
-}
+bool is_retryable(StatusCode code) { return code == StatusCode::kUnavailable || code == StatusCode::kDeadlineExceeded; }
 
 Status Status::with_context(std::string_view context) const {
   if (is_ok()) return *this;

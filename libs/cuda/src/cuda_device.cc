@@ -230,10 +230,14 @@ struct CudaDevice::State {
   Result<RawCall> call(Contestant& c, const std::vector<kiln_tensor>& inputs, const std::vector<kiln_tensor>& outputs,
                        bool flush) {
     std::vector<kiln_tensor> live_in = inputs, live_out = outputs;
-    kiln_args args{live_in.data(),        static_cast<int32_t>(live_in.size()),
-                   live_out.data(),       static_cast<int32_t>(live_out.size()),
-                   scalars.names.data(),  scalars.values.data(),
-                   static_cast<int32_t>(scalars.names.size()), nullptr};
+    kiln_args args{live_in.data(),
+                   static_cast<int32_t>(live_in.size()),
+                   live_out.data(),
+                   static_cast<int32_t>(live_out.size()),
+                   scalars.names.data(),
+                   scalars.values.data(),
+                   static_cast<int32_t>(scalars.names.size()),
+                   nullptr};
     Runner& runner = *c.runner;
     KILN_RETURN_IF_ERROR(runner.stage(args));
     if (flush) KILN_RETURN_IF_ERROR(gpu->flush_l2());

@@ -18,7 +18,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
                                              const eval::Candidate& reference, const eval::EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
     return invalid_argument("evaluate: missing kernel entry point");
-  if (spec.backend != "cuda") return invalid_argument("this evaluator runs the cuda backend, the task is " + spec.backend);
+  if (spec.backend != "cuda")
+    return invalid_argument("this evaluator runs the cuda backend, the task is " + spec.backend);
   for (const auto& b : spec.baselines) {
     if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
   }

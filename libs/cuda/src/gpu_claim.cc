@@ -64,8 +64,8 @@ Result<GpuClaim> GpuClaim::first_free(const std::string& dir, const std::vector<
     ::close(fd);
     if (err != EWOULDBLOCK) return unavailable("gpu claim: cannot lock " + path + ": " + std::strerror(err));
   }
-  return resource_exhausted("gpu claim: every GPU (" + std::to_string(keys.size()) + ") is claimed by another tester in " +
-                            dir);
+  return resource_exhausted("gpu claim: every GPU (" + std::to_string(keys.size()) +
+                            ") is claimed by another tester in " + dir);
 }
 
 }  // namespace kiln::cuda

@@ -23,8 +23,8 @@ struct nvmlMemory_t {
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr int kNvmlTemperatureGpu = 0;
 constexpr int kNvmlClockSm = 1;
-constexpr unsigned kNameBytes = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
-constexpr unsigned kUuidBytes = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+constexpr unsigned kNameBytes = 96;     // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+constexpr unsigned kUuidBytes = 96;     // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 constexpr unsigned kVersionBytes = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
 
 }  // namespace
@@ -89,20 +89,17 @@ Result<std::shared_ptr<Nvml>> Nvml::load() {
     return unavailable(std::string("nvml: cannot load libnvidia-ml.so.1: ") + (err ? err : "not found"));
   }
   auto api = std::make_unique<Api>();
-  bool ok = resolve(lib, api->init, "nvmlInit_v2") && resolve(lib, api->shutdown, "nvmlShutdown") &&
-            resolve(lib, api->error_string, "nvmlErrorString") &&
-            resolve(lib, api->device_count, "nvmlDeviceGetCount_v2") &&
-            resolve(lib, api->by_index, "nvmlDeviceGetHandleByIndex_v2") &&
-            resolve(lib, api->by_uuid, "nvmlDeviceGetHandleByUUID") &&
-            resolve(lib, api->name, "nvmlDeviceGetName") && resolve(lib, api->uuid, "nvmlDeviceGetUUID") &&
-            resolve(lib, api->index, "nvmlDeviceGetIndex") &&
-            resolve(lib, api->driver_version, "nvmlSystemGetDriverVersion") &&
-            resolve(lib, api->compute_capability, "nvmlDeviceGetCudaComputeCapability") &&
-            resolve(lib, api->utilization, "nvmlDeviceGetUtilizationRates") &&
-            resolve(lib, api->memory, "nvmlDeviceGetMemoryInfo") &&
-            resolve(lib, api->power, "nvmlDeviceGetPowerUsage") &&
-            resolve(lib, api->temperature, "nvmlDeviceGetTemperature") &&
-            resolve(lib, api->clock, "nvmlDeviceGetClockInfo");
+  bool ok =
+      resolve(lib, api->init, "nvmlInit_v2") && resolve(lib, api->shutdown, "nvmlShutdown") &&
+      resolve(lib, api->error_string, "nvmlErrorString") && resolve(lib, api->device_count, "nvmlDeviceGetCount_v2") &&
+      resolve(lib, api->by_index, "nvmlDeviceGetHandleByIndex_v2") &&
+      resolve(lib, api->by_uuid, "nvmlDeviceGetHandleByUUID") && resolve(lib, api->name, "nvmlDeviceGetName") &&
+      resolve(lib, api->uuid, "nvmlDeviceGetUUID") && resolve(lib, api->index, "nvmlDeviceGetIndex") &&
+      resolve(lib, api->driver_version, "nvmlSystemGetDriverVersion") &&
+      resolve(lib, api->compute_capability, "nvmlDeviceGetCudaComputeCapability") &&
+      resolve(lib, api->utilization, "nvmlDeviceGetUtilizationRates") &&
+      resolve(lib, api->memory, "nvmlDeviceGetMemoryInfo") && resolve(lib, api->power, "nvmlDeviceGetPowerUsage") &&
+      resolve(lib, api->temperature, "nvmlDeviceGetTemperature") && resolve(lib, api->clock, "nvmlDeviceGetClockInfo");
   if (!ok) {
     dlclose(lib);
     return unavailable("nvml: libnvidia-ml.so.1 lacks an entry point Kiln needs (driver too old?)");
@@ -130,8 +127,8 @@ Result<GpuIdentity> identify(const Nvml::Api& api, nvmlDevice_t device) {
   KILN_RETURN_IF_ERROR(api.check(api.name(device, name, sizeof name), "nvmlDeviceGetName"));
   KILN_RETURN_IF_ERROR(api.check(api.uuid(device, uuid, sizeof uuid), "nvmlDeviceGetUUID"));
   KILN_RETURN_IF_ERROR(api.check(api.index(device, &index), "nvmlDeviceGetIndex"));
-  KILN_RETURN_IF_ERROR(api.check(api.compute_capability(device, &id.cc_major, &id.cc_minor),
-                                 "nvmlDeviceGetCudaComputeCapability"));
+  KILN_RETURN_IF_ERROR(
+      api.check(api.compute_capability(device, &id.cc_major, &id.cc_minor), "nvmlDeviceGetCudaComputeCapability"));
   if (api.driver_version(version, sizeof version) == kNvmlSuccess) id.driver_version = version;
   id.name = name;
   id.uuid = uuid;
@@ -144,8 +141,8 @@ Result<GpuIdentity> identify(const Nvml::Api& api, nvmlDevice_t device) {
 Result<GpuIdentity> Nvml::device_by_index(int index) const {
   nvmlDevice_t device = nullptr;
   if (index < 0) return invalid_argument("nvml: negative GPU index " + std::to_string(index));
-  KILN_RETURN_IF_ERROR(api_->check(api_->by_index(static_cast<unsigned>(index), &device),
-                                   ("GPU " + std::to_string(index)).c_str()));
+  KILN_RETURN_IF_ERROR(
+      api_->check(api_->by_index(static_cast<unsigned>(index), &device), ("GPU " + std::to_string(index)).c_str()));
   return identify(*api_, device);
 }
 
@@ -175,7 +172,8 @@ Result<double> Nvml::read(const GpuIdentity& gpu, GpuSensor sensor) const {
     }
     case GpuSensor::kTemperature: {
       unsigned celsius = 0;
-      KILN_RETURN_IF_ERROR(api_->check(api_->temperature(d, kNvmlTemperatureGpu, &celsius), "nvmlDeviceGetTemperature"));
+      KILN_RETURN_IF_ERROR(
+          api_->check(api_->temperature(d, kNvmlTemperatureGpu, &celsius), "nvmlDeviceGetTemperature"));
       return static_cast<double>(celsius);
     }
     case GpuSensor::kSmClock: {

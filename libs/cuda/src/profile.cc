@@ -66,9 +66,18 @@ std::vector<std::string> ncu_argv(const std::string& ncu, const std::string& csv
   std::string metrics;
   for (const char* m : {kDuration, kOccupancy, kDram, kSm, kL1Hit, kL2Hit, kRegisters, kSharedStatic, kSharedDynamic})
     metrics += (metrics.empty() ? "" : ",") + std::string(m);
-  std::vector<std::string> argv = {ncu,      "--target-processes", "all", "--csv", "--page", "raw", "--metrics",
-                                   metrics,  "--launch-count",     std::to_string(std::max(max_kernels, 1)),
-                                   "--log-file", csv_path};
+  std::vector<std::string> argv = {ncu,
+                                   "--target-processes",
+                                   "all",
+                                   "--csv",
+                                   "--page",
+                                   "raw",
+                                   "--metrics",
+                                   metrics,
+                                   "--launch-count",
+                                   std::to_string(std::max(max_kernels, 1)),
+                                   "--log-file",
+                                   csv_path};
   argv.insert(argv.end(), eval_argv.begin(), eval_argv.end());
   return argv;
 }
@@ -143,7 +152,7 @@ Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid) {
   const double dram = m["dram_pct"], sm = m["sm_pct"];
   const bool bound = std::max(dram, sm) >= kBoundPct;
   m["limiter"] = !bound ? 0 : dram >= sm ? 1 : 2;
-  const char* limiter = !bound ? "latency bound (neither DRAM nor SM throughput reaches 60 % of peak)"
+  const char* limiter = !bound       ? "latency bound (neither DRAM nor SM throughput reaches 60 % of peak)"
                         : dram >= sm ? "memory bound"
                                      : "compute bound";
   std::erase_if(m, [](const auto& kv) { return kv.second < 0; });
@@ -159,11 +168,11 @@ Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid) {
     return out.empty() ? out : out + tail;
   };
   std::string parts;
-  for (const std::string& g : {group({pct("dram_pct", "dram"), pct("sm_pct", "sm")}, " of peak"),
-                               group({pct("occupancy_pct", "occupancy")}),
-                               group({pct("l1_hit_pct", "L1 hit"), pct("l2_hit_pct", "L2 hit")}),
-                               group({registers >= 0 ? format_value("%.0f", registers) + " registers/thread" : std::string(),
-                                      format_value("%.0f", shared) + " B shared/block"})})
+  for (const std::string& g :
+       {group({pct("dram_pct", "dram"), pct("sm_pct", "sm")}, " of peak"), group({pct("occupancy_pct", "occupancy")}),
+        group({pct("l1_hit_pct", "L1 hit"), pct("l2_hit_pct", "L2 hit")}),
+        group({registers >= 0 ? format_value("%.0f", registers) + " registers/thread" : std::string(),
+               format_value("%.0f", shared) + " B shared/block"})})
     if (!g.empty()) parts += (parts.empty() ? "" : "; ") + g;
   const std::string kernels = rows.size() == 1 ? "1 kernel" : std::to_string(rows.size()) + " kernels";
   p.summary = kernels + ", " + format_value("%.1f", total_ns / 1e3) + " us: " + parts + ": " + limiter;

@@ -131,10 +131,9 @@ int cublas_sgemm_entry(const kiln_args* a) {
   const int k = static_cast<int>(a->inputs[0].shape[1]);
   const int n = static_cast<int>(a->inputs[1].shape[1]);
   const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t st = cublasSgemm(g_side.cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                                        static_cast<const float*>(a->inputs[1].data), n,
-                                        static_cast<const float*>(a->inputs[0].data), k, &zero,
-                                        static_cast<float*>(a->outputs[0].data), n);
+  const cublasStatus_t st = cublasSgemm(
+      g_side.cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, static_cast<const float*>(a->inputs[1].data), n,
+      static_cast<const float*>(a->inputs[0].data), k, &zero, static_cast<float*>(a->outputs[0].data), n);
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 3;
 }
 

@@ -34,8 +34,8 @@ void run_sgemm(const kiln_args* a) {
   const int m = static_cast<int>(a->inputs[0].shape[0]);
   const int k = static_cast<int>(a->inputs[0].shape[1]);
   const int n = static_cast<int>(a->inputs[1].shape[1]);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, static_cast<const float*>(a->inputs[0].data),
-              k, static_cast<const float*>(a->inputs[1].data), n, 0.0f, static_cast<float*>(a->outputs[0].data), n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, static_cast<const float*>(a->inputs[0].data), k,
+              static_cast<const float*>(a->inputs[1].data), n, 0.0f, static_cast<float*>(a->outputs[0].data), n);
 }
 
 constexpr Baseline kBaselines[] = {

@@ -113,7 +113,8 @@ class Protocol {
   // is an error.
   Result<bool> failed(size_t who, const Device::Call& c, const std::string& context) {
     if (c.ok()) return false;
-    if (who != kCandidate) return internal_error("the " + device_.name(who) + " failed: " + c.what() + " (" + context + ")");
+    if (who != kCandidate)
+      return internal_error("the " + device_.name(who) + " failed: " + c.what() + " (" + context + ")");
     if (!c.death.empty()) {
       f_.crashed = c.death + " (" + context + ")";
     } else if (!c.device_error.empty()) {
@@ -310,8 +311,8 @@ class Protocol {
                  note.c_str());
     std::vector<detail::NamedSamples> baselines;
     for (size_t who = 2; who < n; ++who) baselines.push_back({device_.name(who), std::move(samples[who])});
-    timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines,
-                                    options_.bootstrap_seed, opt.warmup_iters, stop_reason, block_starts);
+    timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines, options_.bootstrap_seed,
+                                    opt.warmup_iters, stop_reason, block_starts);
     const double cand_us = device_.reproducibility_us(timing.candidate.median_us);
     const double ref_us = device_.reproducibility_us(timing.reference.median_us);
     detail::widen_interval(timing, cand_us, ref_us);

@@ -16,7 +16,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
                                              KernelEntry reference, const EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || !reference)
     return invalid_argument("evaluate: missing kernel entry point");
-  if (spec.backend != "cpu") return invalid_argument("this evaluator runs the cpu backend, the task is " + spec.backend);
+  if (spec.backend != "cpu")
+    return invalid_argument("this evaluator runs the cpu backend, the task is " + spec.backend);
   if (options.profile_run) return invalid_argument("profiling runs are for the cuda backend");
   for (const auto& b : spec.baselines) {
     if (!detail::find_baseline(b)) {

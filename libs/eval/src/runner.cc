@@ -174,7 +174,9 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
     r->arena_bytes_ = std::max(arena_bytes, kDataOffset);
     // An anonymous shared mapping: shared with the runner forked below, with no file anyone can open.
     void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) + " bytes: " + std::strerror(errno));
+    if (p == MAP_FAILED)
+      return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
+                                " bytes: " + std::strerror(errno));
     r->arena_ = p;
     new (p) Control();
     runners.push_back(std::move(r));
@@ -295,15 +297,16 @@ Status Runner::stage(const kiln_args& args) {
   in_slots_.clear();
   out_slots_.clear();
   for (int32_t i = 0; i < args.n_inputs; ++i) KILN_RETURN_IF_ERROR(place(args.inputs[i], in_slots_, ctl->inputs[i]));
-  for (int32_t i = 0; i < args.n_outputs; ++i) KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
+  for (int32_t i = 0; i < args.n_outputs; ++i)
+    KILN_RETURN_IF_ERROR(place(args.outputs[i], out_slots_, ctl->outputs[i]));
   for (int32_t i = 0; i < args.n_scalars; ++i) {
     std::strncpy(ctl->scalar_text[i], args.scalar_names[i], kScalarNameBytes - 1);
     ctl->scalar_text[i][kScalarNameBytes - 1] = '\0';
     ctl->scalar_names[i] = ctl->scalar_text[i];
     ctl->scalar_values[i] = args.scalar_values[i];
   }
-  ctl->args = kiln_args{ctl->inputs, args.n_inputs, ctl->outputs, args.n_outputs, ctl->scalar_names,
-                        ctl->scalar_values, args.n_scalars, nullptr};
+  ctl->args = kiln_args{ctl->inputs,       args.n_inputs,      ctl->outputs,   args.n_outputs,
+                        ctl->scalar_names, ctl->scalar_values, args.n_scalars, nullptr};
   return Status::ok();
 }
 

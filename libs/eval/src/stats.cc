@@ -51,9 +51,9 @@ proto::Stats compute_stats(const std::vector<double>& samples_us) {
   return s;
 }
 
-SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
-                                  const std::vector<double>& candidate_us, uint64_t seed, int resamples,
-                                  const std::vector<size_t>& block_starts, double confidence) {
+SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us, const std::vector<double>& candidate_us,
+                                  uint64_t seed, int resamples, const std::vector<size_t>& block_starts,
+                                  double confidence) {
   const size_t total = std::min(reference_us.size(), candidate_us.size());
   if (total == 0 || resamples <= 0) return {};
   std::vector<double> ref, cand;

@@ -124,8 +124,7 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
-HostTensor::HostTensor(task::DType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+HostTensor::HostTensor(task::DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
   elements_ = 1;
   for (int64_t d : shape_) elements_ *= static_cast<size_t>(std::max<int64_t>(d, 0));
   bytes_ = elements_ * task::dtype_bytes(dtype_);
@@ -225,8 +224,8 @@ kiln_tensor HostTensor::descriptor() {
   return t;
 }
 
-void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol,
-             const std::string& name, const std::string& context, size_t max_listed, Comparison& acc) {
+void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol, const std::string& name,
+             const std::string& context, size_t max_listed, Comparison& acc) {
   const size_t n = std::min(got.elements(), expected.elements());
   for (size_t i = 0; i < n; ++i) {
     const double a = got.get(i);
@@ -250,8 +249,8 @@ void compare(const HostTensor& got, const HostTensor& expected, double rtol, dou
     if (ok) continue;
     ++acc.mismatches;
     if (acc.first_mismatches.size() < max_listed) {
-      acc.first_mismatches.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) +
-                                     " expected " + format_value(r) + " (" + context + ")");
+      acc.first_mismatches.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) + " expected " +
+                                     format_value(r) + " (" + context + ")");
     }
   }
 }

@@ -63,19 +63,32 @@ Result<Args> parse_args(int argc, char** argv) {
       return Status::ok();
     };
     auto& t = a.eval.timing;
-    if (flag == "--task") a.task_dir = value;
-    else if (flag == "--kernel") a.kernel = value;
-    else if (flag == "--reference") a.reference = value;
-    else if (flag == "--out") a.out = value;
-    else if (flag == "--report-key") a.report_key = value;
-    else if (flag == "--mode") t.mode = value;
-    else if (flag == "--min-samples") KILN_RETURN_IF_ERROR(integer(t.min_samples));
-    else if (flag == "--min-time") KILN_RETURN_IF_ERROR(number(t.min_time_s));
-    else if (flag == "--max-time") KILN_RETURN_IF_ERROR(number(t.max_time_s));
-    else if (flag == "--max-noise") KILN_RETURN_IF_ERROR(number(t.max_noise));
-    else if (flag == "--warmup") KILN_RETURN_IF_ERROR(integer(t.warmup_iters));
-    else if (flag == "--screen-below") KILN_RETURN_IF_ERROR(number(t.screen_below));
-    else return invalid_argument("unknown flag " + flag);
+    if (flag == "--task")
+      a.task_dir = value;
+    else if (flag == "--kernel")
+      a.kernel = value;
+    else if (flag == "--reference")
+      a.reference = value;
+    else if (flag == "--out")
+      a.out = value;
+    else if (flag == "--report-key")
+      a.report_key = value;
+    else if (flag == "--mode")
+      t.mode = value;
+    else if (flag == "--min-samples")
+      KILN_RETURN_IF_ERROR(integer(t.min_samples));
+    else if (flag == "--min-time")
+      KILN_RETURN_IF_ERROR(number(t.min_time_s));
+    else if (flag == "--max-time")
+      KILN_RETURN_IF_ERROR(number(t.max_time_s));
+    else if (flag == "--max-noise")
+      KILN_RETURN_IF_ERROR(number(t.max_noise));
+    else if (flag == "--warmup")
+      KILN_RETURN_IF_ERROR(integer(t.warmup_iters));
+    else if (flag == "--screen-below")
+      KILN_RETURN_IF_ERROR(number(t.screen_below));
+    else
+      return invalid_argument("unknown flag " + flag);
   }
   if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
     return invalid_argument("--task, --kernel, --reference and --out are required");
@@ -150,7 +163,8 @@ int run_eval_tool(int argc, char** argv, const EvalTool& tool) {
   std::fprintf(stderr, "%s: %s: %s\n", tool.name, report.status.c_str(), report.message.c_str());
   const std::string bytes = proto::encode(report);
   Status written = write_file_atomic(args->out, bytes);
-  if (written.is_ok() && !key.empty()) written = write_file_atomic(report_mac_path(args->out), hmac_sha256_hex(key, bytes));
+  if (written.is_ok() && !key.empty())
+    written = write_file_atomic(report_mac_path(args->out), hmac_sha256_hex(key, bytes));
   explicit_bzero(key.data(), key.size());
   if (!written.is_ok()) {
     std::fprintf(stderr, "%s: writing %s: %s\n", tool.name, args->out.c_str(), written.message().c_str());

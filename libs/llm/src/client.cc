@@ -36,8 +36,8 @@ Result<Endpoint> endpoint_of(const std::string& base_url) {
 std::string request_body(const ChatRequest& r) {
   json messages = json::array();
   for (const Message& m : r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-  json body = {{"model", r.model}, {"messages", messages}, {"temperature", r.temperature},
-               {"max_tokens", r.max_tokens}};
+  json body = {
+      {"model", r.model}, {"messages", messages}, {"temperature", r.temperature}, {"max_tokens", r.max_tokens}};
   return body.dump();
 }
 
@@ -80,8 +80,7 @@ Result<ChatReply> parse_reply(const std::string& model, const std::string& body)
 }  // namespace
 
 ChatClient::ChatClient(ClientOptions options) : options_(std::move(options)) {
-  if (!options_.sleep)
-    options_.sleep = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+  if (!options_.sleep) options_.sleep = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
 }
 
 Result<ChatReply> ChatClient::complete(const ChatRequest& request) const {
@@ -109,8 +108,8 @@ Result<ChatReply> ChatClient::complete(const ChatRequest& request) const {
       }
       options_.sleep(wait_s);
     }
-    const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::duration<double>(attempt_timeout_s));
+    const auto timeout =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(attempt_timeout_s));
     httplib::Client cli(ep.origin);
     cli.set_connection_timeout(timeout);
     cli.set_read_timeout(timeout);

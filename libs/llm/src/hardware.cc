@@ -12,7 +12,8 @@ namespace {
 std::string slug(std::string_view s) {
   std::string out;
   for (char c : s)
-    if (std::isalnum(static_cast<unsigned char>(c))) out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   return out;
 }
 
@@ -55,7 +56,8 @@ CpuSpec local_cpu() {
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) != 0) continue;
     size_t colon = line.find(':');
-    if (colon != std::string::npos) cpu.model = line.substr(colon + 1 + (colon + 1 < line.size() && line[colon + 1] == ' '));
+    if (colon != std::string::npos)
+      cpu.model = line.substr(colon + 1 + (colon + 1 < line.size() && line[colon + 1] == ' '));
     break;
   }
   if (cpu.model.empty()) cpu.model = "unknown CPU";
@@ -72,8 +74,9 @@ std::string hardware_summary(std::string_view backend, std::string_view gpu_name
   auto spec = gpu_spec(gpu_name);
   if (!spec) return "GPU: " + std::string(gpu_name) + " (no figures known for it).\n";
   return "GPU: " + spec->name + " (" + spec->arch + "), " + std::to_string(spec->sm_count) + " SMs, " +
-         std::to_string(spec->memory_gib) + " GiB at about " + std::to_string(static_cast<int64_t>(spec->memory_bandwidth_gbs)) +
-         " GB/s; per SM " + std::to_string(spec->registers_per_sm) + " 32-bit registers and " +
+         std::to_string(spec->memory_gib) + " GiB at about " +
+         std::to_string(static_cast<int64_t>(spec->memory_bandwidth_gbs)) + " GB/s; per SM " +
+         std::to_string(spec->registers_per_sm) + " 32-bit registers and " +
          std::to_string(spec->shared_bytes_per_sm / 1024) + " KiB of shared memory.\n";
 }
 

@@ -79,21 +79,24 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
       n_regions == 1
           ? "Only the code between the [EVOLVE_START] and [EVOLVE_END] markers\n"
             "may change; everything outside it, the reference and the tests stay as they are."
-          : "The kernel has " + std::to_string(n_regions) + " editable regions, each between an [EVOLVE_START]\n"
-            "line and an [EVOLVE_END] line. Only the code inside them may change; everything outside them, the\n"
-            "reference and the tests stay as they are.";
+          : "The kernel has " + std::to_string(n_regions) +
+                " editable regions, each between an [EVOLVE_START]\n"
+                "line and an [EVOLVE_END] line. Only the code inside them may change; everything outside them, the\n"
+                "reference and the tests stay as they are.";
   const std::string answer =
-      n_regions == 1
-          ? "holding the new\ncontent of the editable region (you may include the two marker lines)."
-          : "holding the new\ncontent of all " + std::to_string(n_regions) +
-                " editable regions, in order, each between its own `// [EVOLVE_START]` and\n"
-                "`// [EVOLVE_END]` lines (a region you keep is copied as it is).";
+      n_regions == 1 ? "holding the new\ncontent of the editable region (you may include the two marker lines)."
+                     : "holding the new\ncontent of all " + std::to_string(n_regions) +
+                           " editable regions, in order, each between its own `// [EVOLVE_START]` and\n"
+                           "`// [EVOLVE_END]` lines (a region you keep is copied as it is).";
   std::string system =
-      "You are an expert performance engineer who writes fast, correct " + lang + " kernels.\n"
-      "You improve one kernel at a time. " + rules + " The kernel exports\n"
+      "You are an expert performance engineer who writes fast, correct " + lang +
+      " kernels.\n"
+      "You improve one kernel at a time. " +
+      rules +
+      " The kernel exports\n"
       "`extern \"C\" int kiln_entry(const kiln_args*)` (kiln/kernel_abi.h) and must not synchronize the device.\n"
-      "Answer with a short explanation and then exactly one fenced ```" + tag + " code block " + answer + "\n\n" +
-      capped(strategy, kMaxStrategyBytes);
+      "Answer with a short explanation and then exactly one fenced ```" +
+      tag + " code block " + answer + "\n\n" + capped(strategy, kMaxStrategyBytes);
 
   std::string user = "# Task: " + spec.name + " (op " + spec.op + ", backend " + spec.backend + ", dtype " +
                      spec.dtype + ")\n\n## Tensors\n";
@@ -131,9 +134,10 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
     for (const auto& [k, v] : req.parent.params) user += " -D" + k + "=" + v;
     user += "\n";
   }
-  user += "\n## Feedback on the current kernel\n" +
-          (req.parent_eval_log.empty() ? std::string("(not evaluated yet)") : capped(req.parent_eval_log, kMaxLogBytes)) +
-          "\n";
+  user +=
+      "\n## Feedback on the current kernel\n" +
+      (req.parent_eval_log.empty() ? std::string("(not evaluated yet)") : capped(req.parent_eval_log, kMaxLogBytes)) +
+      "\n";
 
   if (!req.inspirations.empty()) {
     user += "\n## Other kernels from the archive, for ideas\n";
@@ -145,9 +149,10 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
     }
   }
   if (!req.target_cell.empty()) {
-    user += "\n## Direction\nThe archive keeps the best kernel per combination of optimization levels (0-3) for\n"
-            "memory, compute and parallelism techniques. Aim for the cell " + req.target_cell +
-            ": move the levels toward it while making the kernel faster.\n";
+    user +=
+        "\n## Direction\nThe archive keeps the best kernel per combination of optimization levels (0-3) for\n"
+        "memory, compute and parallelism techniques. Aim for the cell " +
+        req.target_cell + ": move the levels toward it while making the kernel faster.\n";
   }
   user += n_regions == 1 ? "\nWrite the new editable region now.\n"
                          : "\nWrite the new content of all " + std::to_string(n_regions) +
@@ -174,14 +179,18 @@ std::vector<Message> strategy_rewrite_messages(const proto::PromptStrategy& curr
 Result<std::string> strategy_from_reply(const ChatReply& reply) {
   std::string text;
   auto block = last_fenced_block(reply.content, reply.finish_reason);
-  if (block.is_ok()) text = *block;
-  else if (block.status().message() == "no fenced code block in the reply") text = reply.content;
-  else return block.status().with_context("strategy rewrite");
+  if (block.is_ok())
+    text = *block;
+  else if (block.status().message() == "no fenced code block in the reply")
+    text = reply.content;
+  else
+    return block.status().with_context("strategy rewrite");
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   size_t start = text.find_first_not_of(" \n");
   if (start == std::string::npos) return invalid_argument("strategy rewrite: empty reply");
   text = text.substr(start) + "\n";
-  if (text.size() > kMaxStrategyBytes) return invalid_argument("strategy rewrite: longer than " + std::to_string(kMaxStrategyBytes) + " bytes");
+  if (text.size() > kMaxStrategyBytes)
+    return invalid_argument("strategy rewrite: longer than " + std::to_string(kMaxStrategyBytes) + " bytes");
   return text;
 }
 

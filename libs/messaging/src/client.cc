@@ -59,8 +59,8 @@ Result<proto::Ack> Client::submit(const proto::Submit& submit, double timeout_s)
   }
 }
 
-Result<std::string> Client::request(const std::string& service, const std::string& method,
-                                    const std::string& body, double timeout_s) {
+Result<std::string> Client::request(const std::string& service, const std::string& method, const std::string& body,
+                                    double timeout_s) {
   proto::Request req;
   req.request_id = std::to_string(::getpid()) + "-" + std::to_string(next_request_++);
   req.service = service;

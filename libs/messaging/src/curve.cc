@@ -53,8 +53,8 @@ bool is_valid_bridge_name(const std::string& name) {
   constexpr size_t kMaxChars = 64;
   if (name.empty() || name.size() > kMaxChars) return false;
   for (unsigned char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              c == '.';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) return false;
   }
   return name != "." && name != "..";
@@ -66,7 +66,8 @@ Result<CurveKeyPair> generate_curve_keypair() {
   if (!curve_available()) return failed_precondition("this libzmq was built without CURVE support");
   char pub[kCurveKeyZ85Chars + 1] = {};
   char sec[kCurveKeyZ85Chars + 1] = {};
-  if (zmq_curve_keypair(pub, sec) != 0) return internal_error(std::string("zmq_curve_keypair: ") + zmq_strerror(zmq_errno()));
+  if (zmq_curve_keypair(pub, sec) != 0)
+    return internal_error(std::string("zmq_curve_keypair: ") + zmq_strerror(zmq_errno()));
   return CurveKeyPair{pub, sec};
 }
 
@@ -116,7 +117,8 @@ Result<std::string> read_curve_key_file(const std::string& path) {
 Status write_curve_keypair(const CurveKeyPair& pair, const std::string& secret_path, const std::string& public_path) {
   KILN_RETURN_IF_ERROR(decode_curve_key(pair.secret_key).status().with_context("secret key"));
   KILN_RETURN_IF_ERROR(decode_curve_key(pair.public_key).status().with_context("public key"));
-  if (::access(public_path.c_str(), F_OK) == 0) return failed_precondition(public_path + ": already exists (not overwritten)");
+  if (::access(public_path.c_str(), F_OK) == 0)
+    return failed_precondition(public_path + ": already exists (not overwritten)");
   KILN_RETURN_IF_ERROR(write_new_file(secret_path, pair.secret_key + "\n", 0600));
   Status st = write_new_file(public_path, pair.public_key + "\n", 0644);
   if (!st.is_ok()) ::unlink(secret_path.c_str());
@@ -142,8 +144,7 @@ Result<CurveKeyPair> load_or_create_curve_keypair(const std::string& secret_path
   KILN_ASSIGN_OR_RETURN(pair.public_key, read_curve_key_file(public_path));
   auto derived = curve_public_of(pair.secret_key);
   if (!derived.is_ok()) return derived.status().with_context(secret_path);
-  if (*derived != pair.public_key)
-    return failed_precondition(public_path + ": not the public key of " + secret_path);
+  if (*derived != pair.public_key) return failed_precondition(public_path + ": not the public key of " + secret_path);
   return pair;
 }
 

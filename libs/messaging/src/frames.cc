@@ -36,15 +36,16 @@ void apply_options(zmq::socket_t& socket, const SocketOptions& options) {
 
 bool is_known_command(std::string_view c) {
   using namespace proto::cmd;
-  return c == kReady || c == kJob || c == kResult || c == kHeartbeat || c == kDisconnect || c == kSubmit ||
-         c == kAck || c == kRequest || c == kReply;
+  return c == kReady || c == kJob || c == kResult || c == kHeartbeat || c == kDisconnect || c == kSubmit || c == kAck ||
+         c == kRequest || c == kReply;
 }
 
 Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::string_view command,
                      std::string_view body) {
   try {
     if (!identity.empty()) {
-      if (!socket.send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      if (!socket.send(zmq::buffer(identity.data(), identity.size()),
+                       zmq::send_flags::sndmore | zmq::send_flags::dontwait))
         return unavailable("send would block");
     }
     auto tag = proto::kProtocolTag;
@@ -87,10 +88,9 @@ std::optional<Result<Envelope>> recv_envelope(zmq::socket_t& socket, bool router
   if (router && !frames.empty() && identity_out) *identity_out = frames[0];
   if (too_many) return Result<Envelope>(invalid_argument("too many frames"));
   if (frames.size() != base + 3)
-    return Result<Envelope>(invalid_argument("expected " + std::to_string(base + 3) + " frames, got " +
-                                             std::to_string(frames.size())));
-  if (frames[base] != proto::kProtocolTag)
-    return Result<Envelope>(invalid_argument("bad protocol tag"));
+    return Result<Envelope>(
+        invalid_argument("expected " + std::to_string(base + 3) + " frames, got " + std::to_string(frames.size())));
+  if (frames[base] != proto::kProtocolTag) return Result<Envelope>(invalid_argument("bad protocol tag"));
   if (!is_known_command(frames[base + 1]))
     return Result<Envelope>(invalid_argument("unknown command '" + printable_identity(frames[base + 1]) + "'"));
   Envelope env;

@@ -17,8 +17,10 @@ std::string_view wire_outcome(Outcome outcome) {
 }
 
 OutcomeSlot::OutcomeSlot(const std::string& wire) : value_(Outcome::kRetry) {
-  if (wire == proto::outcome::kOk) value_ = Outcome::kDone;
-  else if (wire == proto::outcome::kFailed) value_ = Outcome::kCandidateFault;
+  if (wire == proto::outcome::kOk)
+    value_ = Outcome::kDone;
+  else if (wire == proto::outcome::kFailed)
+    value_ = Outcome::kCandidateFault;
 }
 
 JobOutcome JobOutcome::from_status(const Status& status, const Verdict& verdict) {
@@ -49,8 +51,8 @@ proto::ResultMsg to_result(const proto::Job& job, JobOutcome out) {
     dl.reason = r.error;
     dl.payload = job.payload;
     dl.worker_retry = true;
-    r.next.push_back(proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.job_id,
-                                     proto::Bytes{proto::encode(dl)}, 0, {}});
+    r.next.push_back(
+        proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.job_id, proto::Bytes{proto::encode(dl)}, 0, {}});
   }
   return r;
 }

@@ -17,10 +17,8 @@ Outcome outcome_for(const Status& status) {
   if (is_retryable(status.code())) return Outcome::kRetry;
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
-    case StatusCode::kResourceExhausted:
-      return Outcome::kCandidateFault;
-    default:
-      return Outcome::kDeadLetter;
+    case StatusCode::kResourceExhausted: return Outcome::kCandidateFault;
+    default: return Outcome::kDeadLetter;
   }
 }
 

@@ -197,10 +197,9 @@ struct Worker::Impl {
   bool reconnect_now = false;
 };
 
-Worker::Worker(zmq::context_t& context, WorkerOptions options, JobHandler job_handler,
-               RequestHandler request_handler)
-    : impl_(std::make_unique<Impl>(context, std::move(options), std::move(job_handler),
-                                   std::move(request_handler), stats_)) {}
+Worker::Worker(zmq::context_t& context, WorkerOptions options, JobHandler job_handler, RequestHandler request_handler)
+    : impl_(std::make_unique<Impl>(context, std::move(options), std::move(job_handler), std::move(request_handler),
+                                   stats_)) {}
 
 Worker::~Worker() = default;
 
@@ -237,7 +236,8 @@ void Worker::run(const std::atomic<bool>& stop, double drain_timeout_s) {
     long timeout_ms = static_cast<long>(m.opt.heartbeat_interval_s * 1000 / 2);
     poll_once(std::max(10L, timeout_ms));
     double now = monotonic_s();
-    if (now - m.last_send >= m.opt.heartbeat_interval_s) m.send(proto::cmd::kHeartbeat, proto::encode(proto::Heartbeat{}));
+    if (now - m.last_send >= m.opt.heartbeat_interval_s)
+      m.send(proto::cmd::kHeartbeat, proto::encode(proto::Heartbeat{}));
     if (m.reconnect_now || now - m.last_recv > dead_after) {
       if (!m.reconnect_now) {
         spdlog::warn("worker {}: broker silent for {:.1f} s, reconnecting in {:.0f} s", m.opt.worker_id,

@@ -188,7 +188,8 @@ KernelEntry entry_from(const json& j) {
   if (const json* shapes = ver.opt("tested_shapes")) {
     if (!shapes->is_array()) fail("verification.tested_shapes", "expected a list");
     for (size_t i = 0; i < shapes->size(); ++i)
-      e.verification.tested_shapes.push_back(get_string((*shapes)[i], "verification.tested_shapes[" + std::to_string(i) + "]"));
+      e.verification.tested_shapes.push_back(
+          get_string((*shapes)[i], "verification.tested_shapes[" + std::to_string(i) + "]"));
   }
 
   Obj bench = o.req_obj("benchmark");

@@ -163,9 +163,10 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
   e.speedup_lo = c.speedup_lo;
   e.speedup_hi = c.speedup_hi;
   e.params = r.params;
-  for (const proto::CaseTiming& t : r.confirmation_cases.empty() ? std::vector<proto::CaseTiming>{c} : r.confirmation_cases)
-    e.cases.push_back({t.dims, t.speedup, t.speedup_lo, t.speedup_hi, t.reference.median_us, t.candidate.median_us,
-                       t.candidate.n});
+  for (const proto::CaseTiming& t :
+       r.confirmation_cases.empty() ? std::vector<proto::CaseTiming>{c} : r.confirmation_cases)
+    e.cases.push_back(
+        {t.dims, t.speedup, t.speedup_lo, t.speedup_hi, t.reference.median_us, t.candidate.median_us, t.candidate.n});
   e.measurements.push_back(measurement_of("eval", r.worker, r.benchmark, r.benchmark_cases));
   e.measurements.push_back(measurement_of("confirm", confirm, r.confirmation, r.confirmation_cases));
   e.merged = merge_measurements(e.measurements);
@@ -192,9 +193,11 @@ MergedEvidence merge_measurements(const std::vector<Measurement>& measurements) 
   out.devices = static_cast<int64_t>(devices.size());
   const std::string n = std::to_string(measurements.size());
   if (out.devices == 1 && out.testers == 1)
-    out.note = "one device: one tester on one device made all " + n + " measurements (no other tester of that device model was connected)";
+    out.note = "one device: one tester on one device made all " + n +
+               " measurements (no other tester of that device model was connected)";
   else if (out.devices == 1)
-    out.note = "one device: " + std::to_string(out.testers) + " testers shared one device for all " + n + " measurements";
+    out.note =
+        "one device: " + std::to_string(out.testers) + " testers shared one device for all " + n + " measurements";
   return out;
 }
 

@@ -46,7 +46,8 @@ Result<Loaded> load(const std::string& dir) {
   out.raw = doc["kernels"];
   for (size_t i = 0; i < out.raw.size(); ++i) {
     auto entry = from_json(out.raw[i]);
-    if (!entry.is_ok()) return internal_error(file + ": kernels[" + std::to_string(i) + "]." + entry.status().message());
+    if (!entry.is_ok())
+      return internal_error(file + ": kernels[" + std::to_string(i) + "]." + entry.status().message());
     out.entries.push_back(std::move(entry).value());
   }
   return out;
@@ -159,11 +160,14 @@ Status Registry::verify(std::vector<std::string>* warnings) const {
   for (const KernelEntry& e : entries) {
     auto problem = [&](const std::string& what) { problems.push_back(e.kernel_id + ": " + what); };
     if (!ids.insert(e.kernel_id).second) problem("duplicate kernel id");
-    std::string prefix = e.language + "_" + e.op + "_" + gpu_slug(e.target_gpu) + "_" + e.dtype + "_" +
-                         shape_slug(e.shape) + "_v";
+    std::string prefix =
+        e.language + "_" + e.op + "_" + gpu_slug(e.target_gpu) + "_" + e.dtype + "_" + shape_slug(e.shape) + "_v";
     std::string_view version = std::string_view(e.kernel_id).substr(std::min(prefix.size(), e.kernel_id.size()));
-    bool version_ok = !version.empty() && std::all_of(version.begin(), version.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    if (!e.kernel_id.starts_with(prefix) || !version_ok) problem("id does not match its fields (expected " + prefix + "<n>)");
+    bool version_ok = !version.empty() && std::all_of(version.begin(), version.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (!e.kernel_id.starts_with(prefix) || !version_ok)
+      problem("id does not match its fields (expected " + prefix + "<n>)");
     // Kiln writes cuda and cpp; Forge's entries are triton.
     if (e.language != "cuda" && e.language != "cpp" && e.language != "triton")
       problem("language must be cuda, cpp or triton");

@@ -49,7 +49,8 @@ std::string reason_of(const Program& p) {
   if (p.eval.status == "ok") return "";
   std::istringstream in(p.eval.eval_log);
   for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t") != std::string::npos) return line.size() > 160 ? line.substr(0, 157) + "..." : line;
+    if (line.find_first_not_of(" \t") != std::string::npos)
+      return line.size() > 160 ? line.substr(0, 157) + "..." : line;
   return p.eval.status;
 }
 
@@ -66,7 +67,8 @@ std::string program_link(const std::string& id) {
 // Fitness colour: from pale (worst) to deep (best) on a 0..1 scale.
 std::string colour(double t) {
   t = std::clamp(t, 0.0, 1.0);
-  const int r = static_cast<int>(235 - 200 * t), g = static_cast<int>(240 - 120 * t), b = static_cast<int>(250 - 60 * t);
+  const int r = static_cast<int>(235 - 200 * t), g = static_cast<int>(240 - 120 * t),
+            b = static_cast<int>(250 - 60 * t);
   char buf[16];
   std::snprintf(buf, sizeof buf, "#%02x%02x%02x", r, g, b);
   return buf;
@@ -142,8 +144,10 @@ void header(std::ostringstream& h, const ReportInput& in, const std::vector<cons
   row("tokens", std::to_string(c.prompt_tokens) + " prompt, " + std::to_string(c.completion_tokens) + " completion");
   row("wall time", wall > 0 ? format_value("%.1f s", wall) : "-");
   row("stop", c.stop_reason.empty() ? (c.state == "done" ? "budget spent" : "running") : c.stop_reason);
-  row("best", (c.best_program_id.empty() ? "-" : c.best_program_id) + "  " +
-                  speedup_text(c.best_speedup, c.best_speedup_lo, c.best_speedup_hi), "best-speedup");
+  row("best",
+      (c.best_program_id.empty() ? "-" : c.best_program_id) + "  " +
+          speedup_text(c.best_speedup, c.best_speedup_lo, c.best_speedup_hi),
+      "best-speedup");
   row("cells filled", std::to_string(c.cells_filled));
   row("generated", in.generated_at);
   h << "</div></section>\n";
@@ -163,11 +167,14 @@ void progress(std::ostringstream& h, const ReportInput& in, std::vector<const Pr
   top *= 1.1;
   const double W = 900, H = 260, L = 50, B = 30, T = 10;
   const size_t n = std::max<size_t>(order.size(), 1);
-  auto x = [&](size_t i) { return L + (W - L - 10) * (n == 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1)); };
+  auto x = [&](size_t i) {
+    return L + (W - L - 10) * (n == 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1));
+  };
   auto y = [&](double s) { return T + (H - T - B) * (1 - std::clamp(s, 0.0, top) / top); };
   h << "<section id=\"progress\"><h2>Best speedup over the candidates scored</h2>"
     << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"100%\" role=\"img\">";
-  h << "<line x1=\"" << L << "\" y1=\"" << y(0) << "\" x2=\"" << W - 10 << "\" y2=\"" << y(0) << "\" stroke=\"#8a94a6\"/>";
+  h << "<line x1=\"" << L << "\" y1=\"" << y(0) << "\" x2=\"" << W - 10 << "\" y2=\"" << y(0)
+    << "\" stroke=\"#8a94a6\"/>";
   for (double t : {0.0, top / 2, top / 1.1}) {
     h << "<text x=\"4\" y=\"" << y(t) + 4 << "\">" << format_value("%.2fx", t) << "</text>";
   }
@@ -180,17 +187,20 @@ void progress(std::ostringstream& h, const ReportInput& in, std::vector<const Pr
   for (size_t i = 0; i < order.size(); ++i) {
     const Program& p = *order[i];
     if (correct_and_measured(p)) best = std::max(best, p.eval.runtime_improvement);
-    if (best > 0) path += (path.empty() ? "M" : " L") + format_value("%.1f", x(i)) + "," + format_value("%.1f", y(best));
+    if (best > 0)
+      path += (path.empty() ? "M" : " L") + format_value("%.1f", x(i)) + "," + format_value("%.1f", y(best));
   }
-  if (!path.empty()) h << "<path id=\"best-line\" d=\"" << path << "\" fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"2\"/>";
+  if (!path.empty())
+    h << "<path id=\"best-line\" d=\"" << path << "\" fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"2\"/>";
   for (size_t i = 0; i < order.size(); ++i) {
     const Program& p = *order[i];
     const bool ok = p.eval.perf_score == 5;
     const double s = measured(p) ? p.eval.runtime_improvement : 0;
-    h << "<circle cx=\"" << format_value("%.1f", x(i)) << "\" cy=\"" << format_value("%.1f", y(s)) << "\" r=\"4\" fill=\""
-      << (ok ? "#1f5fbf" : "#c9ced8") << "\" data-program=\"" << anchor(p.id) << "\" style=\"cursor:pointer\">"
-      << "<title>" << escape_html(p.id) << ": " << escape_html(p.eval.status) << " "
-      << program_speedup(p) << "</title></circle>";
+    h << "<circle cx=\"" << format_value("%.1f", x(i)) << "\" cy=\"" << format_value("%.1f", y(s))
+      << "\" r=\"4\" fill=\"" << (ok ? "#1f5fbf" : "#c9ced8") << "\" data-program=\"" << anchor(p.id)
+      << "\" style=\"cursor:pointer\">"
+      << "<title>" << escape_html(p.id) << ": " << escape_html(p.eval.status) << " " << program_speedup(p)
+      << "</title></circle>";
     if (promoted_programs.count(p.id))
       h << "<circle class=\"promoted\" cx=\"" << format_value("%.1f", x(i)) << "\" cy=\"" << format_value("%.1f", y(s))
         << "\" r=\"8\" fill=\"none\" stroke=\"#11813a\" stroke-width=\"2\"><title>promoted</title></circle>";
@@ -236,7 +246,8 @@ void map_section(std::ostringstream& h, const std::vector<const Program*>& progr
       auto coords = parse_cell(cell);
       if (coords.size() < 2) continue;
       std::string rest;
-      for (size_t i = 2; i < coords.size(); ++i) rest += (rest.empty() ? "" : ", ") + coords[i].first + "=" + std::to_string(coords[i].second);
+      for (size_t i = 2; i < coords.size(); ++i)
+        rest += (rest.empty() ? "" : ", ") + coords[i].first + "=" + std::to_string(coords[i].second);
       groups[rest][{coords[0].second, coords[1].second}] = e.p;
     }
     h << "<div class=\"island\" data-island=\"" << escape_html(island) << "\"><b>island " << escape_html(island)
@@ -257,10 +268,9 @@ void map_section(std::ostringstream& h, const std::vector<const Program*>& progr
           const double t = hi > lo ? (p.eval.combined_score - lo) / (hi - lo) : 1.0;
           h << "<rect class=\"cell\" x=\"" << px << "\" y=\"" << py << "\" width=\"" << S - 2 << "\" height=\"" << S - 2
             << "\" fill=\"" << colour(t) << "\" stroke=\"#5a6478\" data-program=\"" << anchor(p.id)
-            << "\" style=\"cursor:pointer\"><title>" << escape_html(dims[0]) << "=" << gx << ", " << escape_html(dims[1])
-            << "=" << gy << ": " << escape_html(p.id) << ", fitness " << format_value("%.3f", p.eval.combined_score) << ", "
-            << program_speedup(p)
-            << "</title></rect>";
+            << "\" style=\"cursor:pointer\"><title>" << escape_html(dims[0]) << "=" << gx << ", "
+            << escape_html(dims[1]) << "=" << gy << ": " << escape_html(p.id) << ", fitness "
+            << format_value("%.3f", p.eval.combined_score) << ", " << program_speedup(p) << "</title></rect>";
         }
       h << "</svg></div>";
     }
@@ -295,7 +305,7 @@ void lineage(std::ostringstream& h, const ReportInput& in, const std::vector<con
     return;
   }
   std::vector<const Program*> chain;  // best first
-  for (const Program* p = it->second; p && chain.size() <= by_id.size(); ) {
+  for (const Program* p = it->second; p && chain.size() <= by_id.size();) {
     chain.push_back(p);
     auto parent = by_id.find(p->parent_id);
     p = parent == by_id.end() ? nullptr : parent->second;
@@ -304,9 +314,8 @@ void lineage(std::ostringstream& h, const ReportInput& in, const std::vector<con
   h << "<ol class=\"chain\">";
   for (size_t i = 0; i < chain.size(); ++i) {
     const Program& p = *chain[i];
-    h << "<li data-step=\"" << i << "\">" << program_link(p.id) << " <span class=\"muted\">gen " << p.generation
-      << ", " << escape_html(meta(p, "proposer")) << "</span> " << escape_html(p.eval.status) << " "
-      << program_speedup(p);
+    h << "<li data-step=\"" << i << "\">" << program_link(p.id) << " <span class=\"muted\">gen " << p.generation << ", "
+      << escape_html(meta(p, "proposer")) << "</span> " << escape_html(p.eval.status) << " " << program_speedup(p);
     if (!p.template_parameters.empty()) {
       std::string params;
       for (const auto& [k, v] : p.template_parameters) params += (params.empty() ? "" : " ") + k + "=" + v;
@@ -347,9 +356,12 @@ std::string profile_text(const Program& p) {
   };
   if (get("kernels") < 0) return "-";
   std::string out;
-  for (const auto& [key, label] : {std::pair<const char*, const char*>{"dram_pct", "dram"}, {"sm_pct", "sm"},
-                                   {"occupancy_pct", "occupancy"}, {"l2_hit_pct", "L2 hit"}}) {
-    if (const double v = get(key); v >= 0) out += (out.empty() ? "" : ", ") + std::string(label) + " " + format_value("%.0f %%", v);
+  for (const auto& [key, label] : {std::pair<const char*, const char*>{"dram_pct", "dram"},
+                                   {"sm_pct", "sm"},
+                                   {"occupancy_pct", "occupancy"},
+                                   {"l2_hit_pct", "L2 hit"}}) {
+    if (const double v = get(key); v >= 0)
+      out += (out.empty() ? "" : ", ") + std::string(label) + " " + format_value("%.0f %%", v);
   }
   const double limiter = get("limiter");
   out += limiter == 1 ? ": memory bound" : limiter == 2 ? ": compute bound" : limiter == 0 ? ": latency bound" : "";
@@ -371,9 +383,8 @@ void candidates(std::ostringstream& h, const std::vector<const Program*>& progra
     h << "<tr id=\"" << anchor(p.id) << "\" data-status=\"" << escape_html(p.eval.status) << "\"><td>"
       << escape_html(p.id) << "<details><summary>log</summary><pre>" << escape_html(p.eval.eval_log)
       << "</pre></details></td><td class=\"" << (ok ? "ok" : "bad") << "\">" << escape_html(p.eval.status)
-      << "</td><td class=\"num speedup\">"
-      << program_speedup(p) << "</td><td>"
-      << escape_html(reason_of(p)) << "</td><td class=\"num\">" << resource(p, "registers") << "</td><td class=\"num\">"
+      << "</td><td class=\"num speedup\">" << program_speedup(p) << "</td><td>" << escape_html(reason_of(p))
+      << "</td><td class=\"num\">" << resource(p, "registers") << "</td><td class=\"num\">"
       << resource(p, "shared_bytes") << "</td><td class=\"num\">" << resource(p, "spill_bytes")
       << "</td><td class=\"profile\">" << escape_html(profile_text(p)) << "</td><td>"
       << (p.parent_id.empty() ? "-" : program_link(p.parent_id)) << "</td></tr>";
@@ -400,9 +411,9 @@ void registry_section(std::ostringstream& h, const ReportInput& in) {
       const registry::KernelEntry& e = *it->second;
       h << "<td>" << program_link(e.program_id) << "</td><td>" << escape_html(e.target_gpu) << "</td><td class=\"num\">"
         << speedup_text(e.benchmark.speedup, e.speedup_lo, e.speedup_hi) << "</td><td>"
-        << (e.merged.testers > 0 ? std::to_string(e.merged.testers) + " tester(s), " + std::to_string(e.merged.devices) +
-                                       " device(s)"
-                                 : std::string("-"))
+        << (e.merged.testers > 0
+                ? std::to_string(e.merged.testers) + " tester(s), " + std::to_string(e.merged.devices) + " device(s)"
+                : std::string("-"))
         << "</td><td>" << escape_html(e.created_at) << "</td></tr>";
     }
     h << "</tbody></table>";

@@ -95,8 +95,8 @@ GuardFilter guard_filter(pid_t caller_pid, pid_t caller_pgid, bool deny_process_
   add_bpf_prologue(g.code);
   const std::vector<uint32_t> targets = {static_cast<uint32_t>(-1), static_cast<uint32_t>(caller_pid),
                                          static_cast<uint32_t>(-caller_pgid), kPlaceholder, kPlaceholder};
-  for (uint32_t nr : {static_cast<uint32_t>(__NR_kill), static_cast<uint32_t>(__NR_tkill),
-                      static_cast<uint32_t>(__NR_tgkill)}) {
+  for (uint32_t nr :
+       {static_cast<uint32_t>(__NR_kill), static_cast<uint32_t>(__NR_tkill), static_cast<uint32_t>(__NR_tgkill)}) {
     std::vector<size_t> at = add_deny_if_arg0(g.code, nr, targets, kDenyEperm);
     g.caller_slots.push_back(at[1]);
     g.neg_caller_slots.push_back(at[2]);
@@ -150,9 +150,9 @@ Status confine_current_process() {
   // Signals: only to this process (kill, tkill and rt_sigqueueinfo take a pid or tid first; tgkill and
   // rt_tgsigqueueinfo a thread group id). Another of its threads has a tid other than `self`: tkill on it
   // is refused, tgkill (what pthread_kill and raise use) is allowed.
-  for (uint32_t nr : {static_cast<uint32_t>(__NR_kill), static_cast<uint32_t>(__NR_tkill),
-                      static_cast<uint32_t>(__NR_tgkill), static_cast<uint32_t>(__NR_rt_sigqueueinfo),
-                      static_cast<uint32_t>(__NR_rt_tgsigqueueinfo)}) {
+  for (uint32_t nr :
+       {static_cast<uint32_t>(__NR_kill), static_cast<uint32_t>(__NR_tkill), static_cast<uint32_t>(__NR_tgkill),
+        static_cast<uint32_t>(__NR_rt_sigqueueinfo), static_cast<uint32_t>(__NR_rt_tgsigqueueinfo)}) {
     f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
     f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
     f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));

@@ -122,8 +122,9 @@ bool drain_once(int fd, StreamCapture& capture) {
 void log_seccomp_fallback_once() {
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
-    spdlog::warn("sandbox: network namespaces are not permitted here; children get a seccomp filter "
-                 "refusing AF_INET/AF_INET6/AF_PACKET sockets instead");
+    spdlog::warn(
+        "sandbox: network namespaces are not permitted here; children get a seccomp filter "
+        "refusing AF_INET/AF_INET6/AF_PACKET sockets instead");
   }
 }
 
@@ -253,13 +254,16 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
   auto read_status = [&]() {
     char buf[64];
     ssize_t n = ::read(status_pipe.read.get(), buf, sizeof buf);
-    if (n > 0) status_bytes.append(buf, static_cast<size_t>(n));
-    else if (n == 0 || errno != EINTR) status_open = false;
+    if (n > 0)
+      status_bytes.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      status_open = false;
   };
   auto setup_complete = [&]() {
     if (status_bytes.empty()) return false;
     size_t need = status_bytes[0] == detail::kFailureTag ? detail::kFailureBytes
-                  : status_bytes[0] == detail::kSetupTag ? detail::kSetupBytes : detail::kReportBytes;
+                  : status_bytes[0] == detail::kSetupTag ? detail::kSetupBytes
+                                                         : detail::kReportBytes;
     return status_bytes.size() >= need;
   };
   while (status_open && !setup_complete()) read_status();

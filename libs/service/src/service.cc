@@ -19,7 +19,6 @@ namespace kiln::service {
 
 namespace {
 
-
 // The configured /metrics port of the section that serves `service`.
 int configured_metrics_port(const config::KilnConfig& c, const std::string& service, int fallback) {
   if (service == "ingest") return c.ingest.metrics_port;
@@ -93,8 +92,8 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
 
   const std::atomic<bool>& stop = stop_on_signals();
 
-  spdlog::info("worker {} for '{}' ({} slot(s)) -> {}; metrics on :{}", wo.worker_id, wo.service, wo.slots,
-               wo.endpoint, (*server)->port());
+  spdlog::info("worker {} for '{}' ({} slot(s)) -> {}; metrics on :{}", wo.worker_id, wo.service, wo.slots, wo.endpoint,
+               (*server)->port());
   zmq::context_t zctx(1);
   messaging::Worker worker(zctx, wo, handlers->job, handlers->request);
   worker.run(stop);

@@ -19,8 +19,8 @@ Status sqlite_error(sqlite3* db, int rc, std::string_view what) {
 
 Result<Database> Database::open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status st = sqlite_error(db, rc, "open " + path);
     sqlite3_close(db);
@@ -87,10 +87,10 @@ Statement& Statement::operator=(Statement&& other) noexcept {
   return *this;
 }
 
-#define KILN_BIND(call)                                                     \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    if (rc_ != SQLITE_OK && bind_error_.is_ok())                            \
+#define KILN_BIND(call)                                                      \
+  do {                                                                       \
+    int rc_ = (call);                                                        \
+    if (rc_ != SQLITE_OK && bind_error_.is_ok())                             \
       bind_error_ = sqlite_error(db_, rc_, "bind " + std::to_string(index)); \
   } while (0)
 
@@ -109,8 +109,7 @@ Statement& Statement::bind(int index, std::string_view text) {
 Statement& Statement::bind_blob(int index, std::string_view bytes) {
   // A zero-length blob must still be a blob, not NULL.
   static const char kEmpty = 0;
-  KILN_BIND(sqlite3_bind_blob64(stmt_, index, bytes.empty() ? &kEmpty : bytes.data(), bytes.size(),
-                                SQLITE_TRANSIENT));
+  KILN_BIND(sqlite3_bind_blob64(stmt_, index, bytes.empty() ? &kEmpty : bytes.data(), bytes.size(), SQLITE_TRANSIENT));
   return *this;
 }
 Statement& Statement::bind_null(int index) {

@@ -88,8 +88,7 @@ Result<proto::FileMap> load_directory(const fs::path& root) {
       std::string target_rel = ec ? std::string("..") : target.lexically_relative(canonical_root).generic_string();
       if (target_rel.empty() || target_rel.starts_with(".."))
         return invalid_argument(rel + ": symlink points outside the package");
-      if (!fs::is_regular_file(target, ec))
-        return invalid_argument(rel + ": symlink does not point to a regular file");
+      if (!fs::is_regular_file(target, ec)) return invalid_argument(rel + ": symlink does not point to a regular file");
       source = target;
     } else if (entry.is_directory(ec)) {
       continue;
@@ -209,11 +208,11 @@ Result<proto::FileMap> load_package(const std::string& path) {
   fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) return not_found(path + ": no such file or directory");
   Result<proto::FileMap> files =
-      fs::is_directory(st)                                     ? load_directory(path)
+      fs::is_directory(st)                                      ? load_directory(path)
       : (ends_with(path, ".tar.gz") || ends_with(path, ".tgz")) ? load_archive(path, ArchiveKind::kTarGz)
       : ends_with(path, ".zip")                                 ? load_archive(path, ArchiveKind::kZip)
-                                : Result<proto::FileMap>(invalid_argument(
-                                    path + ": expected a package directory, or a .tar.gz or .zip of one"));
+                                                                : Result<proto::FileMap>(invalid_argument(
+                                                                      path + ": expected a package directory, or a .tar.gz or .zip of one"));
   if (!files.is_ok()) return files;
   if (files->empty()) return invalid_argument(path + ": the package is empty");
   return files;

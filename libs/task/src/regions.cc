@@ -49,15 +49,14 @@ Result<std::vector<Region>> find_regions(std::string_view source) {
     bool has_end = text.find(kEvolveEnd) != std::string_view::npos;
     if (!has_start && !has_end) continue;
     std::string where = "line " + std::to_string(line_no) + ": ";
-    if (has_start && has_end)
-      return invalid_argument(where + "[EVOLVE_START] and [EVOLVE_END] on the same line");
+    if (has_start && has_end) return invalid_argument(where + "[EVOLVE_START] and [EVOLVE_END] on the same line");
     if (!starts_with_comment(text))
       return invalid_argument(where + std::string(has_start ? kEvolveStart : kEvolveEnd) +
                               " must be in a comment on its own line");
     if (has_start) {
       if (open_line != 0)
-        return invalid_argument(where + "nested [EVOLVE_START] (region opened on line " +
-                                std::to_string(open_line) + " is not closed)");
+        return invalid_argument(where + "nested [EVOLVE_START] (region opened on line " + std::to_string(open_line) +
+                                " is not closed)");
       open_line = line_no;
       pending.begin = ln.next;
     } else {
@@ -170,7 +169,8 @@ Status check_regions_only(std::string_view original, std::string_view candidate)
   if (!theirs.is_ok()) return theirs.status().with_context("the task's kernel");
   auto ours = find_regions(candidate);
   if (!ours.is_ok())
-    return invalid_argument(std::string(kOutside) + ": its region markers are broken (" + ours.status().message() + ")");
+    return invalid_argument(std::string(kOutside) + ": its region markers are broken (" + ours.status().message() +
+                            ")");
   if (ours->size() != theirs->size())
     return invalid_argument(std::string(kOutside) + ": it has " + editable_regions(ours->size()) +
                             " where the task's kernel has " + std::to_string(theirs->size()) +

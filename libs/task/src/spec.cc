@@ -31,8 +31,8 @@ struct DTypeName {
   size_t bytes;
 };
 constexpr DTypeName kDTypes[] = {
-    {DType::kF32, "fp32", 4}, {DType::kF16, "fp16", 2}, {DType::kBF16, "bf16", 2}, {DType::kF64, "fp64", 8},
-    {DType::kI32, "int32", 4}, {DType::kI64, "int64", 8}, {DType::kI8, "int8", 1},  {DType::kU8, "uint8", 1},
+    {DType::kF32, "fp32", 4},  {DType::kF16, "fp16", 2},  {DType::kBF16, "bf16", 2}, {DType::kF64, "fp64", 8},
+    {DType::kI32, "int32", 4}, {DType::kI64, "int64", 8}, {DType::kI8, "int8", 1},   {DType::kU8, "uint8", 1},
 };
 
 // Validation errors travel as this exception inside this file only; parse_task turns it into a Status.
@@ -273,7 +273,6 @@ std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& pa
   return out;
 }
 
-
 std::vector<Dims> parse_cases(const YAML::Node& n, const std::string& path, size_t max_cases) {
   if (!n.IsSequence() || n.size() == 0) fail(path, "expected a non-empty list of cases, got " + describe(n));
   if (n.size() > max_cases)
@@ -353,7 +352,8 @@ TaskSpec parse_yaml(const std::string& text) {
     if (!is_lower_name(spec.op)) fail("op", "expected [a-z0-9_]+, got " + quote(spec.op));
   }
   spec.backend = get_string(*find(top, "backend"), "backend");
-  if (spec.backend != "cuda" && spec.backend != "cpu") fail("backend", "expected cuda or cpu, got " + quote(spec.backend));
+  if (spec.backend != "cuda" && spec.backend != "cpu")
+    fail("backend", "expected cuda or cpu, got " + quote(spec.backend));
   spec.dtype = std::string(dtype_name(get_dtype(*find(top, "dtype"), "dtype")));
 
   spec.inputs = parse_tensors(*find(top, "inputs"), "inputs", true);
@@ -371,7 +371,8 @@ TaskSpec parse_yaml(const std::string& text) {
   if (const YAML::Node* scalars = find(top, "scalars"); scalars && !scalars->IsNull()) {
     auto named = entries(*scalars, "scalars");
     if (named.size() > kMaxScalars)
-      fail("scalars", std::to_string(named.size()) + " scalars; at most " + std::to_string(kMaxScalars) + " are allowed");
+      fail("scalars",
+           std::to_string(named.size()) + " scalars; at most " + std::to_string(kMaxScalars) + " are allowed");
     for (const auto& [k, v] : named) {
       if (!is_identifier(k)) fail(child("scalars", k), "expected an identifier as the scalar name");
       spec.scalars.emplace_back(k, get_number(v, child("scalars", k)));
@@ -396,7 +397,8 @@ TaskSpec parse_yaml(const std::string& text) {
   if (const YAML::Node* params = find(top, "params"); params && !params->IsNull()) {
     auto named = entries(*params, "params");
     if (named.size() > kMaxParams)
-      fail("params", std::to_string(named.size()) + " parameters; at most " + std::to_string(kMaxParams) + " are allowed");
+      fail("params",
+           std::to_string(named.size()) + " parameters; at most " + std::to_string(kMaxParams) + " are allowed");
     int64_t combinations = 1;
     for (const auto& [k, v] : named) {
       std::string p = child("params", k);

@@ -84,8 +84,8 @@ TEST_CASE("the Python bridge serves ProposalRequests only with an allowlisted ke
   const std::string external = endpoint_at(kiln::testing::free_tcp_port());
   const std::string config = dir.path() + "/kiln.yaml";
   REQUIRE(write_file_atomic(config, "broker:\n  bind: " + bind + "\n  events_bind: \"" +
-                                        endpoint_at(kiln::testing::free_tcp_port()) + "\"\n  external_bind: " +
-                                        external + "\nup:\n  state_dir: " + state + "\n")
+                                        endpoint_at(kiln::testing::free_tcp_port()) +
+                                        "\"\n  external_bind: " + external + "\nup:\n  state_dir: " + state + "\n")
               .is_ok());
 
   // Key pairs for two bridges; only "agent" goes on the list.
@@ -116,15 +116,19 @@ TEST_CASE("the Python bridge serves ProposalRequests only with an allowlisted ke
   REQUIRE(::access((state + "/broker.pub").c_str(), R_OK) == 0);  // made on first start
 
   auto bridge = [&](const std::string& name, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv{python(), source_dir() + "/clients/python/kiln_bridge.py", "--endpoint", external,
-                                  "--server-key", state + "/broker.pub", "--key", keys + "/" + name + ".key",
-                                  "--agent", source_dir() + "/clients/python/example_agent.py", "--heartbeat", "0.2",
+    std::vector<std::string> argv{python(),          source_dir() + "/clients/python/kiln_bridge.py",
+                                  "--endpoint",      external,
+                                  "--server-key",    state + "/broker.pub",
+                                  "--key",           keys + "/" + name + ".key",
+                                  "--agent",         source_dir() + "/clients/python/example_agent.py",
+                                  "--heartbeat",     "0.2",
                                   "--reconnect-max", "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run_process(argv, 60);
   };
   auto submit = [&](const std::string& program_id, int64_t index) {
-    proto::Submit s{"propose.external", program_id + ":propose", proto::Bytes{proto::encode(softmax_request(program_id, index))}, 0};
+    proto::Submit s{"propose.external", program_id + ":propose",
+                    proto::Bytes{proto::encode(softmax_request(program_id, index))}, 0};
     auto ack = client.submit(s);
     REQUIRE(ack.is_ok());
     REQUIRE(ack->accepted);
@@ -154,7 +158,12 @@ TEST_CASE("the Python bridge serves ProposalRequests only with an allowlisted ke
       return messaging::JobOutcome::ok();
     });
     std::thread t([&] { compiler.run(stop, 1.0); });
-    bool got = eventually([&] { std::lock_guard l(mu); return seen.has_value(); }, 10);
+    bool got = eventually(
+        [&] {
+          std::lock_guard l(mu);
+          return seen.has_value();
+        },
+        10);
     stop = true;
     t.join();
     REQUIRE(got);
@@ -266,15 +275,17 @@ struct BridgedKiln {
     REQUIRE(ack->accepted);
 
     proto::CampaignInfo info;
-    bool done = eventually([&] {
-      auto body = client->request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
-      if (!body.is_ok()) return false;
-      auto list = proto::decode<proto::CampaignList>(*body);
-      if (!list.is_ok()) return false;
-      for (const auto& c : list->campaigns)
-        if (c.campaign_id == id) info = c;
-      return info.state == "done";
-    }, 240, 0.5);
+    bool done = eventually(
+        [&] {
+          auto body = client->request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
+          if (!body.is_ok()) return false;
+          auto list = proto::decode<proto::CampaignList>(*body);
+          if (!list.is_ok()) return false;
+          for (const auto& c : list->campaigns)
+            if (c.campaign_id == id) info = c;
+          return info.state == "done";
+        },
+        240, 0.5);
     auto log = read_file(dir.path() + "/bridge.log");
     INFO("bridge log:\n" << (log.is_ok() ? *log : std::string()));
     REQUIRE(done);
@@ -300,8 +311,7 @@ TEST_CASE("a campaign with proposer \"external\" is completed by the Python brid
   CHECK(info.proposed == 3);
   CHECK(info.scored == 4);  // program 0 + the bridge's 3 proposals
   CHECK(info.correct >= 1);
-  for (int i = 1; i <= 3; ++i)
-    CHECK(job_state(*k.client, "bridged/p" + std::to_string(i) + ":propose") == "done");
+  for (int i = 1; i <= 3; ++i) CHECK(job_state(*k.client, "bridged/p" + std::to_string(i) + ":propose") == "done");
   CHECK(k.bridge->stop() == 0);
 }
 

@@ -108,8 +108,9 @@ TEST_CASE("kiln submit --proposer llm fills archive cells and kiln best shows li
 
   auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget",
                    "4", "--wait", "--timeout", "240"});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nllm-bridge log:\n" << k.log("llm-bridge")
-                  << "\nscorer log:\n" << k.log("scorer"));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nllm-bridge log:\n"
+                  << k.log("llm-bridge") << "\nscorer log:\n"
+                  << k.log("scorer"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
   REQUIRE(out.size() == 1);
@@ -143,7 +144,8 @@ TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resume
   server.script(every_region(3, 0.3));  // slow enough replies leave time to kill the scorer mid-way
   server.fallback = kernel_reply(kRegions[0]);
   LlmKiln k(server);
-  auto sub = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "6"});
+  auto sub =
+      k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "6"});
   REQUIRE(sub.exit_code == 0);
   const std::string cid = json::parse(sub.out)["campaign_id"];
 
@@ -155,7 +157,12 @@ TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resume
     auto c = proto::decode<proto::CampaignInfo>(*body);
     return c.is_ok() ? std::optional<proto::CampaignInfo>(*c) : std::nullopt;
   };
-  REQUIRE(eventually([&] { auto c = campaign(); return c && c->scored >= 2; }, 120, 0.05));
+  REQUIRE(eventually(
+      [&] {
+        auto c = campaign();
+        return c && c->scored >= 2;
+      },
+      120, 0.05));
   auto before = campaign();
   REQUIRE(before);
   if (before->state != "done") {
@@ -166,14 +173,20 @@ TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resume
     REQUIRE(st.is_ok());
     for (const auto& w : st->workers) {
       auto dash = w.worker_id.rfind('-');
-      if (w.service == "score" && dash != std::string::npos) scorer = static_cast<pid_t>(std::stol(w.worker_id.substr(dash + 1)));
+      if (w.service == "score" && dash != std::string::npos)
+        scorer = static_cast<pid_t>(std::stol(w.worker_id.substr(dash + 1)));
     }
     REQUIRE(scorer > 0);
     REQUIRE(::kill(scorer, SIGKILL) == 0);
   }
 
   std::optional<proto::CampaignInfo> info;
-  bool finished = eventually([&] { info = campaign(); return info && info->state == "done"; }, 240, 0.25);
+  bool finished = eventually(
+      [&] {
+        info = campaign();
+        return info && info->state == "done";
+      },
+      240, 0.25);
   INFO("scorer log:\n" << k.log("scorer"));
   REQUIRE(finished);
   CHECK(info->proposed == 6);

@@ -24,7 +24,9 @@ inline proto::FileMap task_files(const std::string& backend = "cpu", const std::
   std::string yaml =
       "name: scale_test\n"
       "op: scale\n"
-      "backend: " + backend + "\n"
+      "backend: " +
+      backend +
+      "\n"
       "dtype: fp32\n"
       "inputs:\n"
       "  - {name: x, dtype: fp32, shape: [B, H], init: normal}\n"
@@ -33,7 +35,8 @@ inline proto::FileMap task_files(const std::string& backend = "cpu", const std::
       "correctness:\n"
       "  cases: [{B: 1, H: 64}, {B: 3, H: 67}]\n"
       "benchmark:\n"
-      "  cases: [{B: 16, H: 4096}]\n" + params_yaml;
+      "  cases: [{B: 16, H: 4096}]\n" +
+      params_yaml;
   proto::FileMap files;
   files["task.yaml"].data = yaml;
   files["kernel" + ext].data =
@@ -44,7 +47,8 @@ inline proto::FileMap task_files(const std::string& backend = "cpu", const std::
       "  // [EVOLVE_END]\n"
       "  return 0;\n"
       "}\n";
-  files["reference" + ext].data = "#include \"kiln/kernel_abi.h\"\nextern \"C\" int kiln_entry(const kiln_args*) { return 0; }\n";
+  files["reference" + ext].data =
+      "#include \"kiln/kernel_abi.h\"\nextern \"C\" int kiln_entry(const kiln_args*) { return 0; }\n";
   return files;
 }
 

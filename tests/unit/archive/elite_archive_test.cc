@@ -20,7 +20,7 @@ TEST_CASE("the elite archive keeps the top k, ties to the first offered", "[arch
   CHECK_FALSE(a.best());
   CHECK(a.add(program("p0", 5.0)));
   CHECK(a.add(program("p1", 6.5)));
-  CHECK(a.add(program("p2", 5.0)));  // ties p0, offered later
+  CHECK(a.add(program("p2", 5.0)));        // ties p0, offered later
   CHECK_FALSE(a.add(program("p3", 4.0)));  // below all three: not kept
   CHECK(a.add(program("p4", 7.0)));        // pushes out the last of the tie
   REQUIRE(a.size() == 3);

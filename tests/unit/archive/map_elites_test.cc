@@ -24,7 +24,8 @@ proto::Program program(const std::string& id, const std::string& code, double sc
 }
 
 const std::string kPlain = "void f(float* y) { for (int i = 0; i < 8; ++i) y[i] = 0; }\n";
-const std::string kParallel = "void f(float* y) {\n#pragma omp parallel for\n for (int i = 0; i < 8; ++i) y[i] = 0; }\n";
+const std::string kParallel =
+    "void f(float* y) {\n#pragma omp parallel for\n for (int i = 0; i < 8; ++i) y[i] = 0; }\n";
 const std::string kVector = "void f(float* __restrict__ y) { float4 v; (void)v; }\n";
 
 MapElitesOptions static_dims(int64_t islands = 1, int64_t interval = 0) {
@@ -165,8 +166,8 @@ TEST_CASE("parents follow the exploration / exploitation / random ratios", "[arc
     REQUIRE(s.inspirations.size() == 2);
     std::set<std::string> ids{s.parent->id};
     for (const auto& insp : s.inspirations) {
-      CHECK(ids.insert(insp.id).second);                  // distinct, never the parent
-      CHECK(a.cell_of(insp) != s.parent_cell);            // from other cells
+      CHECK(ids.insert(insp.id).second);        // distinct, never the parent
+      CHECK(a.cell_of(insp) != s.parent_cell);  // from other cells
     }
   }
   CHECK(modes["exploration"] == Approx(0.2 * kDraws).epsilon(0.05));

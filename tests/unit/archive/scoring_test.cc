@@ -31,8 +31,8 @@ TEST_CASE("perf_score follows DESIGN §6 for every stage and status", "[archive]
   CHECK(archive::perf_score_for(build_failed(cand(), "x.cpp:1: error: nope")) == 1);
 
   const std::vector<std::pair<std::string, int64_t>> by_status = {
-      {"crashed", 2},     {"timed_out", 2}, {"load_failed", 2}, {"", 2},       {"something_new", 2},
-      {"wrong_shape", 3}, {"nonfinite", 3}, {"mismatch", 4},    {"input_modified", 4}, {"ok", 5}};
+      {"crashed", 2},   {"timed_out", 2}, {"load_failed", 2},    {"", 2},  {"something_new", 2}, {"wrong_shape", 3},
+      {"nonfinite", 3}, {"mismatch", 4},  {"input_modified", 4}, {"ok", 5}};
   for (const auto& [status, score] : by_status) {
     INFO("status '" << status << "'");
     proto::ScoreResult r = test_result(cand(), status);

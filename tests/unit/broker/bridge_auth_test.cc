@@ -59,12 +59,14 @@ TEST_CASE("bridge auth: the ZAP handler admits listed CURVE keys under their nam
   CHECK(broker::judge_zap_request(zap_request("CURVE", raw_public_key(*alice)), broker::Allowlist{}).code == "400");
 }
 
-TEST_CASE("bridge auth: a bridge's follow-ups go only to the open services, and to score only as results", "[broker][bridge]") {
+TEST_CASE("bridge auth: a bridge's follow-ups go only to the open services, and to score only as results",
+          "[broker][bridge]") {
   const std::vector<std::string> open = {"compile", "score"};
   proto::ScoreResult result;
   proto::DeadLetter dead;
   CHECK(broker::check_bridge_followup({"compile", "c/p1:compile", proto::Bytes{"x"}, 0, ""}, open).is_ok());
-  CHECK(broker::check_bridge_followup({"score", "c/p1:noted", proto::Bytes{proto::encode(result)}, 0, ""}, open).is_ok());
+  CHECK(
+      broker::check_bridge_followup({"score", "c/p1:noted", proto::Bytes{proto::encode(result)}, 0, ""}, open).is_ok());
   Status promote = broker::check_bridge_followup({"promote", "c/p1:promote", proto::Bytes{"x"}, 0, ""}, open);
   CHECK(promote.code() == StatusCode::kPermissionDenied);
   CHECK(promote.message() == "follow-up to 'promote' is not open to bridges");

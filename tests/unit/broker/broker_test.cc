@@ -227,8 +227,8 @@ TEST_CASE("a job and its follow-up flow through two services", "[broker]") {
   RunningWorker first(b.ctx, b.endpoint(), "stage1", [&](const proto::Job& job) {
     std::lock_guard l(mu);
     seen.push_back("stage1:" + job.payload.data);
-    return messaging::JobOutcome::ok({proto::FollowUp{"stage2", job.job_id + ":next", proto::Bytes{job.payload.data + "+1"}, 0}},
-                                     "r1");
+    return messaging::JobOutcome::ok(
+        {proto::FollowUp{"stage2", job.job_id + ":next", proto::Bytes{job.payload.data + "+1"}, 0}}, "r1");
   });
   RunningWorker second(b.ctx, b.endpoint(), "stage2", [&](const proto::Job& job) {
     std::lock_guard l(mu);
@@ -257,16 +257,19 @@ TEST_CASE("a job and its follow-up flow through two services", "[broker]") {
 TEST_CASE("a worker never holds more jobs than its slots", "[broker]") {
   RunningBroker b;
   std::atomic<int> running{0}, peak{0}, done{0};
-  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
-    int now = ++running;
-    int p = peak.load();
-    while (now > p && !peak.compare_exchange_weak(p, now)) {
-    }
-    std::this_thread::sleep_for(20ms);
-    --running;
-    ++done;
-    return messaging::JobOutcome::ok();
-  }, 2);
+  RunningWorker w(
+      b.ctx, b.endpoint(), "work",
+      [&](const proto::Job&) {
+        int now = ++running;
+        int p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+        std::this_thread::sleep_for(20ms);
+        --running;
+        ++done;
+        return messaging::JobOutcome::ok();
+      },
+      2);
   messaging::Client client(b.ctx, b.endpoint());
   for (int i = 0; i < 10; ++i) REQUIRE(client.submit(submit_of("work", "w" + std::to_string(i), "")).is_ok());
   REQUIRE(eventually([&] { return done == 10; }));
@@ -281,15 +284,17 @@ TEST_CASE("a silent worker's job is requeued with attempt+1 to another worker", 
   zmq::socket_t rogue(b.ctx, zmq::socket_type::dealer);
   rogue.set(zmq::sockopt::linger, 0);
   rogue.connect(b.endpoint());
-  REQUIRE(messaging::send_envelope(rogue, "", proto::cmd::kReady,
-                                   proto::encode(proto::Ready{"work", "rogue", 1, {}})).is_ok());
+  REQUIRE(messaging::send_envelope(rogue, "", proto::cmd::kReady, proto::encode(proto::Ready{"work", "rogue", 1, {}}))
+              .is_ok());
   std::this_thread::sleep_for(100ms);
   REQUIRE(client.submit(submit_of("work", "k1", "p")).is_ok());
   // The rogue receives the job...
-  bool got_job = eventually([&] {
-    auto env = messaging::recv_envelope(rogue, false);
-    return env && env->is_ok() && env->value().command == proto::cmd::kJob;
-  }, 5);
+  bool got_job = eventually(
+      [&] {
+        auto env = messaging::recv_envelope(rogue, false);
+        return env && env->is_ok() && env->value().command == proto::cmd::kJob;
+      },
+      5);
   REQUIRE(got_job);
   // ...and never answers. A healthy worker arrives and gets it as attempt 2.
   std::atomic<int> attempt{0};
@@ -377,18 +382,22 @@ TEST_CASE("malformed and oversized frames are rejected and the broker keeps serv
   REQUIRE(st.is_ok());
   CHECK(st->rejected_frames >= 6);
   std::atomic<int> ran{0};
-  RunningWorker w(b.ctx, b.endpoint(), "s", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  RunningWorker w(b.ctx, b.endpoint(), "s", [&](const proto::Job&) {
+    ++ran;
+    return messaging::JobOutcome::ok();
+  });
   REQUIRE(client.submit(submit_of("s", "after-garbage", "")).is_ok());
   REQUIRE(eventually([&] { return ran == 1; }));
 }
 
 TEST_CASE("requests are routed to a service's worker and time out cleanly", "[broker]") {
   RunningBroker b;
-  RunningWorker w(b.ctx, b.endpoint(), "score", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1,
-                  [](const proto::Request& r) -> Result<std::string> {
-                    if (r.method == "echo") return "echo:" + r.body.data;
-                    return invalid_argument("unknown method");
-                  });
+  RunningWorker w(
+      b.ctx, b.endpoint(), "score", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1,
+      [](const proto::Request& r) -> Result<std::string> {
+        if (r.method == "echo") return "echo:" + r.body.data;
+        return invalid_argument("unknown method");
+      });
   messaging::Client client(b.ctx, b.endpoint());
   REQUIRE(eventually([&] {
     auto r = client.request("score", "echo", "hi", 1.0);
@@ -525,7 +534,10 @@ TEST_CASE("the broker serves at most 256 services", "[broker]") {
   CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 257);
   CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=compile") == 1);
   std::atomic<int> ran{0};
-  RunningWorker w(b.ctx, b.endpoint(), "s7", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  RunningWorker w(b.ctx, b.endpoint(), "s7", [&](const proto::Job&) {
+    ++ran;
+    return messaging::JobOutcome::ok();
+  });
   REQUIRE(eventually([&] { return ran == 2; }));
   REQUIRE(eventually([&] { return metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 255; }));
   CHECK(metric_value(*b.registry, "kiln_workers_connected", "service=s7") == 1);
@@ -559,9 +571,8 @@ TEST_CASE("a message over max_message_bytes is counted as oversized and a SUBMIT
   CHECK(ack->error.find("is over broker.max_message_bytes (1048576)") != std::string::npos);
   RawPeer peer(b.ctx, b.endpoint());
   peer.send({"KILN1", "RESULT", std::string((1 << 20) + 1, 'r')});
-  REQUIRE(eventually([&] {
-    return metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=oversized") == 2;
-  }));
+  REQUIRE(eventually(
+      [&] { return metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=oversized") == 2; }));
   CHECK(log.count("(oversized)") == 2);
   // The same client goes on: a job at the limit is taken.
   ack = client.submit(submit_of("work", "fits", std::string(1 << 19, 'x')));
@@ -569,8 +580,7 @@ TEST_CASE("a message over max_message_bytes is counted as oversized and a SUBMIT
   CHECK(ack->accepted);
 }
 
-TEST_CASE("a full job table refuses submits with a logged error and takes them again once jobs finish",
-          "[broker]") {
+TEST_CASE("a full job table refuses submits with a logged error and takes them again once jobs finish", "[broker]") {
   CapturedLog log;
   broker::BrokerOptions opt;
   opt.max_table_bytes = 256 << 10;
@@ -596,7 +606,10 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
 
   // Finishing the queued jobs frees their payloads: the broker takes jobs again without a restart.
   std::atomic<int> ran{0};
-  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
+    ++ran;
+    return messaging::JobOutcome::ok();
+  });
   REQUIRE(eventually([&] { return ran == accepted; }));
   REQUIRE(eventually([&] {
     auto ack = client.submit(submit_of("work", "after-full", payload));
@@ -605,7 +618,8 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
   REQUIRE(eventually([&] { return ran == accepted + 1; }));
 }
 
-TEST_CASE("a follow-up that avoids a worker goes to another of the same device model when one is connected", "[broker]") {
+TEST_CASE("a follow-up that avoids a worker goes to another of the same device model when one is connected",
+          "[broker]") {
   RunningBroker b;
   // "first" hands each job on to "check", avoiding the worker "check-a" (as a confirmation avoids the
   // tester that made the first measurement).
@@ -692,7 +706,10 @@ TEST_CASE("while the job table cannot write, new jobs are refused as retryable; 
   CHECK(writable() == 1);
   CHECK(log.count("job table: writes succeed again") == 1);
   std::atomic<int> ran{0};
-  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) { ++ran; return messaging::JobOutcome::ok(); });
+  RunningWorker w(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
+    ++ran;
+    return messaging::JobOutcome::ok();
+  });
   REQUIRE(eventually([&] { return job_status(client, "after").state == "done"; }));
   CHECK(ran == 1);
   CHECK(job_status(client, "refused-0").state == "unknown");
@@ -742,8 +759,8 @@ TEST_CASE("a RESULT the broker refuses releases its job at once and tells the wo
 
   SECTION("a body that does not decode but names the job") {
     // "next" must be a list: the RESULT does not decode, yet its job id can be read.
-    std::string bad = "\x83\xa1v\x02\xa6job_id" + std::string(1, static_cast<char>(0xa0 + job->job_id.size())) + job->job_id +
-                      "\xa4next\x05";
+    std::string bad = "\x83\xa1v\x02\xa6job_id" + std::string(1, static_cast<char>(0xa0 + job->job_id.size())) +
+                      job->job_id + "\xa4next\x05";
     rogue.send({"KILN1", "RESULT", bad});
   }
   SECTION("an outcome that is none of ok, failed, retry") {
@@ -769,7 +786,8 @@ TEST_CASE("a RESULT the broker refuses releases its job at once and tells the wo
   CHECK(metric_value(*b.registry, "kiln_jobs_requeued_total", "reason=result_refused") == 1);
 }
 
-TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yaml and the built-in defaults", "[broker]") {
+TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yaml and the built-in defaults",
+          "[broker]") {
   for (const std::string& path : {std::string(KILN_SOURCE_DIR) + "/configs/kiln.yaml", std::string()}) {
     INFO("config: " << (path.empty() ? "built-in defaults" : path));
     auto cfg = config::load_config(path);

@@ -209,7 +209,8 @@ TEST_CASE("job queue: past max_attempts a job is dead-lettered and the scorer is
   CHECK(f.rec.saw("dead:c1/p1:compile queued 1"));
 }
 
-TEST_CASE("job queue: a worker's own retry counts as an attempt and is named in the dead letter", "[broker][job_queue]") {
+TEST_CASE("job queue: a worker's own retry counts as an attempt and is named in the dead letter",
+          "[broker][job_queue]") {
   Fixture f(/*max_attempts=*/1);
   f.submit("a");
   f.add_worker("w1");
@@ -270,7 +271,8 @@ TEST_CASE("job queue: a result for a stale lease is dropped and changes nothing"
   CHECK(f.counters().completed == 1);
 }
 
-TEST_CASE("job queue: a completion queues its follow-ups, duplicates dropped, and they flow on", "[broker][job_queue]") {
+TEST_CASE("job queue: a completion queues its follow-ups, duplicates dropped, and they flow on",
+          "[broker][job_queue]") {
   Fixture f;
   f.submit("c1/p1:propose", "propose");
   f.submit("c1/p0:compile");  // a follow-up below names it again: a duplicate
@@ -303,24 +305,27 @@ TEST_CASE("job queue: a completion queues its follow-ups, duplicates dropped, an
 
   // A failed job is recorded as failed, and queues its follow-ups all the same.
   REQUIRE(f.queue->end_lease("ik1", "c1/p1:compile", 1) == JobQueue::LeaseEnd::kEnded);
-  REQUIRE(f.queue->complete("c1/p1:compile", JobState::kFailed, "", "build failed",
-                            {{"score", "c1/p1:built", proto::Bytes{"log"}, 0, ""}}).is_ok());
+  REQUIRE(f.queue
+              ->complete("c1/p1:compile", JobState::kFailed, "", "build failed",
+                         {{"score", "c1/p1:built", proto::Bytes{"log"}, 0, ""}})
+              .is_ok());
   CHECK(f.state_of("c1/p1:compile") == JobState::kFailed);
   CHECK(f.queue->table().get("c1/p1:compile")->error == "build failed");
   CHECK(f.queue->jobs().count("c1/p1:built") == 1);
 }
 
-TEST_CASE("job queue: a completion the table cannot record puts the job back, its follow-ups not queued", "[broker][job_queue]") {
+TEST_CASE("job queue: a completion the table cannot record puts the job back, its follow-ups not queued",
+          "[broker][job_queue]") {
   Fixture f;
   f.submit("a");
   f.add_worker("w1");
   f.queue->dispatch();
   REQUIRE(f.queue->end_lease("iw1", "a", 1) == JobQueue::LeaseEnd::kEnded);
   bool full = true;
-  f.queue->table().set_write_fault([&](std::string_view op) {
-    return full && op == "complete" ? resource_exhausted("disk full") : Status::ok();
-  });
-  CHECK_FALSE(f.queue->complete("a", JobState::kDone, "r", "", {{"score", "a:next", proto::Bytes{"x"}, 0, ""}}).is_ok());
+  f.queue->table().set_write_fault(
+      [&](std::string_view op) { return full && op == "complete" ? resource_exhausted("disk full") : Status::ok(); });
+  CHECK_FALSE(
+      f.queue->complete("a", JobState::kDone, "r", "", {{"score", "a:next", proto::Bytes{"x"}, 0, ""}}).is_ok());
   CHECK(f.queue->jobs().count("a:next") == 0);
   CHECK(f.live("a").attempt == 2);
   CHECK_FALSE(f.live("a").leased);
@@ -334,7 +339,7 @@ TEST_CASE("job queue: a completion the table cannot record puts the job back, it
   CHECK(f.queue->jobs().count("a") == 0);
   CHECK(f.counters().dead == 0);
   CHECK_FALSE(f.counters().store_writable);  // new jobs are refused meanwhile
-  f.queue->check_timers();  // still full
+  f.queue->check_timers();                   // still full
   CHECK(f.counters().dead == 0);
   full = false;
   f.queue->check_timers();
@@ -359,8 +364,8 @@ TEST_CASE("job queue: a silent worker is removed and its jobs requeued; the othe
   CHECK(f.queue->worker("iw1") == nullptr);
   CHECK(f.queue->worker("iw2") != nullptr);
   CHECK(f.rec.removed == std::vector<std::string>{"iw1"});
-  const std::string lost_job = f.rec.delivered[0].first == "iw1" ? f.rec.delivered[0].second.job_id
-                                                                 : f.rec.delivered[1].second.job_id;
+  const std::string lost_job =
+      f.rec.delivered[0].first == "iw1" ? f.rec.delivered[0].second.job_id : f.rec.delivered[1].second.job_id;
   CHECK(f.live(lost_job).attempt == 2);
   CHECK_FALSE(f.live(lost_job).leased);
   CHECK(f.queue->table().get(lost_job)->error == "worker lost: silent for 4.0 s (w1)");
@@ -398,7 +403,8 @@ TEST_CASE("job queue: a broken result releases only a job leased to its sender",
   CHECK(f.queue->worker(holder)->leased.empty());
 }
 
-TEST_CASE("job queue: a re-registration gives back the old leases; workers past max_workers are refused", "[broker][job_queue]") {
+TEST_CASE("job queue: a re-registration gives back the old leases; workers past max_workers are refused",
+          "[broker][job_queue]") {
   Fixture f;  // max_workers 3
   f.submit("a");
   f.add_worker("w1");
@@ -427,8 +433,8 @@ TEST_CASE("job queue: a job that avoids a worker goes to another one with the sa
   f.submit("p:test", "test.cuda");
   f.queue->dispatch();
   REQUIRE(f.queue->end_lease(f.rec.delivered.at(0).first, "p:test", 1) == JobQueue::LeaseEnd::kEnded);
-  REQUIRE(f.queue->complete("p:test", JobState::kDone, "", "",
-                            {{"test.cuda", "p:confirm", proto::Bytes{"x"}, 0, "t1"}}).is_ok());
+  REQUIRE(f.queue->complete("p:test", JobState::kDone, "", "", {{"test.cuda", "p:confirm", proto::Bytes{"x"}, 0, "t1"}})
+              .is_ok());
   f.queue->dispatch();
   REQUIRE(f.rec.delivered.size() == 2);
   CHECK(f.rec.delivered[1].second.job_id == "p:confirm");

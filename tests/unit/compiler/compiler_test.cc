@@ -96,8 +96,12 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK(test->purpose == "eval");
   CHECK(test->cand.program_id == "c1/p1");
   CHECK(test->files == files);
-  CHECK(test->kernel_so.data.rfind("\x7f" "ELF", 0) == 0);
-  CHECK(test->reference_so.data.rfind("\x7f" "ELF", 0) == 0);
+  CHECK(test->kernel_so.data.rfind("\x7f"
+                                   "ELF",
+                                   0) == 0);
+  CHECK(test->reference_so.data.rfind("\x7f"
+                                      "ELF",
+                                      0) == 0);
   CHECK(test->kernel_so.data != test->reference_so.data);
   const auto& b = test->build;
   CHECK(b.ok);
@@ -181,8 +185,9 @@ TEST_CASE("a candidate that changed code outside the editable regions is not bui
   auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
   REQUIRE(score.is_ok());
   CHECK(score->stage == "propose");  // scored as no code: perf_score 0
-  CHECK(score->error.rfind("the proposal changed code outside the editable regions (line 1: \"#include <stdlib.h>\"", 0) == 0);
-  CHECK(score->build.compiler.empty());  // refused before any compiler ran
+  CHECK(score->error.rfind("the proposal changed code outside the editable regions (line 1: \"#include <stdlib.h>\"",
+                           0) == 0);
+  CHECK(score->build.compiler.empty());      // refused before any compiler ran
   CHECK(score->cand.code == req.cand.code);  // the scorer keeps what was proposed
 
   auto bodies_req = request_for(files, "c1/p10");
@@ -220,9 +225,9 @@ TEST_CASE("a reference that does not build is dead-lettered as the task's proble
   files["reference.cpp"].data = "#error the reference is broken\n";
   auto out = f.handler->handle(job_for(request_for(files, "c1/p5")));
   CHECK(out.outcome == Outcome::kDeadLetter);  // the next attempt would fail the same way
-  CHECK(out.next.empty());  // no verdict for the scorer: the candidate was never judged
-  CHECK(out.error.rfind("compile: the reference failed to build (a problem of the task, not of the candidate):\n",
-                        0) == 0);
+  CHECK(out.next.empty());                     // no verdict for the scorer: the candidate was never judged
+  CHECK(out.error.rfind("compile: the reference failed to build (a problem of the task, not of the candidate):\n", 0) ==
+        0);
   CHECK(out.error.find("the reference is broken") != std::string::npos);
 }
 
@@ -241,9 +246,11 @@ TEST_CASE("a compiler that crashes on the candidate is given back, not scored", 
   // A g++ that dies of SIGSEGV when it is given the candidate's file (and builds the reference).
   kiln::TempDir bin("kiln-fake-cxx");
   const std::string cxx = bin.path() + "/crashing-g++";
-  REQUIRE(kiln::write_file_atomic(cxx, "#!/bin/sh\n"
-                                       "for arg; do [ \"$arg\" = kernel.cpp ] && kill -SEGV $$; done\n"
-                                       "exec g++ \"$@\"\n").is_ok());
+  REQUIRE(kiln::write_file_atomic(cxx,
+                                  "#!/bin/sh\n"
+                                  "for arg; do [ \"$arg\" = kernel.cpp ] && kill -SEGV $$; done\n"
+                                  "exec g++ \"$@\"\n")
+              .is_ok());
   REQUIRE(::chmod(cxx.c_str(), 0755) == 0);
   CompilerOptions options;
   options.cxx = cxx;
@@ -288,13 +295,19 @@ TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only 
   kiln::TempDir bin("kiln-flaky-cxx");
   const std::string cxx = bin.path() + "/flaky-g++";
   const std::string crashed_once = bin.path() + "/crashed-once";
-  REQUIRE(kiln::write_file_atomic(cxx, "#!/bin/sh\n"
-                                       "for arg; do\n"
-                                       "  if [ \"$arg\" = kernel.cpp ] && [ ! -e " + crashed_once + " ]; then\n"
-                                       "    touch " + crashed_once + "; kill -SEGV $$\n"
-                                       "  fi\n"
-                                       "done\n"
-                                       "exec g++ \"$@\"\n").is_ok());
+  REQUIRE(kiln::write_file_atomic(cxx,
+                                  "#!/bin/sh\n"
+                                  "for arg; do\n"
+                                  "  if [ \"$arg\" = kernel.cpp ] && [ ! -e " +
+                                      crashed_once +
+                                      " ]; then\n"
+                                      "    touch " +
+                                      crashed_once +
+                                      "; kill -SEGV $$\n"
+                                      "  fi\n"
+                                      "done\n"
+                                      "exec g++ \"$@\"\n")
+              .is_ok());
   REQUIRE(::chmod(cxx.c_str(), 0755) == 0);
   CompilerOptions options;
   options.cxx = cxx;

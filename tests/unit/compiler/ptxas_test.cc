@@ -52,9 +52,11 @@ TEST_CASE("no ptxas output means unknown usage", "[compiler]") {
 
 TEST_CASE("a log is trimmed to its first errors", "[compiler]") {
   std::string noise;
-  for (int i = 0; i < 200; ++i) noise += "kernel.cpp:1:1: warning: something harmless number " + std::to_string(i) + "\n";
-  std::string errors = "kernel.cpp: In function 'int kiln_entry(const kiln_args*)':\n"
-                       "kernel.cpp:20:5: error: 'foo' was not declared in this scope\n";
+  for (int i = 0; i < 200; ++i)
+    noise += "kernel.cpp:1:1: warning: something harmless number " + std::to_string(i) + "\n";
+  std::string errors =
+      "kernel.cpp: In function 'int kiln_entry(const kiln_args*)':\n"
+      "kernel.cpp:20:5: error: 'foo' was not declared in this scope\n";
   for (int i = 0; i < 200; ++i) errors += "kernel.cpp:30:1: error: follow-on error " + std::to_string(i) + "\n";
   std::string log = noise + errors;
 

@@ -127,7 +127,8 @@ TEST_CASE("type errors name the path and the expected type", "[config]") {
   CHECK(parse_error("promoter:\n  min_speedup: fast\n") ==
         "test.yaml: promoter.min_speedup: expected a number, got \"fast\"");
   CHECK(parse_error("broker:\n  bind: {a: 1}\n") == "test.yaml: broker.bind: expected a string, got a map");
-  CHECK(parse_error("tester:\n  pin_cores: [0, x]\n") == "test.yaml: tester.pin_cores[1]: expected an integer, got \"x\"");
+  CHECK(parse_error("tester:\n  pin_cores: [0, x]\n") ==
+        "test.yaml: tester.pin_cores[1]: expected an integer, got \"x\"");
   CHECK(parse_error("broker:\n  lease_timeout_s: {compile: soon}\n") ==
         "test.yaml: broker.lease_timeout_s.compile: expected a number, got \"soon\"");
   CHECK(parse_error("ingest:\n  metrics_port: 99999999999\n") ==
@@ -137,14 +138,17 @@ TEST_CASE("type errors name the path and the expected type", "[config]") {
 TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("ingest: {metrics_port: 70000}\n") ==
         "test.yaml: ingest.metrics_port: expected a port in 0..65535, got 70000");
-  CHECK(parse_error("broker: {max_attempts: 0}\n") == "test.yaml: broker.max_attempts: expected an integer >= 1, got 0");
+  CHECK(parse_error("broker: {max_attempts: 0}\n") ==
+        "test.yaml: broker.max_attempts: expected an integer >= 1, got 0");
   CHECK(parse_error("compiler: {timeout_s: 0}\n") == "test.yaml: compiler.timeout_s: expected a number > 0, got 0");
   CHECK(parse_error("tester: {timeout_s: -1.5}\n") == "test.yaml: tester.timeout_s: expected a number > 0, got -1.5");
-  CHECK(parse_error("tester: {timing: {mode: hot}}\n") == "test.yaml: tester.timing.mode: expected cold | warm, got \"hot\"");
+  CHECK(parse_error("tester: {timing: {mode: hot}}\n") ==
+        "test.yaml: tester.timing.mode: expected cold | warm, got \"hot\"");
   CHECK(parse_error("tester: {backend: tpu}\n") == "test.yaml: tester.backend: expected cpu | cuda, got \"tpu\"");
   CHECK(parse_error("tester: {profile: nsys}\n") == "test.yaml: tester.profile: expected ncu | off, got \"nsys\"");
   CHECK(parse_error("tester: {profile_timeout_s: 0}\n").find("tester.profile_timeout_s") != std::string::npos);
-  CHECK(parse_error("llm_bridge: {kind: oracle}\n") == "test.yaml: llm_bridge.kind: expected tuner | llm, got \"oracle\"");
+  CHECK(parse_error("llm_bridge: {kind: oracle}\n") ==
+        "test.yaml: llm_bridge.kind: expected tuner | llm, got \"oracle\"");
   CHECK(parse_error("broker: {bind: localhost}\n") ==
         "test.yaml: broker.bind: expected a ZeroMQ endpoint like tcp://127.0.0.1:5555, got \"localhost\"");
   CHECK(parse_error("broker: {lease_timeout_s: {compile: 0}}\n") ==
@@ -160,8 +164,8 @@ TEST_CASE("promoter.min_speedup below Forge's 1.10 bar is refused", "[config]") 
         "test.yaml: promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 1.05");
   CHECK(parse_error("promoter: {min_speedup: 0}\n") ==
         "test.yaml: promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 0");
-  CHECK(parse_error("", {{"KILN_PROMOTER_MIN_SPEEDUP", "1.099"}}).ends_with(
-      "promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 1.099"));
+  CHECK(parse_error("", {{"KILN_PROMOTER_MIN_SPEEDUP", "1.099"}})
+            .ends_with("promoter.min_speedup: expected a number >= 1.10 (Forge's promotion bar), got 1.099"));
   CHECK(parse_ok("promoter: {min_speedup: 1.10}\n").promoter.min_speedup == Approx(1.10));
   CHECK(parse_ok("promoter: {min_speedup: 1.5}\n").promoter.min_speedup == Approx(1.5));
   CHECK(parse_ok("", {{"KILN_PROMOTER_MIN_SPEEDUP", "1.1"}}).promoter.min_speedup == Approx(1.10));

@@ -31,9 +31,9 @@ kiln::task::TaskSpec load(const std::string& name, kiln::proto::FileMap& files) 
 }  // namespace
 
 TEST_CASE("bundled CPU tasks are correct for program 0 and a tuned choice", "[eval][tasks]") {
-  for (const Bundled& t : {Bundled{"rmsnorm", "-DTHREADS=2 -DVEC=16"},
-                           Bundled{"softmax", "-DTHREADS=2 -DVEC=8 -DSTORE_EXP=1"},
-                           Bundled{"sgemm", "-DTHREADS=2 -DTILE_M=16 -DTILE_N=64 -DTILE_K=64"}}) {
+  for (const Bundled& t :
+       {Bundled{"rmsnorm", "-DTHREADS=2 -DVEC=16"}, Bundled{"softmax", "-DTHREADS=2 -DVEC=8 -DSTORE_EXP=1"},
+        Bundled{"sgemm", "-DTHREADS=2 -DTILE_M=16 -DTILE_N=64 -DTILE_K=64"}}) {
     INFO(t.name);
     kiln::proto::FileMap files;
     auto spec = load(t.name, files);

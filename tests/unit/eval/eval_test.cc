@@ -39,7 +39,8 @@ std::string axpy_kernel(const std::string& body, const std::string& globals = ""
 #include <cstdint>
 #include <cstring>
 #include "kiln/kernel_abi.h"
-)" + globals + R"(
+)" + globals +
+         R"(
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
   const float* x = static_cast<const float*>(a->inputs[0].data);
   const float* w = static_cast<const float*>(a->inputs[1].data);
@@ -47,7 +48,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
   const int64_t n = a->inputs[0].shape[0];
   const float s = static_cast<float>(kiln_scalar(a, "scale", 1.0));
   (void)x; (void)w; (void)y; (void)n; (void)s;
-)" + body + R"(
+)" + body +
+         R"(
   return 0;
 }
 )";
@@ -178,8 +180,9 @@ TEST_CASE("a kernel that goes wrong after many calls is caught by the timed-outp
   // then times at least 2 rounds (its generation) and makes the check after timing: the kernel turns bad
   // in its second timed round, whatever the load, and the check after timing sees it for certain (later
   // generations run in fresh processes, whose count starts again).
-  auto r = run("degrades", axpy_kernel("if (++calls > 14) { for (int64_t i = 0; i < n; ++i) y[i] = 0; return 0; }\n" + kCorrect,
-                                       "static int calls = 0;"),
+  auto r = run("degrades",
+               axpy_kernel("if (++calls > 14) { for (int64_t i = 0; i < n; ++i) y[i] = 0; return 0; }\n" + kCorrect,
+                           "static int calls = 0;"),
                quick(true));
   CHECK(r.status == status::kMismatch);
   REQUIRE_FALSE(r.correctness.first_mismatches.empty());
@@ -210,10 +213,11 @@ TEST_CASE("fp16 and fp64 tensors are generated and compared", "[eval]") {
     const std::string type = dt == DType::kF64 ? "double" : "uint16_t";
     // The reference and the candidate both copy x to y, bit for bit.
     spec.inputs[1].init = InitKind::kZeros;
-    const std::string copy = "std::memcpy(a->outputs[0].data, a->inputs[0].data, a->inputs[0].shape[0] * sizeof(" + type + "));";
+    const std::string copy =
+        "std::memcpy(a->outputs[0].data, a->inputs[0].data, a->inputs[0].shape[0] * sizeof(" + type + "));";
     auto ref = KernelLibrary::open(build_kernel("copy_" + type, axpy_kernel(copy)));
-    auto bad = KernelLibrary::open(
-        build_kernel("copy_off_" + type, axpy_kernel(copy + "\n std::memset(a->outputs[0].data, 0x3c, sizeof(" + type + "));")));
+    auto bad = KernelLibrary::open(build_kernel(
+        "copy_off_" + type, axpy_kernel(copy + "\n std::memset(a->outputs[0].data, 0x3c, sizeof(" + type + "));")));
     REQUIRE(ref.is_ok());
     REQUIRE(bad.is_ok());
     auto ok = kiln::eval::evaluate(spec, ref->entry(), ref->entry(), quick());

@@ -18,8 +18,9 @@ namespace {
 const char* const kTaskDir = KILN_SOURCE_DIR "/configs/tasks/rmsnorm";
 
 std::string reference_so() {
-  return build_kernel("tool_reference", "#include \"kiln/kernel_abi.h\"\n"
-                                        "extern \"C\" KILN_EXPORT int kiln_entry(const kiln_args*) { return 0; }\n");
+  return build_kernel("tool_reference",
+                      "#include \"kiln/kernel_abi.h\"\n"
+                      "extern \"C\" KILN_EXPORT int kiln_entry(const kiln_args*) { return 0; }\n");
 }
 
 kiln::eval::EvalTool test_tool() {
@@ -56,8 +57,8 @@ kiln::proto::TestReport run_tool(const kiln::eval::EvalTool& tool, const std::st
   const std::string key_path = dir.path() + "/report.key";
   const std::string out = dir.path() + "/result.msgpack";
   REQUIRE(kiln::write_file_atomic(key_path, key).is_ok());
-  std::vector<std::string> args = {"kiln-eval-test", "--task", task_dir,  "--kernel",     kernel,   "--reference",
-                                   reference,        "--out",  out,       "--report-key", key_path, "--no-timing"};
+  std::vector<std::string> args = {"kiln-eval-test", "--task", task_dir, "--kernel",     kernel,   "--reference",
+                                   reference,        "--out",  out,      "--report-key", key_path, "--no-timing"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   REQUIRE(kiln::eval::run_eval_tool(static_cast<int>(argv.size()), argv.data(), tool) == 0);

@@ -22,7 +22,8 @@ std::string error_of(const kiln::Result<std::string>& r) {
 }  // namespace
 
 TEST_CASE("the last accepted fenced block is taken", "[llm]") {
-  auto r = last_code_block("First:\n```python\nprint(1)\n```\nThen:\n```cpp\nint a;\n```\nAnd\n```c++\nint b;\n```\nbye");
+  auto r =
+      last_code_block("First:\n```python\nprint(1)\n```\nThen:\n```cpp\nint a;\n```\nAnd\n```c++\nint b;\n```\nbye");
   REQUIRE(r.is_ok());
   CHECK(*r == "int b;\n");
   auto py = last_code_block("```cuda\nint c;\n```\n```python\nx = 1\n```\n");
@@ -71,10 +72,11 @@ TEST_CASE("every region of a kernel with several is replaced from the reply", "[
       "#include <kiln/kernel_abi.h>\n// [EVOLVE_START]\nstatic int f() { return 1; }\n// [EVOLVE_END]\n"
       "static int wrapper() { return f(); }\n/* [EVOLVE_START] */\nstatic int g() { return 2; }\n/* [EVOLVE_END] */\n"
       "extern \"C\" int kiln_entry(const kiln_args*) { return wrapper() + g() - 3; }\n";
-  auto r = apply_reply(two,
-                       "Both, with the wrapper I would have liked:\n```cpp\n// [EVOLVE_START]\nstatic int f() { return 7; }\n"
-                       "// [EVOLVE_END]\nstatic int wrapper() { return evil(); }\n// [EVOLVE_START]\n"
-                       "static int g() { return 8; }\n// [EVOLVE_END]\n```\n");
+  auto r = apply_reply(
+      two,
+      "Both, with the wrapper I would have liked:\n```cpp\n// [EVOLVE_START]\nstatic int f() { return 7; }\n"
+      "// [EVOLVE_END]\nstatic int wrapper() { return evil(); }\n// [EVOLVE_START]\n"
+      "static int g() { return 8; }\n// [EVOLVE_END]\n```\n");
   REQUIRE(r.is_ok());
   CHECK(*r ==
         "#include <kiln/kernel_abi.h>\n// [EVOLVE_START]\nstatic int f() { return 7; }\n// [EVOLVE_END]\n"
@@ -86,6 +88,7 @@ TEST_CASE("every region of a kernel with several is replaced from the reply", "[
   CHECK(error_of(apply_reply(two, "```cpp\nstatic int f() { return 7; }\n```")) ==
         "the code block has no [EVOLVE_START] / [EVOLVE_END] markers, but the kernel has 2 editable regions: each "
         "needs its own pair");
-  CHECK(error_of(apply_reply(two, "```cpp\n// [EVOLVE_START]\nint a;\n// [EVOLVE_END]\n// [EVOLVE_START]\n\n"
-                                  "// [EVOLVE_END]\n```")) == "empty EVOLVE region in the code block (region 2)");
+  CHECK(error_of(apply_reply(two,
+                             "```cpp\n// [EVOLVE_START]\nint a;\n// [EVOLVE_END]\n// [EVOLVE_START]\n\n"
+                             "// [EVOLVE_END]\n```")) == "empty EVOLVE region in the code block (region 2)");
 }

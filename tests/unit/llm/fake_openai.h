@@ -67,13 +67,16 @@ class FakeOpenAI {
         res.set_content(R"({"error":{"message":"scripted failure"}})", "application/json");
         return;
       }
-      nlohmann::json out = {
-          {"id", "chatcmpl-fake"},
-          {"object", "chat.completion"},
-          {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", reply.content}}},
-                        {"finish_reason", reply.finish_reason}}}},
-          {"usage", {{"prompt_tokens", reply.prompt_tokens}, {"completion_tokens", reply.completion_tokens},
-                     {"total_tokens", reply.prompt_tokens + reply.completion_tokens}}}};
+      nlohmann::json out = {{"id", "chatcmpl-fake"},
+                            {"object", "chat.completion"},
+                            {"choices",
+                             {{{"index", 0},
+                               {"message", {{"role", "assistant"}, {"content", reply.content}}},
+                               {"finish_reason", reply.finish_reason}}}},
+                            {"usage",
+                             {{"prompt_tokens", reply.prompt_tokens},
+                              {"completion_tokens", reply.completion_tokens},
+                              {"total_tokens", reply.prompt_tokens + reply.completion_tokens}}}};
       res.set_content(out.dump(), "application/json");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -114,8 +117,8 @@ class FakeOpenAI {
 
   // Set before requests arrive.
   FakeReply fallback = FakeReply{200, "I cannot help with that.", "stop", 10, 5};
-  FakeReply strategy_reply = FakeReply{200, "```markdown\n## Strategy\n- Parallelize the outer loop first.\n```\n",
-                                       "stop", 40, 20};
+  FakeReply strategy_reply =
+      FakeReply{200, "```markdown\n## Strategy\n- Parallelize the outer loop first.\n```\n", "stop", 40, 20};
 
  private:
   httplib::Server server_;

@@ -124,7 +124,8 @@ class ScriptedProposer final : public llm_bridge::Proposer {
 }  // namespace
 
 // The three kinds of fault, each with its one outcome: only the proposal's own is scored against it.
-TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the proposal's scored", "[llm_bridge]") {
+TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the proposal's scored",
+          "[llm_bridge]") {
   auto registry = std::make_shared<prometheus::Registry>();
   llm_bridge::ProposeHandler handler({"sm_90"}, registry);
   handler.add("scripted", std::make_unique<ScriptedProposer>(std::vector<Status>{

@@ -35,8 +35,10 @@ proto::ScoreResult measure(const proto::Candidate& c, bool) {
   if (c.code.find("COMPILE_ERROR") != std::string::npos)
     return kiln::testing::build_failed(c, "kernel.cpp:4:3: error: 'COMPILE_ERROR' was not declared in this scope");
   double speedup = 1.02;
-  if (c.code.find("omp parallel") != std::string::npos) speedup = 2.0;
-  else if (c.code.find("unroll") != std::string::npos) speedup = 1.4;
+  if (c.code.find("omp parallel") != std::string::npos)
+    speedup = 2.0;
+  else if (c.code.find("unroll") != std::string::npos)
+    speedup = 1.4;
   return kiln::testing::correct(c, speedup, speedup - 0.5, speedup + 0.1);
 }
 
@@ -56,7 +58,7 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
       FakeReply{429},                                                                      // p4: 429, then
       kernel_reply("#pragma GCC unroll 4\n  for (int i = 0; i < 1; ++i) (void)a;\n"),      //     success
       slow, slow,                                                                          // p5: timeouts:
-      kernel_reply("  (void)a; // second attempt\n"),                                     //     given back
+      kernel_reply("  (void)a; // second attempt\n"),                                      //     given back
       prose,                                                                               // p6: no code
   });
 
@@ -177,7 +179,8 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
         Approx(prompt_tokens));
   CHECK(metric_value(*registry, "kiln_llm_tokens_total", {{"model", "fake-coder"}, {"direction", "completion"}}) ==
         Approx(completion_tokens));
-  CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "fake-coder"}, {"outcome", "rate_limited"}}) == 1);
+  CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "fake-coder"}, {"outcome", "rate_limited"}}) ==
+        1);
   CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "fake-coder"}, {"outcome", "timeout"}}) == 2);
   CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "fake-coder"}, {"outcome", "ok"}}) == 8);
   for (const auto& auth : server.authorization()) CHECK(auth == "Bearer sk-fake");

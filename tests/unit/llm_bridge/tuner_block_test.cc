@@ -10,10 +10,10 @@
 using namespace kiln;
 
 TEST_CASE("sample blocks are disjoint, deterministic and never hold program 0", "[llm_bridge][tuner]") {
-  CHECK(llm_bridge::tuner_block_size(9, 8) == 1);     // the space fits the budget: one each
+  CHECK(llm_bridge::tuner_block_size(9, 8) == 1);  // the space fits the budget: one each
   CHECK(llm_bridge::tuner_block_size(101, 40) == 2);
   CHECK(llm_bridge::tuner_block_size(1 << 20, 4) == 4);  // capped
-  CHECK(llm_bridge::tuner_block_size(100, 0) == 1);       // budget unknown
+  CHECK(llm_bridge::tuner_block_size(100, 0) == 1);      // budget unknown
 
   const uint64_t size = 97;
   std::set<uint64_t> seen;
@@ -35,7 +35,8 @@ TEST_CASE("sample blocks are disjoint, deterministic and never hold program 0", 
 TEST_CASE("the tuner takes the combination of its block nearest to a measured parent", "[llm_bridge][tuner]") {
   // 5 x 5 x 4 = 100 combinations, budget 10: blocks of 4 (capped).
   proto::ProposalRequest req;
-  req.files = kiln::testing::task_files("cpu", "params:\n  A: [1, 2, 3, 4, 5]\n  B: [1, 2, 3, 4, 5]\n  C: [1, 2, 3, 4]\n");
+  req.files =
+      kiln::testing::task_files("cpu", "params:\n  A: [1, 2, 3, 4, 5]\n  B: [1, 2, 3, 4, 5]\n  C: [1, 2, 3, 4]\n");
   req.parent.campaign_id = "c1";
   req.parent.program_id = "c1/p2";
   req.parent.params = {{"A", "5"}, {"B", "5"}, {"C", "4"}};
@@ -43,8 +44,8 @@ TEST_CASE("the tuner takes the combination of its block nearest to a measured pa
   req.budget = 10;
   req.tuner_blocks = true;
   llm_bridge::TunerProposer tuner;
-  auto space = llm_bridge::ParamSpace::make({{"A", {"1", "2", "3", "4", "5"}}, {"B", {"1", "2", "3", "4", "5"}},
-                                             {"C", {"1", "2", "3", "4"}}});
+  auto space = llm_bridge::ParamSpace::make(
+      {{"A", {"1", "2", "3", "4", "5"}}, {"B", {"1", "2", "3", "4", "5"}}, {"C", {"1", "2", "3", "4"}}});
   REQUIRE(space.is_ok());
   std::set<std::map<std::string, std::string>> picked;
   for (int64_t k = 1; k <= 10; ++k) {

@@ -11,7 +11,8 @@ using llm_bridge::tuner_combination;
 
 namespace {
 
-proto::ProposalRequest request(const std::string& campaign, int64_t index, proto::FileMap files = kiln::testing::task_files()) {
+proto::ProposalRequest request(const std::string& campaign, int64_t index,
+                               proto::FileMap files = kiln::testing::task_files()) {
   proto::ProposalRequest req;
   req.parent.campaign_id = campaign;
   req.parent.program_id = campaign + "/p0";
@@ -48,8 +49,8 @@ TEST_CASE("the parameter space is indexed in mixed radix, last parameter fastest
 
 TEST_CASE("the tuner's permutation covers the space once and never program 0", "[llm_bridge][tuner]") {
   // Small spaces are shuffled, large ones (over 4096 untried) use the affine bijection: cover both.
-  for (uint64_t size : {uint64_t{1}, uint64_t{2}, uint64_t{9}, uint64_t{100}, uint64_t{4097}, uint64_t{4098},
-                        uint64_t{20000}}) {
+  for (uint64_t size :
+       {uint64_t{1}, uint64_t{2}, uint64_t{9}, uint64_t{100}, uint64_t{4097}, uint64_t{4098}, uint64_t{20000}}) {
     for (uint64_t seed : {uint64_t{1}, uint64_t{0xdeadbeef}}) {
       INFO("size " << size << " seed " << seed);
       std::set<uint64_t> seen;

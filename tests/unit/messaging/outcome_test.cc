@@ -77,7 +77,8 @@ TEST_CASE("the codec writes each outcome's word, and a dead letter for the score
   CHECK(done.payload.data == "p");
   CHECK(done.next.size() == 1);
   CHECK(kiln::messaging::to_result(job, JobOutcome::retry("busy")).outcome == "retry");
-  auto fault = kiln::messaging::to_result(job, JobOutcome::candidate_fault("does not build", {{"score", "c1/p1:score", {"s"}, 0, {}}}));
+  auto fault = kiln::messaging::to_result(
+      job, JobOutcome::candidate_fault("does not build", {{"score", "c1/p1:score", {"s"}, 0, {}}}));
   CHECK(fault.outcome == "failed");
   REQUIRE(fault.next.size() == 1);
   CHECK(fault.next[0].job_id == "c1/p1:score");  // the verdict, and nothing else

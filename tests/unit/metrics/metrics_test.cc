@@ -21,8 +21,12 @@ std::shared_ptr<prometheus::Registry> sample_registry() {
                         .Help("Time from lease to result.")
                         .Register(*registry);
   durations.Add({{"service", "compile"}}, kiln::metrics::duration_buckets_s()).Observe(0.42);
-  prometheus::BuildGauge().Name("kiln_queue_depth_jobs").Help("Jobs waiting.").Register(*registry)
-      .Add({{"service", "test.cpu"}}).Set(2);
+  prometheus::BuildGauge()
+      .Name("kiln_queue_depth_jobs")
+      .Help("Jobs waiting.")
+      .Register(*registry)
+      .Add({{"service", "test.cpu"}})
+      .Set(2);
   return registry;
 }
 

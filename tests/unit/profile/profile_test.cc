@@ -66,8 +66,9 @@ TEST_CASE("the limiter: memory or compute bound from 60 % of peak, weighted by d
   REQUIRE(compute.is_ok());
   CHECK(compute->metrics.at("limiter") == 2);
   CHECK(compute->metrics.count("occupancy_pct") == 0);  // not asked in this CSV: left out, not invented
-  CHECK(compute->summary == "1 kernel, 1.0 us: dram 30 %, sm 75 % of peak; 32 registers/thread, 0 B shared/block: "
-                            "compute bound");
+  CHECK(compute->summary ==
+        "1 kernel, 1.0 us: dram 30 %, sm 75 % of peak; 32 registers/thread, 0 B shared/block: "
+        "compute bound");
 }
 
 TEST_CASE("ncu output that is not a profile is an error, never a made-up profile", "[profile]") {

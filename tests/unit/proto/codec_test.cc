@@ -18,11 +18,18 @@ std::string golden(const std::string& name) {
 struct Extended {  // a newer writer: same keys plus one the old reader does not know
   std::string job_id;
   std::string brand_new;
-  template <class V> void fields(V& v) { v("job_id", job_id); v("brand_new", brand_new); }
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+    v("brand_new", brand_new);
+  }
 };
 struct WrongType {
   int64_t job_id = 7;
-  template <class V> void fields(V& v) { v("job_id", job_id); }
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+  }
 };
 }  // namespace
 
@@ -100,9 +107,9 @@ TEST_CASE("old readers ignore unknown keys", "[proto]") {
 
 TEST_CASE("malformed frames are rejected with a reason, never a crash", "[proto]") {
   CHECK_FALSE(decode<Job>("").is_ok());
-  CHECK_FALSE(decode<Job>("\xc1").is_ok());             // never-used byte
-  CHECK_FALSE(decode<Job>("\x92\x01\x02").is_ok());     // an array, not a map
-  CHECK_FALSE(decode<Job>("\x81\xa1v").is_ok());        // truncated
+  CHECK_FALSE(decode<Job>("\xc1").is_ok());          // never-used byte
+  CHECK_FALSE(decode<Job>("\x92\x01\x02").is_ok());  // an array, not a map
+  CHECK_FALSE(decode<Job>("\x81\xa1v").is_ok());     // truncated
   std::string good = encode(Job{"j", 1, "s", {}, 0});
   auto trailing = decode<Job>(good + "x");
   REQUIRE_FALSE(trailing.is_ok());
@@ -128,7 +135,9 @@ TEST_CASE("random bytes never crash the decoder", "[proto]") {
   for (int i = 0; i < 5000; ++i) {
     std::string m = good;
     for (int k = 0; k < 3; ++k) {
-      s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
       m[s % m.size()] = static_cast<char>(s >> 32);
     }
     (void)decode<ResultMsg>(m);  // must return, either way
@@ -183,9 +192,9 @@ TEST_CASE("a process result combines its output and merges with others", "[proto
 
 TEST_CASE("two streams share a log budget", "[proto]") {
   using Budget = std::pair<size_t, size_t>;
-  CHECK(stream_budgets(10, 20, 100) == Budget{10, 20});    // both fit
-  CHECK(stream_budgets(0, 500, 100) == Budget{0, 100});    // one stream takes it all
-  CHECK(stream_budgets(30, 500, 100) == Budget{30, 70});   // the short one keeps all it has
+  CHECK(stream_budgets(10, 20, 100) == Budget{10, 20});   // both fit
+  CHECK(stream_budgets(0, 500, 100) == Budget{0, 100});   // one stream takes it all
+  CHECK(stream_budgets(30, 500, 100) == Budget{30, 70});  // the short one keeps all it has
   CHECK(stream_budgets(500, 10, 100) == Budget{90, 10});
   CHECK(stream_budgets(500, 500, 101) == Budget{50, 51});  // half each
 }

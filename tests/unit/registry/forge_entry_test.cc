@@ -103,7 +103,8 @@ TEST_CASE("verify warns once per entry without source_sha256, naming the field",
   warnings.clear();
   st = reg2->verify(&warnings);
   REQUIRE_FALSE(st.is_ok());
-  CHECK(st.message() == "1 problem(s): " + kForgeId + ": source kernels/triton/layernorm/" + kForgeId + ".py is missing");
+  CHECK(st.message() ==
+        "1 problem(s): " + kForgeId + ": source kernels/triton/layernorm/" + kForgeId + ".py is missing");
   CHECK(warnings.size() == 1);
 }
 

@@ -124,7 +124,8 @@ TEST_CASE("match: CPU kernels serve the same CPU model only", "[registry][match]
   cpu.language = "cpp";
   CHECK(pick({cpu}, query("AMD EPYC 9654 96-Core Processor", kB16H4096)) == "epyc");
   // Built with -march=native: a name merely contained in the model is not enough.
-  CHECK(pick({cpu}, query("AMD EPYC 9654", kB16H4096)).starts_with("error: no rmsnorm fp16 kernel for GPU AMD EPYC 9654"));
+  CHECK(pick({cpu}, query("AMD EPYC 9654", kB16H4096))
+            .starts_with("error: no rmsnorm fp16 kernel for GPU AMD EPYC 9654"));
   CHECK(pick({cpu}, query("", kB16H4096)) == "epyc");
 }
 
@@ -258,8 +259,9 @@ TEST_CASE("parse_shape is strict", "[registry][match]") {
       {"B=1.5", "\"B=1.5\": expected a positive integer after 'B=', got \"1.5\""},
       {"H=abc", "\"H=abc\": expected a positive integer after 'H=', got \"abc\""},
       {"B=+4", "\"B=+4\": expected a positive integer after 'B=', got \"+4\""},
-      {"B=99999999999999999999", "\"B=99999999999999999999\": expected a positive integer after 'B=', got "
-                                 "\"99999999999999999999\""},
+      {"B=99999999999999999999",
+       "\"B=99999999999999999999\": expected a positive integer after 'B=', got "
+       "\"99999999999999999999\""},
       {"B=16,", "\"\": expected K=V with V a positive integer"},
       {"B=16,,H=2", "\"\": expected K=V with V a positive integer"},
       {"=16", "\"=16\": expected a dimension name ([A-Za-z_][A-Za-z0-9_]*) before '='"},

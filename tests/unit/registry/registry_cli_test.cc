@@ -89,8 +89,8 @@ TEST_CASE("kiln registry match picks a kernel and explains why", "[registry][cli
   const std::string reg = dir.path() + "/registry";
   fs::copy(kExample, reg, fs::copy_options::recursive);
 
-  Run r = kiln_cmd({"registry", "--dir", reg, "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=16,H=5000",
-                    "--gpu", "NVIDIA H100 80GB HBM3"});
+  Run r = kiln_cmd({"registry", "--dir", reg, "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=16,H=5000", "--gpu",
+                    "NVIDIA H100 80GB HBM3"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());
@@ -149,7 +149,8 @@ TEST_CASE("kiln registry match exits non-zero with one line when nothing fits", 
     CHECK(r.err == c.err);
   }
   // An empty or absent registry says so.
-  Run r = kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
+  Run r =
+      kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
   CHECK(r.exit_code == 1);
   CHECK(r.err == "kiln: no rmsnorm fp16 kernel: " + dir.path() + "/none/verified_kernels.json has no kernels yet\n");
   // --json still prints a document on failure.

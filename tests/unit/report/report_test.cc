@@ -24,8 +24,8 @@ kiln::proto::Program program(const std::string& id, const std::string& parent, d
   p.eval.eval_log = status == "ok" ? "timing: fine" : "error: expected ';' <here>";
   p.eval.profiler_data = {{"registers", 32}, {"spill_bytes", 0}};
   if (status == "ok")
-    p.eval.profiler_data.insert({{"ncu_kernels", 1}, {"ncu_dram_pct", 81.2}, {"ncu_sm_pct", 12}, {"ncu_limiter", 1},
-                                 {"ncu_profile_s", 2.5}});
+    p.eval.profiler_data.insert(
+        {{"ncu_kernels", 1}, {"ncu_dram_pct", 81.2}, {"ncu_sm_pct", 12}, {"ncu_limiter", 1}, {"ncu_profile_s", 2.5}});
   p.metadata = {{"cell", cell}, {"island", "0"}, {"proposer", "tuner"}, {"device", "Test CPU"}};
   return p;
 }
@@ -48,10 +48,10 @@ kiln::report::ReportInput sample() {
   c.promoted = {"cpp_scale_x_fp32_n4_v1"};
   c.promotion_notes = {"scale-abc/p1: speedup 1.02 < 1.10"};
   // Best first, as the scorer answers.
-  in.best.programs = {program("scale-abc/p2", "scale-abc/p0", 3.5, "fast();\n", "memory=1,compute=2,parallelism=0"),
-                      program("scale-abc/p0", "", 1.5, "slow();\n", "memory=0,compute=0,parallelism=0"),
-                      program("scale-abc/p1", "scale-abc/p0", 0, "broken(\n", "memory=0,compute=1,parallelism=0",
-                              "build_failed")};
+  in.best.programs = {
+      program("scale-abc/p2", "scale-abc/p0", 3.5, "fast();\n", "memory=1,compute=2,parallelism=0"),
+      program("scale-abc/p0", "", 1.5, "slow();\n", "memory=0,compute=0,parallelism=0"),
+      program("scale-abc/p1", "scale-abc/p0", 0, "broken(\n", "memory=0,compute=1,parallelism=0", "build_failed")};
   in.best.programs[0].template_parameters = {{"THREADS", "2"}};
   in.best.programs[1].template_parameters = {{"THREADS", "1"}};
   in.generated_at = "2026-12-01T00:00:00Z";
@@ -87,7 +87,8 @@ TEST_CASE("the report has every section with the campaign's numbers, escaped", "
   CHECK(html.find("error: expected &#39;;&#39; &lt;here&gt;") != std::string::npos);
   // Three filled cells on island 0; the lineage runs p0 -> p2 with the diff of the region.
   size_t cells = 0;
-  for (size_t at = html.find("class=\"cell\""); at != std::string::npos; at = html.find("class=\"cell\"", at + 1)) ++cells;
+  for (size_t at = html.find("class=\"cell\""); at != std::string::npos; at = html.find("class=\"cell\"", at + 1))
+    ++cells;
   CHECK(cells == 3);
   const auto p0 = html.find("<li data-step=\"0\"><a href=\"#p-scale-abc-p0\">");
   const auto p2 = html.find("<li data-step=\"1\"><a href=\"#p-scale-abc-p2\">");
@@ -104,7 +105,7 @@ TEST_CASE("the report has every section with the campaign's numbers, escaped", "
   CHECK(html.find("promotion bar 1.10x") != std::string::npos);
   CHECK(html.find("<td class=\"profile\">dram 81 %, sm 12 %: memory bound (2.5 s)</td>") != std::string::npos);
   CHECK(html.find("<td class=\"profile\">-</td>") != std::string::npos);  // the build failure has none
-  CHECK(html.find("http") == std::string::npos);  // nothing to fetch
+  CHECK(html.find("http") == std::string::npos);                          // nothing to fetch
 }
 
 TEST_CASE("a campaign without programs still renders", "[report]") {

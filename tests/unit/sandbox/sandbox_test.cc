@@ -312,7 +312,7 @@ TEST_CASE("a flood of output is capped with a marker", "[sandbox]") {
   CHECK(r.stdout_text.size() < 4096 + 64);
   CHECK(r.stdout_text.find("bytes dropped]") != std::string::npos);
   CHECK(r.stdout_text.rfind("the-end\n") == r.stdout_text.size() - 8);  // the tail is kept
-  CHECK(r.stdout_text.rfind("aaaa", 0) == 0);                         // and so is the head
+  CHECK(r.stdout_text.rfind("aaaa", 0) == 0);                           // and so is the head
 }
 
 TEST_CASE("the environment is exactly what is passed", "[sandbox]") {
@@ -404,14 +404,14 @@ TEST_CASE("a confined process can signal only itself and cannot start processes"
   if (child == 0) {
     int failures = 0;
     if (!kiln::sandbox::confine_current_process().is_ok()) _exit(100);
-    if (::kill(parent, 0) == 0 || errno != EPERM) failures |= 1;    // the evaluator
-    if (::kill(0, 0) == 0 || errno != EPERM) failures |= 2;         // its own process group
-    if (::kill(-1, 0) == 0 || errno != EPERM) failures |= 4;        // everything
-    if (::kill(::getpid(), 0) != 0) failures |= 8;                  // itself: allowed
+    if (::kill(parent, 0) == 0 || errno != EPERM) failures |= 1;  // the evaluator
+    if (::kill(0, 0) == 0 || errno != EPERM) failures |= 2;       // its own process group
+    if (::kill(-1, 0) == 0 || errno != EPERM) failures |= 4;      // everything
+    if (::kill(::getpid(), 0) != 0) failures |= 8;                // itself: allowed
     pid_t p = ::fork();
     if (p == 0) _exit(0);
     if (p >= 0 || errno != EPERM) failures |= 16;
-    std::thread t([] {});                                           // threads still start
+    std::thread t([] {});  // threads still start
     t.join();
     _exit(failures);
   }

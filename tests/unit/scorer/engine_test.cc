@@ -474,8 +474,7 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[sc
   CHECK(programs.at("c1/p0").eval.eval_log.find("crashed: worker lost") != std::string::npos);
   CHECK(programs.at("c1/p1").eval.perf_score == 0);
   CHECK(programs.at("c1/p2").eval.perf_score == 2);
-  CHECK(programs.at("c1/p2").eval.eval_log.find("crashed: worker lost (dead after 3 attempts)") !=
-        std::string::npos);
+  CHECK(programs.at("c1/p2").eval.eval_log.find("crashed: worker lost (dead after 3 attempts)") != std::string::npos);
   CHECK(programs.at("c1/p3").eval.perf_score == 5);
 
   SECTION("a dead letter for a program already scored is a duplicate") {
@@ -582,7 +581,7 @@ TEST_CASE("a result whose code changed the task's kernel outside the regions is 
   CHECK(refused.eval_log ==
         "no code extracted: the proposal changed code outside the editable regions (line 6: \"return "
         "system(\"true\");\" where the task's kernel has \"return 0;\")");
-  CHECK(programs.at("c1/p1").code == forged);  // what was proposed stays on record
+  CHECK(programs.at("c1/p1").code == forged);        // what was proposed stays on record
   CHECK(programs.at("c1/p2").eval.perf_score == 5);  // an edit inside the region is the proposer's
   CHECK(f.info("c1").best_program_id != "c1/p1");
 }
@@ -803,8 +802,7 @@ TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked b
   CHECK(req.confirmation_cases[1].speedup == Approx(1.8));
 }
 
-TEST_CASE("scored programs carry their task, complexity, diversity and the parameter sets tried",
-          "[scorer][engine]") {
+TEST_CASE("scored programs carry their task, complexity, diversity and the parameter sets tried", "[scorer][engine]") {
   Fixture f;
   Driver d = f.driver(plain);
   // p2 rewrites the region with an OpenMP loop, a new behaviour; the others keep program 0's code.
@@ -819,7 +817,8 @@ TEST_CASE("scored programs carry their task, complexity, diversity and the param
     c.cand.proposer = "tuner";
     c.cand.code = kiln::testing::task_files().at("kernel.cpp").data;
     if (req.proposal_index == 2) {
-      auto code = task::replace_region(c.cand.code, "#pragma omp parallel for\n  for (int i = 0; i < 1; ++i) (void)a;\n");
+      auto code =
+          task::replace_region(c.cand.code, "#pragma omp parallel for\n  for (int i = 0; i < 1; ++i) (void)a;\n");
       REQUIRE(code.is_ok());
       c.cand.code = *code;
     }

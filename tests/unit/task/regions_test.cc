@@ -30,7 +30,8 @@ TEST_CASE("replace_region swaps the content and keeps the markers", "[task]") {
   auto out = replace_region(kSource, "  return 2;", 0);
   REQUIRE(out.is_ok());
   CHECK(*out ==
-        "int f() {\n  // [EVOLVE_START]\n  return 2;\n  // [EVOLVE_END]\n}\n/* [EVOLVE_START] */\nint g;\n/* [EVOLVE_END] */\n");
+        "int f() {\n  // [EVOLVE_START]\n  return 2;\n  // [EVOLVE_END]\n}\n/* [EVOLVE_START] */\nint g;\n/* "
+        "[EVOLVE_END] */\n");
   auto second = replace_region(*out, "int h;\n", 1);
   REQUIRE(second.is_ok());
   CHECK(second->find("int h;\n/* [EVOLVE_END] */") != std::string::npos);
@@ -68,14 +69,14 @@ using kiln::task::splice_regions;
 
 // Two regions, as a task's kernel: everything outside them is the task's.
 const std::string kKernel =
-    "#include <kiln/kernel_abi.h>\n"           // 1
-    "// [EVOLVE_START]\n"                      // 2
-    "static int f() { return 1; }\n"           // 3
-    "// [EVOLVE_END]\n"                        // 4
-    "static int wrapper() { return f(); }\n"   // 5
-    "// [EVOLVE_START]\n"                      // 6
-    "static int g() { return 2; }\n"           // 7
-    "// [EVOLVE_END]\n"                        // 8
+    "#include <kiln/kernel_abi.h>\n"                                                    // 1
+    "// [EVOLVE_START]\n"                                                               // 2
+    "static int f() { return 1; }\n"                                                    // 3
+    "// [EVOLVE_END]\n"                                                                 // 4
+    "static int wrapper() { return f(); }\n"                                            // 5
+    "// [EVOLVE_START]\n"                                                               // 6
+    "static int g() { return 2; }\n"                                                    // 7
+    "// [EVOLVE_END]\n"                                                                 // 8
     "extern \"C\" int kiln_entry(const kiln_args*) { return wrapper() + g() - 3; }\n";  // 9
 
 std::string reason(const kiln::Status& st) {
@@ -102,7 +103,8 @@ TEST_CASE("a proposal may rewrite every region and nothing else", "[task][region
     CHECK(region_bodies(*spliced).value() ==
           std::vector<std::string>{"static int f() { return 10 - 9; }\n", "static int g() { return 4 / 2; }\n"});
     CHECK(accept_proposal(kKernel, file, {}).value() == file);
-    CHECK(accept_proposal(kKernel, "", {"int a;\n", "int b;\n"}).value() == splice_regions(kKernel, {"int a;\n", "int b;\n"}).value());
+    CHECK(accept_proposal(kKernel, "", {"int a;\n", "int b;\n"}).value() ==
+          splice_regions(kKernel, {"int a;\n", "int b;\n"}).value());
   }
   SECTION("regions may grow, shrink or be emptied") {
     CHECK(check_regions_only(kKernel, with(kKernel, "static int g() { return 2; }\n", "")).is_ok());
@@ -134,11 +136,13 @@ TEST_CASE("a proposal that changes anything outside the regions is refused with 
           "\"extern \"C\" int kiln_entry(const kiln_args*) { return wrapper() + g() - 3; }\")");
   }
   SECTION("a removed or added marker") {
-    std::string no_end = with(kKernel, "static int g() { return 2; }\n// [EVOLVE_END]\n", "static int g() { return 2; }\n");
+    std::string no_end =
+        with(kKernel, "static int g() { return 2; }\n// [EVOLVE_END]\n", "static int g() { return 2; }\n");
     CHECK(reason(check_regions_only(kKernel, no_end)) ==
           "the proposal changed code outside the editable regions: its region markers are broken (line 6: "
           "[EVOLVE_START] is never closed by [EVOLVE_END])");
-    std::string merged = with(kKernel, "// [EVOLVE_END]\nstatic int wrapper() { return f(); }\n// [EVOLVE_START]\n", "");
+    std::string merged =
+        with(kKernel, "// [EVOLVE_END]\nstatic int wrapper() { return f(); }\n// [EVOLVE_START]\n", "");
     CHECK(reason(check_regions_only(kKernel, merged)) ==
           "the proposal changed code outside the editable regions: it has 1 editable region where the task's kernel "
           "has 2 (a marker line was added or removed)");
@@ -148,16 +152,20 @@ TEST_CASE("a proposal that changes anything outside the regions is refused with 
   }
   SECTION("a marker line rewritten is a change outside the regions") {
     std::string file = with(kKernel, "// [EVOLVE_START]\nstatic int g", "/* [EVOLVE_START] */\nstatic int g");
-    CHECK(reason(check_regions_only(kKernel, file)).find("(line 6: \"/* [EVOLVE_START] */\" where") != std::string::npos);
+    CHECK(reason(check_regions_only(kKernel, file)).find("(line 6: \"/* [EVOLVE_START] */\" where") !=
+          std::string::npos);
   }
 }
 
 TEST_CASE("whitespace outside the regions counts, and the reason says only whitespace differs", "[task][regions]") {
-  const std::string note = "; only whitespace differs there, but outside the regions the file must match the task's byte for byte";
+  const std::string note =
+      "; only whitespace differs there, but outside the regions the file must match the task's byte for byte";
   std::string indented = with(kKernel, "static int wrapper", "  static int wrapper");
-  CHECK(reason(check_regions_only(kKernel, indented)) ==
-        "the proposal changed code outside the editable regions (line 5: \"static int wrapper() { return f(); }\" where "
-        "the task's kernel has \"static int wrapper() { return f(); }\")" + note);
+  CHECK(
+      reason(check_regions_only(kKernel, indented)) ==
+      "the proposal changed code outside the editable regions (line 5: \"static int wrapper() { return f(); }\" where "
+      "the task's kernel has \"static int wrapper() { return f(); }\")" +
+          note);
   std::string crlf = with(kKernel, "#include <kiln/kernel_abi.h>\n", "#include <kiln/kernel_abi.h>\r\n");
   CHECK(reason(check_regions_only(kKernel, crlf)).ends_with(note));
   std::string blank_line = with(kKernel, "extern", "\nextern");

@@ -72,7 +72,9 @@ void write_archive(const std::string& path, const std::vector<TarEntry>& entries
   archive_write_free(a);
 }
 
-void write_tarball(const std::string& path, const std::vector<TarEntry>& entries) { write_archive(path, entries, false); }
+void write_tarball(const std::string& path, const std::vector<TarEntry>& entries) {
+  write_archive(path, entries, false);
+}
 void write_zip(const std::string& path, const std::vector<TarEntry>& entries) { write_archive(path, entries, true); }
 
 }  // namespace
@@ -164,8 +166,9 @@ TEST_CASE("every bound of a package names its field", "[task]") {
     return out;
   };
   // Benchmark cases: at most 16.
-  CHECK(error_of(good_with_yaml_edit("cases: [{B: 16, H: 1024}]", "cases: " + list(17, "[", "]", "{B: 1, H: 1", "}"))) ==
-        "task.yaml: benchmark.cases: 17 cases; at most 16 are allowed");
+  CHECK(
+      error_of(good_with_yaml_edit("cases: [{B: 16, H: 1024}]", "cases: " + list(17, "[", "]", "{B: 1, H: 1", "}"))) ==
+      "task.yaml: benchmark.cases: 17 cases; at most 16 are allowed");
   // Dims per case: at most 16.
   CHECK(error_of(good_with_yaml_edit("{B: 16, H: 1024}", list(15, "{B: 16, H: 1024, ", "}", "D", ": 1"))) ==
         "task.yaml: benchmark.cases[0]: 17 dims; at most 16 are allowed");
@@ -191,11 +194,11 @@ TEST_CASE("every bound of a package names its field", "[task]") {
   CHECK(error_of(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  UNROLL: " + list(65, "[", "]", "", ""))) ==
         "task.yaml: params.UNROLL: 65 values; at most 64 are allowed");
   const std::string twenty = list(20, "[", "]", "", "");
-  CHECK(error_of(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty + "\n  C: " + twenty +
-                                                               "\n  D: " + twenty)) ==
+  CHECK(error_of(good_with_yaml_edit(
+            "  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty + "\n  C: " + twenty + "\n  D: " + twenty)) ==
         "task.yaml: params.D: the parameters would make over 65536 combinations");
-  CHECK(kiln::task::parse_task(good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty +
-                                                                            "\n  C: " + twenty))
+  CHECK(kiln::task::parse_task(
+            good_with_yaml_edit("  UNROLL: [1, 2, 4]", "  A: " + twenty + "\n  B: " + twenty + "\n  C: " + twenty))
             .is_ok());  // 8000 combinations
 }
 
@@ -228,7 +231,8 @@ TEST_CASE("task.yaml validation names the key path", "[task]") {
   CHECK(error_of(good_with_yaml_edit("{name: y, dtype: fp32, shape: [B, H]}",
                                      "{name: y, dtype: fp32, shape: [B, H], init: zeros}")) ==
         "task.yaml: outputs[0].init: unknown key");
-  CHECK(error_of(good_with_yaml_edit("seeds: 2", "seeds: 2\n  seeds: 3")) == "task.yaml: correctness.seeds: duplicate key");
+  CHECK(error_of(good_with_yaml_edit("seeds: 2", "seeds: 2\n  seeds: 3")) ==
+        "task.yaml: correctness.seeds: duplicate key");
   CHECK(error_of(good_with_yaml_edit("scalars: {eps: 1.0e-6}", "scalars: {eps: tiny}")) ==
         "task.yaml: scalars.eps: expected a number, got \"tiny\"");
   CHECK(error_of(good_with_yaml_edit("correctness:\n  cases: [{B: 1, H: 64}, {B: 4, H: 67}, {B: 3, H: 128}]",

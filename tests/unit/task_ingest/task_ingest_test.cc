@@ -90,11 +90,11 @@ TEST_CASE("broken packages fail the job with the validation line and no follow-u
     const char* fixture;
     const char* error;
   };
-  for (const Case& c : {Case{"broken_missing_file", "reference.cpp: missing (required for backend cpu)"},
-                        Case{"broken_unknown_key", "task.yaml: warmup: unknown key"},
-                        Case{"broken_no_evolve", "kernel.cpp: no [EVOLVE_START] ... [EVOLVE_END] region"},
-                        Case{"broken_bad_dim_value",
-                             "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\""}}) {
+  for (const Case& c :
+       {Case{"broken_missing_file", "reference.cpp: missing (required for backend cpu)"},
+        Case{"broken_unknown_key", "task.yaml: warmup: unknown key"},
+        Case{"broken_no_evolve", "kernel.cpp: no [EVOLVE_START] ... [EVOLVE_END] region"},
+        Case{"broken_bad_dim_value", "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\""}}) {
     INFO(c.fixture);
     JobOutcome out = handler.handle(job_for(request(c.fixture)));
     CHECK(out.outcome == Outcome::kCandidateFault);

@@ -46,7 +46,8 @@ struct Fixture {
     const std::string base = dir.path() + "/" + name;
     REQUIRE(kiln::write_file_atomic(base + ".cpp", code).is_ok());
     const std::string cmd = "g++ -O2 -march=native -fopenmp -shared -fPIC -std=c++17 -I" KILN_SOURCE_DIR
-                            "/libs/core/include -o " + base + ".so " + base + ".cpp";
+                            "/libs/core/include -o " +
+                            base + ".so " + base + ".cpp";
     REQUIRE(std::system(cmd.c_str()) == 0);
     auto so = kiln::read_file(base + ".so");
     REQUIRE(so.is_ok());
@@ -264,8 +265,10 @@ TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
   const std::string forged_path = f.dir.path() + "/forged.msgpack";
   REQUIRE(kiln::write_file_atomic(forged_path, kiln::proto::encode(forged)).is_ok());
   const std::string script = f.dir.path() + "/fake-eval";
-  REQUIRE(kiln::write_file_atomic(script, "#!/bin/sh\ncp " + forged_path + " result.msgpack\n"
-                                          "echo 0000 > result.msgpack.mac\n").is_ok());
+  REQUIRE(kiln::write_file_atomic(script, "#!/bin/sh\ncp " + forged_path +
+                                              " result.msgpack\n"
+                                              "echo 0000 > result.msgpack.mac\n")
+              .is_ok());
   REQUIRE(::chmod(script.c_str(), 0755) == 0);
   TesterOptions o = quick_options();
   o.eval_binary = script;
@@ -296,7 +299,8 @@ TEST_CASE("a reference that will not load or crashes is the evaluator's fault: t
   const std::string unloadable = given_back(*handler, req);
   CHECK(unloadable.rfind("test: the evaluator could not evaluate: cannot load the reference: ", 0) == 0);
 
-  req.reference_so.data = f.compile("crashing_reference", "#include \"kiln/kernel_abi.h\"\n"
+  req.reference_so.data = f.compile("crashing_reference",
+                                    "#include \"kiln/kernel_abi.h\"\n"
                                     "extern \"C\" KILN_EXPORT int kiln_entry(const kiln_args*) {\n"
                                     "  *(volatile int*)nullptr = 1;\n  return 0;\n}\n");
   const std::string crashed = given_back(*handler, req);
@@ -371,7 +375,7 @@ TEST_CASE("a cuda tester without a GPU refuses to start, naming why, so it never
   cuda.backend = "cuda";
   // The CUDA evaluation child, when this build has one; else any executable: the GPU check must still fail.
   cuda.eval_binary = access(KILN_BINARY_DIR "/bin/kiln-eval-cuda", X_OK) == 0 ? KILN_BINARY_DIR "/bin/kiln-eval-cuda"
-                                                                               : KILN_BINARY_DIR "/bin/kiln-eval";
+                                                                              : KILN_BINARY_DIR "/bin/kiln-eval";
   auto handler = TestHandler::create(cuda);
   REQUIRE_FALSE(handler.is_ok());
   CHECK(handler.status().message().find("no usable GPU") != std::string::npos);

@@ -26,7 +26,8 @@ TEST_CASE("stale output: skipping the work when the output buffer is the one of 
   Harness h;
   Verdict v = run(h, "stale_output",
                   "if (y == last_y && n == last_n) return 0;\n"
-                  "last_y = y; last_n = n;\n" + kiln::trust::kHonestBody,
+                  "last_y = y; last_n = n;\n" +
+                      kiln::trust::kHonestBody,
                   "static float* last_y = nullptr; static int64_t last_n = -1;");
   INFO(v.message);
   CHECK(v.status == status::kNonFinite);
@@ -36,13 +37,14 @@ TEST_CASE("stale output: skipping the work when the output buffer is the one of 
 
 TEST_CASE("results cached by input address are caught by the refill after timing", "[trust]") {
   Harness h;
-  Verdict v = run(h, "address_cache",
-                  "if (x == cx && w == cw && n == cn && n <= kMax) { std::memcpy(y, cache, n * sizeof(float)); return 0; }\n" +
-                      kiln::trust::kHonestBody +
-                      "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cw = w; cn = n; }",
-                  "constexpr int64_t kMax = 1 << 20; static float cache[kMax];\n"
-                  "static const float* cx = nullptr; static const float* cw = nullptr; static int64_t cn = -1;",
-                  Timing{});
+  Verdict v =
+      run(h, "address_cache",
+          "if (x == cx && w == cw && n == cn && n <= kMax) { std::memcpy(y, cache, n * sizeof(float)); return 0; }\n" +
+              kiln::trust::kHonestBody +
+              "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cw = w; cn = n; }",
+          "constexpr int64_t kMax = 1 << 20; static float cache[kMax];\n"
+          "static const float* cx = nullptr; static const float* cw = nullptr; static int64_t cn = -1;",
+          Timing{});
   INFO(v.message);
   CHECK(v.status == status::kMismatch);
   CHECK_FALSE(v.report.correctness.passed);
@@ -70,7 +72,8 @@ TEST_CASE("computing in lower precision than declared is caught by the tolerance
   // fp32 task computed in bfloat16 (the low 16 bits of every float dropped): relative error up to 2^-8.
   Harness h;
   Verdict v = run(h, "bf16_truncation",
-                  "auto bf16 = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); u &= 0xFFFF0000u; std::memcpy(&f, &u, 4); return f; };\n"
+                  "auto bf16 = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); u &= 0xFFFF0000u; std::memcpy(&f, &u, "
+                  "4); return f; };\n"
                   "for (int64_t i = 0; i < n; ++i) y[i] = bf16(bf16(x[i]) * bf16(alpha) + bf16(w[i]));");
   INFO(v.message);
   CHECK(v.status == status::kMismatch);
@@ -94,9 +97,9 @@ TEST_CASE("writing into the inputs only once correctness is over is caught after
   // 4 cases x 2 seeds x 2 calls = 16 correctness calls; from the 20th call on, the kernel uses x as
   // scratch space and leaves it dirty.
   Harness h;
-  Verdict v = run(h, "dirty_input_later",
-                  kiln::trust::kHonestBody + "\nif (++calls > 20) const_cast<float*>(x)[0] = -1.f;",
-                  "static int calls = 0;");
+  Verdict v =
+      run(h, "dirty_input_later", kiln::trust::kHonestBody + "\nif (++calls > 20) const_cast<float*>(x)[0] = -1.f;",
+          "static int calls = 0;");
   INFO(v.message);
   CHECK(v.status == status::kInputModified);
   CHECK(v.message.find("input 'x' was modified") != std::string::npos);
@@ -110,7 +113,8 @@ TEST_CASE("a kernel that turns wrong after a while (a time bomb) is caught after
   Verdict v = run(h, "time_bomb",
                   "using clock = std::chrono::steady_clock;\n"
                   "static const auto first = clock::now();\n"
-                  "if (clock::now() - first > std::chrono::milliseconds(200)) { for (int64_t i = 0; i < n; ++i) y[i] = 0.f; return 0; }\n" +
+                  "if (clock::now() - first > std::chrono::milliseconds(200)) { for (int64_t i = 0; i < n; ++i) y[i] = "
+                  "0.f; return 0; }\n" +
                       kiln::trust::kHonestBody,
                   "#include <chrono>", Timing{"warm", 10, 0.5, 1.5, 0.005, 2, true});
   INFO(v.message);
@@ -137,7 +141,8 @@ TEST_CASE("a cache keyed on the address and a sample of the input values is caug
                   "if (x == cx && n == cn && n <= kMax && std::memcmp(k, ck, sizeof k) == 0) {\n"
                   "  std::memcpy(y, cache, n * sizeof(float)); return 0; }\n" +
                       kiln::trust::kHonestBody +
-                      "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cn = n; std::memcpy(ck, k, sizeof k); }",
+                      "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cn = n; std::memcpy(ck, k, "
+                      "sizeof k); }",
                   "constexpr int64_t kMax = 1 << 20; static float cache[kMax]; static float ck[4];\n"
                   "static const float* cx = nullptr; static int64_t cn = -1;");
   INFO(v.message);
@@ -152,19 +157,19 @@ TEST_CASE("caches keyed on the address and fingerprints of 16 and 256 sampled va
   for (int samples : {16, 256}) {
     Harness h;
     const std::string name = "fingerprint_cache_" + std::to_string(samples);
-    Verdict v = run(h, name,
-                    "uint64_t fp = 1469598103934665603ull;\n"
-                    "for (int s = 0; s < kSamples && n > 0; ++s) { const int64_t i = s * n / kSamples;\n"
-                    "  uint32_t b; std::memcpy(&b, &x[i], 4); fp = (fp ^ b) * 1099511628211ull;\n"
-                    "  std::memcpy(&b, &w[i], 4); fp = (fp ^ b) * 1099511628211ull; }\n"
-                    "auto& e = cache[std::make_tuple(x, w, y, n)];\n"
-                    "if (e.first == fp && static_cast<int64_t>(e.second.size()) == n) {\n"
-                    "  std::memcpy(y, e.second.data(), n * sizeof(float)); return 0; }\n" +
-                        kiln::trust::kHonestBody + "\ne.first = fp; e.second.assign(y, y + n);",
-                    "#include <map>\n#include <tuple>\n#include <vector>\nconstexpr int kSamples = " +
-                        std::to_string(samples) +
-                        ";\nstatic std::map<std::tuple<const float*, const float*, float*, int64_t>,"
-                        " std::pair<uint64_t, std::vector<float>>> cache;\n");
+    Verdict v =
+        run(h, name,
+            "uint64_t fp = 1469598103934665603ull;\n"
+            "for (int s = 0; s < kSamples && n > 0; ++s) { const int64_t i = s * n / kSamples;\n"
+            "  uint32_t b; std::memcpy(&b, &x[i], 4); fp = (fp ^ b) * 1099511628211ull;\n"
+            "  std::memcpy(&b, &w[i], 4); fp = (fp ^ b) * 1099511628211ull; }\n"
+            "auto& e = cache[std::make_tuple(x, w, y, n)];\n"
+            "if (e.first == fp && static_cast<int64_t>(e.second.size()) == n) {\n"
+            "  std::memcpy(y, e.second.data(), n * sizeof(float)); return 0; }\n" +
+                kiln::trust::kHonestBody + "\ne.first = fp; e.second.assign(y, y + n);",
+            "#include <map>\n#include <tuple>\n#include <vector>\nconstexpr int kSamples = " + std::to_string(samples) +
+                ";\nstatic std::map<std::tuple<const float*, const float*, float*, int64_t>,"
+                " std::pair<uint64_t, std::vector<float>>> cache;\n");
     INFO(samples << " samples: " << v.status << ": " << v.message);
     CHECK_FALSE(promotable(v));
     if (samples == 16) CHECK(v.status == status::kMismatch);
@@ -196,22 +201,23 @@ TEST_CASE("a background thread racing the comparison is frozen before the output
   // are its outputs copied out; whatever CPU the worker used before the stop is on the clock.
   Harness h;
   Verdict v = run(h, "racing_thread",
-                  "if (n < 100000) {\n" + kiln::trust::kHonestBody + "\n  return 0;\n}\n"
-                  "static const bool started = [] {\n"
-                  "  std::thread([] {\n"  // detached: a joinable static thread would abort at exit
-                  "    for (;;) {\n"
-                  "      if (!pending.load(std::memory_order_acquire)) continue;\n"
-                  "      const Job j = current;\n"
-                  "      for (int64_t i = 0; i < j.n; ++i) j.y[i] = j.x[i] * j.alpha + j.w[i];\n"
-                  "      pending.store(false, std::memory_order_release);\n"
-                  "    }\n"
-                  "  }).detach();\n"
-                  "  return true;\n"
-                  "}();\n"
-                  "(void)started;\n"
-                  "while (pending.load(std::memory_order_acquire)) {}\n"
-                  "current = Job{x, w, y, n, alpha};\n"
-                  "pending.store(true, std::memory_order_release);",
+                  "if (n < 100000) {\n" + kiln::trust::kHonestBody +
+                      "\n  return 0;\n}\n"
+                      "static const bool started = [] {\n"
+                      "  std::thread([] {\n"  // detached: a joinable static thread would abort at exit
+                      "    for (;;) {\n"
+                      "      if (!pending.load(std::memory_order_acquire)) continue;\n"
+                      "      const Job j = current;\n"
+                      "      for (int64_t i = 0; i < j.n; ++i) j.y[i] = j.x[i] * j.alpha + j.w[i];\n"
+                      "      pending.store(false, std::memory_order_release);\n"
+                      "    }\n"
+                      "  }).detach();\n"
+                      "  return true;\n"
+                      "}();\n"
+                      "(void)started;\n"
+                      "while (pending.load(std::memory_order_acquire)) {}\n"
+                      "current = Job{x, w, y, n, alpha};\n"
+                      "pending.store(true, std::memory_order_release);",
                   "#include <atomic>\n#include <thread>\n"
                   "struct Job { const float* x; const float* w; float* y; int64_t n; float alpha; };\n"
                   "static Job current; static std::atomic<bool> pending{false};");
@@ -256,25 +262,28 @@ TEST_CASE("a report forged by the candidate is never believed", "[trust]") {
   Harness h;
   Verdict v = run(h, "forger", kiln::trust::kHonestBody,
                   "#include <fcntl.h>\n#include <unistd.h>\n#include <string>\n#include <vector>\n"
-                  "static const unsigned char kReport[] = {" + array + "};\n"
-                  "__attribute__((constructor)) static void forge() {\n"
-                  "  // The --out argument, from our own command line.\n"
-                  "  int fd = open(\"/proc/self/cmdline\", O_RDONLY);\n"
-                  "  std::string cmdline(65536, '\\0');\n"
-                  "  ssize_t n = fd >= 0 ? read(fd, cmdline.data(), cmdline.size()) : -1;\n"
-                  "  if (fd >= 0) close(fd);\n"
-                  "  if (n <= 0) return;\n"
-                  "  std::vector<std::string> args;\n"
-                  "  for (size_t at = 0; at < static_cast<size_t>(n);) { args.emplace_back(cmdline.c_str() + at); at += args.back().size() + 1; }\n"
-                  "  for (size_t i = 0; i + 1 < args.size(); ++i) {\n"
-                  "    if (args[i] != \"--out\") continue;\n"
-                  "    int out = open(args[i + 1].c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);\n"
-                  "    if (out < 0) return;\n"
-                  "    if (write(out, kReport, sizeof kReport) != static_cast<ssize_t>(sizeof kReport)) return;\n"
-                  "    close(out);\n"
-                  "    _exit(0);\n"
-                  "  }\n"
-                  "}\n");
+                  "static const unsigned char kReport[] = {" +
+                      array +
+                      "};\n"
+                      "__attribute__((constructor)) static void forge() {\n"
+                      "  // The --out argument, from our own command line.\n"
+                      "  int fd = open(\"/proc/self/cmdline\", O_RDONLY);\n"
+                      "  std::string cmdline(65536, '\\0');\n"
+                      "  ssize_t n = fd >= 0 ? read(fd, cmdline.data(), cmdline.size()) : -1;\n"
+                      "  if (fd >= 0) close(fd);\n"
+                      "  if (n <= 0) return;\n"
+                      "  std::vector<std::string> args;\n"
+                      "  for (size_t at = 0; at < static_cast<size_t>(n);) { args.emplace_back(cmdline.c_str() + at); "
+                      "at += args.back().size() + 1; }\n"
+                      "  for (size_t i = 0; i + 1 < args.size(); ++i) {\n"
+                      "    if (args[i] != \"--out\") continue;\n"
+                      "    int out = open(args[i + 1].c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);\n"
+                      "    if (out < 0) return;\n"
+                      "    if (write(out, kReport, sizeof kReport) != static_cast<ssize_t>(sizeof kReport)) return;\n"
+                      "    close(out);\n"
+                      "    _exit(0);\n"
+                      "  }\n"
+                      "}\n");
   INFO(v.message);
   CHECK(v.status == status::kLoadFailed);
   CHECK(v.message == "cannot load the kernel: exited with code 0 while loading it");
@@ -294,7 +303,8 @@ TEST_CASE("a candidate cannot kill or stop the evaluator, nor start a process", 
                   "    for (int64_t i = 0; i < n; ++i) y[i] = 0;  // a signal or a fork got through: be wrong\n"
                   "    return 0;\n"
                   "  }\n"
-                  "}\n" + kiln::trust::kHonestBody,
+                  "}\n" +
+                      kiln::trust::kHonestBody,
                   "#include <signal.h>\n#include <unistd.h>");
   INFO(v.message);
   CHECK(v.status == status::kOk);
@@ -312,35 +322,35 @@ TEST_CASE("a candidate cannot patch the reference: they run in separate processe
   // code layout can be really faster or slower on a given machine.)
   // The candidate refuses to run (returns 7) unless its patch took, so the test cannot pass vacuously.
   Harness h;
-  Verdict v = run(h, "sabotage",
-                  "if (!g_patched) return 7;\n" + kiln::trust::kHonestBody,
-                  "#include <dlfcn.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <chrono>\n"
-                  "static int g_patched = 0;\n"
-                  "extern \"C\" int slow_wrong_reference(const kiln_args* a) {\n"
-                  "  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);\n"
-                  "  while (std::chrono::steady_clock::now() < until) {}\n"
-                  "  const float* x = static_cast<const float*>(a->inputs[0].data);\n"
-                  "  const float* w = static_cast<const float*>(a->inputs[1].data);\n"
-                  "  float* y = static_cast<float*>(a->outputs[0].data);\n"
-                  "  const float alpha = static_cast<float>(kiln_scalar(a, \"alpha\", 1.0));\n"
-                  "  for (int64_t i = 0; i < a->inputs[0].shape[0]; ++i) y[i] = x[i] * alpha + w[i] + 1000.f;\n"
-                  "  return 0;\n"
-                  "}\n"
-                  "__attribute__((constructor)) static void patch_reference() {\n"
-                  "  void* handle = dlopen(\"./reference.so\", RTLD_NOW | RTLD_NOLOAD);\n"
-                  "  if (!handle) return;\n"
-                  "  auto* target = static_cast<unsigned char*>(dlsym(handle, \"kiln_entry\"));\n"
-                  "  if (!target) return;\n"
-                  "  const long page = sysconf(_SC_PAGESIZE);\n"
-                  "  auto* start = reinterpret_cast<unsigned char*>(reinterpret_cast<uintptr_t>(target) & ~(page - 1));\n"
-                  "  if (mprotect(start, 2 * page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return;\n"
-                  "  const auto dest = reinterpret_cast<uint64_t>(&slow_wrong_reference);\n"
-                  "  target[0] = 0x48; target[1] = 0xB8; std::memcpy(target + 2, &dest, 8);  // movabs rax, dest\n"
-                  "  target[10] = 0xFF; target[11] = 0xE0;                                   // jmp rax\n"
-                  "  mprotect(start, 2 * page, PROT_READ | PROT_EXEC);\n"
-                  "  g_patched = 1;\n"
-                  "}\n",
-                  Timing{}, "-ldl");
+  Verdict v =
+      run(h, "sabotage", "if (!g_patched) return 7;\n" + kiln::trust::kHonestBody,
+          "#include <dlfcn.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <chrono>\n"
+          "static int g_patched = 0;\n"
+          "extern \"C\" int slow_wrong_reference(const kiln_args* a) {\n"
+          "  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);\n"
+          "  while (std::chrono::steady_clock::now() < until) {}\n"
+          "  const float* x = static_cast<const float*>(a->inputs[0].data);\n"
+          "  const float* w = static_cast<const float*>(a->inputs[1].data);\n"
+          "  float* y = static_cast<float*>(a->outputs[0].data);\n"
+          "  const float alpha = static_cast<float>(kiln_scalar(a, \"alpha\", 1.0));\n"
+          "  for (int64_t i = 0; i < a->inputs[0].shape[0]; ++i) y[i] = x[i] * alpha + w[i] + 1000.f;\n"
+          "  return 0;\n"
+          "}\n"
+          "__attribute__((constructor)) static void patch_reference() {\n"
+          "  void* handle = dlopen(\"./reference.so\", RTLD_NOW | RTLD_NOLOAD);\n"
+          "  if (!handle) return;\n"
+          "  auto* target = static_cast<unsigned char*>(dlsym(handle, \"kiln_entry\"));\n"
+          "  if (!target) return;\n"
+          "  const long page = sysconf(_SC_PAGESIZE);\n"
+          "  auto* start = reinterpret_cast<unsigned char*>(reinterpret_cast<uintptr_t>(target) & ~(page - 1));\n"
+          "  if (mprotect(start, 2 * page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return;\n"
+          "  const auto dest = reinterpret_cast<uint64_t>(&slow_wrong_reference);\n"
+          "  target[0] = 0x48; target[1] = 0xB8; std::memcpy(target + 2, &dest, 8);  // movabs rax, dest\n"
+          "  target[10] = 0xFF; target[11] = 0xE0;                                   // jmp rax\n"
+          "  mprotect(start, 2 * page, PROT_READ | PROT_EXEC);\n"
+          "  g_patched = 1;\n"
+          "}\n",
+          Timing{}, "-ldl");
   INFO(v.message);
   // "mismatch" here would mean the patch reached the reference the evaluator compares with and times.
   CHECK(v.status == status::kOk);

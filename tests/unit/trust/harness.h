@@ -48,7 +48,8 @@ inline std::string kernel_source(const std::string& body, const std::string& glo
 #include <cstdint>
 #include <cstring>
 #include "kiln/kernel_abi.h"
-)" + globals + R"(
+)" + globals +
+         R"(
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
   const float* x = static_cast<const float*>(a->inputs[0].data);
   const float* w = static_cast<const float*>(a->inputs[1].data);
@@ -57,7 +58,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
   const float alpha = static_cast<float>(kiln_scalar(a, "alpha", 1.0));
   (void)x; (void)w; (void)y; (void)n; (void)alpha;
   // [EVOLVE_START]
-)" + body + R"(
+)" + body +
+         R"(
   // [EVOLVE_END]
   return 0;
 }
@@ -150,10 +152,26 @@ class Harness {
       return v;
     }
     sandbox::SandboxOptions run = sandbox_options(s, timeout_s);
-    run.argv = {KILN_BINARY_DIR "/bin/kiln-eval", "--task", "task", "--kernel", "kernel.so", "--reference",
-                "reference.so", "--out", "result.msgpack", "--mode", t.mode, "--min-samples",
-                std::to_string(t.min_samples), "--min-time", std::to_string(t.min_time_s), "--max-time",
-                std::to_string(t.max_time_s), "--max-noise", std::to_string(t.max_noise), "--warmup",
+    run.argv = {KILN_BINARY_DIR "/bin/kiln-eval",
+                "--task",
+                "task",
+                "--kernel",
+                "kernel.so",
+                "--reference",
+                "reference.so",
+                "--out",
+                "result.msgpack",
+                "--mode",
+                t.mode,
+                "--min-samples",
+                std::to_string(t.min_samples),
+                "--min-time",
+                std::to_string(t.min_time_s),
+                "--max-time",
+                std::to_string(t.max_time_s),
+                "--max-noise",
+                std::to_string(t.max_noise),
+                "--warmup",
                 std::to_string(t.warmup)};
     if (!t.measure) run.argv.push_back("--no-timing");
     // As the tester does: a fresh key authenticates the report, and only an authentic one is believed.

@@ -79,12 +79,13 @@ TEST_CASE("a kernel that loops or sleeps forever is timed out", "[trust][hostile
 
 TEST_CASE("a flood of output is capped and the evaluation goes on", "[trust][hostile]") {
   Harness h;
-  Verdict v = check(h, "floods",
-                  "static bool flooded = false;\n"
-                  "if (!flooded) { flooded = true; std::string line(1 << 20, 'z');\n"
-                  "  for (int k = 0; k < 64; ++k) { std::fwrite(line.data(), 1, line.size(), stdout); std::fflush(stdout); } }\n" +
-                      kiln::trust::kHonestBody,
-                  "#include <cstdio>\n#include <string>");
+  Verdict v = check(
+      h, "floods",
+      "static bool flooded = false;\n"
+      "if (!flooded) { flooded = true; std::string line(1 << 20, 'z');\n"
+      "  for (int k = 0; k < 64; ++k) { std::fwrite(line.data(), 1, line.size(), stdout); std::fflush(stdout); } }\n" +
+          kiln::trust::kHonestBody,
+      "#include <cstdio>\n#include <string>");
   CHECK(v.status == status::kOk);
   CHECK(v.child.stdout_text.size() < (64u << 10) + 64);
   CHECK(v.child.stdout_text.find("bytes dropped]") != std::string::npos);
@@ -93,11 +94,12 @@ TEST_CASE("a flood of output is capped and the evaluation goes on", "[trust][hos
 TEST_CASE("a kernel cannot start processes (no fork bomb)", "[trust][hostile]") {
   Harness h;
   Verdict v = check(h, "forks",
-                  "static bool tried = false;\n"
-                  "if (!tried) { tried = true; pid_t pid = fork();\n"
-                  "  if (pid == 0) _exit(0);\n"  // a real bomb would be contained too, but not on a shared box
-                  "  if (pid > 0) { " + kGarbage + " } }\n" + kiln::trust::kHonestBody,
-                  "#include <unistd.h>");
+                    "static bool tried = false;\n"
+                    "if (!tried) { tried = true; pid_t pid = fork();\n"
+                    "  if (pid == 0) _exit(0);\n"  // a real bomb would be contained too, but not on a shared box
+                    "  if (pid > 0) { " +
+                        kGarbage + " } }\n" + kiln::trust::kHonestBody,
+                    "#include <unistd.h>");
   CHECK(v.status == status::kOk);
 }
 
@@ -106,13 +108,17 @@ TEST_CASE("a kernel cannot reach a TCP listener on 127.0.0.1", "[trust][hostile]
   REQUIRE(listener.port > 0);
   Harness h;
   Verdict v = check(h, "connects",
-                  "int fd = socket(AF_INET, SOCK_STREAM, 0);\n"
-                  "if (fd >= 0) { sockaddr_in addr{}; addr.sin_family = AF_INET; addr.sin_port = htons(" +
-                      std::to_string(listener.port) + ");\n"
-                      "  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
-                      "  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) { close(fd); " + kGarbage + " }\n"
-                      "  close(fd); }\n" + kiln::trust::kHonestBody,
-                  "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n#include <unistd.h>");
+                    "int fd = socket(AF_INET, SOCK_STREAM, 0);\n"
+                    "if (fd >= 0) { sockaddr_in addr{}; addr.sin_family = AF_INET; addr.sin_port = htons(" +
+                        std::to_string(listener.port) +
+                        ");\n"
+                        "  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
+                        "  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) { close(fd); " +
+                        kGarbage +
+                        " }\n"
+                        "  close(fd); }\n" +
+                        kiln::trust::kHonestBody,
+                    "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n#include <unistd.h>");
   CHECK(v.status == status::kOk);
 }
 
@@ -121,9 +127,11 @@ TEST_CASE("a kernel cannot write outside its scratch directory", "[trust][hostil
   const std::string target = outside.path() + "/planted";
   Harness h;
   Verdict v = check(h, "plants",
-                  "int fd = open(\"" + target + "\", O_CREAT | O_WRONLY, 0644);\n"
-                  "if (fd >= 0) { close(fd); " + kGarbage + " }\n" + kiln::trust::kHonestBody,
-                  "#include <fcntl.h>\n#include <unistd.h>");
+                    "int fd = open(\"" + target +
+                        "\", O_CREAT | O_WRONLY, 0644);\n"
+                        "if (fd >= 0) { close(fd); " +
+                        kGarbage + " }\n" + kiln::trust::kHonestBody,
+                    "#include <fcntl.h>\n#include <unistd.h>");
   if (v.child.filesystem_isolation != "readonly_root") {
     WARN("mount namespaces are not permitted here: writes outside the scratch dir are not prevented");
     return;
@@ -147,20 +155,23 @@ TEST_CASE("a kernel cannot read the tester's secrets", "[trust][hostile]") {
       "if (leaked < 0) {\n"
       "  leaked = std::getenv(\"OPENAI_API_KEY\") != nullptr;\n";
   if (!marker.empty()) {
-    body += "  if (DIR* proc = opendir(\"/proc\")) {\n"
-            "    while (dirent* e = readdir(proc)) {\n"
-            "      std::ifstream in(std::string(\"/proc/\") + e->d_name + \"/environ\", std::ios::binary);\n"
-            "      std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());\n"
-            "      if (env.find(\"" + marker + "\") != std::string::npos && std::string(e->d_name) != \"self\" &&\n"
-            "          std::to_string(getpid()) != e->d_name) leaked = 1;\n"
-            "    }\n"
-            "    closedir(proc);\n"
-            "  }\n";
+    body +=
+        "  if (DIR* proc = opendir(\"/proc\")) {\n"
+        "    while (dirent* e = readdir(proc)) {\n"
+        "      std::ifstream in(std::string(\"/proc/\") + e->d_name + \"/environ\", std::ios::binary);\n"
+        "      std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());\n"
+        "      if (env.find(\"" +
+        marker +
+        "\") != std::string::npos && std::string(e->d_name) != \"self\" &&\n"
+        "          std::to_string(getpid()) != e->d_name) leaked = 1;\n"
+        "    }\n"
+        "    closedir(proc);\n"
+        "  }\n";
   }
   body += "}\nif (leaked) { " + kGarbage + " }\n" + kiln::trust::kHonestBody;
   Verdict v = check(h, "reads_secrets", body,
-                  "#include <dirent.h>\n#include <unistd.h>\n#include <cstdlib>\n#include <fstream>\n"
-                  "#include <iterator>\n#include <string>");
+                    "#include <dirent.h>\n#include <unistd.h>\n#include <cstdlib>\n#include <fstream>\n"
+                    "#include <iterator>\n#include <string>");
   ::unsetenv("OPENAI_API_KEY");
   if (v.child.pid_isolation != "pidns" && geteuid() != 0) {
     // Documented in docs/threat-model.md: without a PID namespace only the capability check guards

@@ -79,8 +79,8 @@ TEST_CASE("a kernel that calls the reference cannot earn a promotable speedup", 
 TEST_CASE("A/A: the reference against itself is never promotable and near 1.0", "[trust][aa]") {
   Harness h;
   const auto c = run_aa(h);
-  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n
-                  << ", cv " << c.candidate.cv << "/" << c.reference.cv << ", stop " << c.stop_reason);
+  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n << ", cv "
+                  << c.candidate.cv << "/" << c.reference.cv << ", stop " << c.stop_reason);
   CHECK(c.candidate.n >= 10);
   CHECK(c.speedup_lo <= c.speedup);
   CHECK(c.speedup <= c.speedup_hi);

@@ -12,16 +12,7 @@
 extern "C" {
 #endif
 
-enum {
-  KILN_F32 = 0,
-  KILN_F16 = 1,
-  KILN_BF16 = 2,
-  KILN_F64 = 3,
-  KILN_I32 = 4,
-  KILN_I64 = 5,
-  KILN_I8 = 6,
-  KILN_U8 = 7
-};
+enum { KILN_F32 = 0, KILN_F16 = 1, KILN_BF16 = 2, KILN_F64 = 3, KILN_I32 = 4, KILN_I64 = 5, KILN_I8 = 6, KILN_U8 = 7 };
 
 #define KILN_MAX_DIMS 8
 
@@ -57,7 +48,10 @@ static inline double kiln_scalar(const kiln_args* a, const char* name, double fa
   for (int32_t i = 0; i < a->n_scalars; ++i) {
     const char* p = a->scalar_names[i];
     const char* q = name;
-    while (*p && *p == *q) { ++p; ++q; }
+    while (*p && *p == *q) {
+      ++p;
+      ++q;
+    }
     if (*p == 0 && *q == 0) return a->scalar_values[i];
   }
   return fallback;

@@ -53,7 +53,9 @@ struct ObjectRef;  // wraps const msgpack::object*
 }  // namespace detail
 
 template <class T>
-concept Describable = requires(T& t, int& v) { t.fields(v); };
+concept Describable = requires(T& t, int& v) {
+  t.fields(v);
+};
 
 class Writer {
  public:

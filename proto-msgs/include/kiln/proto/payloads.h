@@ -49,12 +49,17 @@ struct IngestRequest {
   int64_t budget = 16;
   std::string proposer = "tuner";
   int64_t max_in_flight = 4;
-  FileMap files;  // the task package
+  FileMap files;              // the task package
   double target_speedup = 0;  // 0: the scorer's configured early stop
   int64_t patience = 0;       // 0: the scorer's configured early stop
-  template <class V> void fields(V& v) {
-    v("campaign_id", campaign_id); v("budget", budget); v("proposer", proposer);
-    v("max_in_flight", max_in_flight); v("files", files); v("target_speedup", target_speedup);
+  template <class V>
+  void fields(V& v) {
+    v("campaign_id", campaign_id);
+    v("budget", budget);
+    v("proposer", proposer);
+    v("max_in_flight", max_in_flight);
+    v("files", files);
+    v("target_speedup", target_speedup);
     v("patience", patience);
   }
 };
@@ -70,12 +75,21 @@ struct CampaignStart {
   FileMap files;  // normalized package
   double submitted_at = 0;
   // Optional (v2) early stop; 0 = the scorer's configured default, negative = never.
-  double target_speedup = 0;        // stop once the best correct speedup reaches this
-  int64_t patience = 0;             // stop after this many scored proposals without a better program
-  template <class V> void fields(V& v) {
-    v("kind", kind); v("campaign_id", campaign_id); v("task_id", task_id); v("task_name", task_name);
-    v("budget", budget); v("proposer", proposer); v("max_in_flight", max_in_flight); v("files", files);
-    v("submitted_at", submitted_at); v("target_speedup", target_speedup); v("patience", patience);
+  double target_speedup = 0;  // stop once the best correct speedup reaches this
+  int64_t patience = 0;       // stop after this many scored proposals without a better program
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("campaign_id", campaign_id);
+    v("task_id", task_id);
+    v("task_name", task_name);
+    v("budget", budget);
+    v("proposer", proposer);
+    v("max_in_flight", max_in_flight);
+    v("files", files);
+    v("submitted_at", submitted_at);
+    v("target_speedup", target_speedup);
+    v("patience", patience);
   }
 };
 
@@ -95,7 +109,7 @@ struct Candidate {
   // (task::check_regions_only); the compiler refuses anything else, and the scorer checks again.
   std::string code;
   std::map<std::string, std::string> params;  // template parameters, passed as -D defines
-  std::string notes;  // what the proposer says it tried
+  std::string notes;                          // what the proposer says it tried
   // Optional (v2): what the proposer reports about how it got here: "model", "prompt_id",
   // "parent_prompt_id", "prompt_text" (a new strategy only), "prompt_tokens", "completion_tokens".
   std::map<std::string, std::string> metadata;
@@ -106,10 +120,19 @@ struct Candidate {
   // Optional (v4): what an LLM proposer answered, as it came, before the code was extracted from it (at
   // most kMaxRawLlmCodeBytes; empty for the tuner). Kept with the program as Program.raw_llm_code.
   std::string raw_llm_code;
-  template <class V> void fields(V& v) {
-    v("campaign_id", campaign_id); v("program_id", program_id); v("parent_id", parent_id);
-    v("generation", generation); v("proposal_index", proposal_index); v("proposer", proposer);
-    v("code", code); v("params", params); v("notes", notes); v("metadata", metadata); v("regions", regions);
+  template <class V>
+  void fields(V& v) {
+    v("campaign_id", campaign_id);
+    v("program_id", program_id);
+    v("parent_id", parent_id);
+    v("generation", generation);
+    v("proposal_index", proposal_index);
+    v("proposer", proposer);
+    v("code", code);
+    v("params", params);
+    v("notes", notes);
+    v("metadata", metadata);
+    v("regions", regions);
     v("raw_llm_code", raw_llm_code);
   }
 };
@@ -120,8 +143,12 @@ struct Inspiration {
   std::string eval_log;
   double combined_score = 0;
   std::string cell;  // "memory=2,compute=1,..."
-  template <class V> void fields(V& v) {
-    v("cand", cand); v("eval_log", eval_log); v("combined_score", combined_score); v("cell", cell);
+  template <class V>
+  void fields(V& v) {
+    v("cand", cand);
+    v("eval_log", eval_log);
+    v("combined_score", combined_score);
+    v("cell", cell);
   }
 };
 
@@ -133,14 +160,19 @@ struct PromptStrategy {
   double fitness = 0;  // best combined score of the programs it produced
   int64_t uses = 0;
   std::vector<double> history;  // combined scores of its programs, oldest first (bounded)
-  template <class V> void fields(V& v) {
-    v("prompt_id", prompt_id); v("parent_prompt_id", parent_prompt_id); v("text", text); v("fitness", fitness);
-    v("uses", uses); v("history", history);
+  template <class V>
+  void fields(V& v) {
+    v("prompt_id", prompt_id);
+    v("parent_prompt_id", parent_prompt_id);
+    v("text", text);
+    v("fitness", fitness);
+    v("uses", uses);
+    v("history", history);
   }
 };
 
 struct ProposalRequest {
-  Candidate parent;      // the program to start from (code, params)
+  Candidate parent;        // the program to start from (code, params)
   std::string program_id;  // id the new candidate gets
   int64_t proposal_index = 0;
   std::string proposer = "tuner";
@@ -155,13 +187,24 @@ struct ProposalRequest {
   std::string target_cell;
   PromptStrategy strategy;
   bool evolve_prompt = false;
-  int64_t budget = 0;  // the campaign's proposals (0 = unknown)
+  int64_t budget = 0;         // the campaign's proposals (0 = unknown)
   bool tuner_blocks = false;  // the tuner samples blocks sized by `budget` (llm_bridge/proposer.h)
-  template <class V> void fields(V& v) {
-    v("parent", parent); v("program_id", program_id); v("proposal_index", proposal_index);
-    v("proposer", proposer); v("parent_eval_log", parent_eval_log); v("seed", seed); v("files", files);
-    v("island", island); v("parent_cell", parent_cell); v("inspirations", inspirations);
-    v("target_cell", target_cell); v("strategy", strategy); v("evolve_prompt", evolve_prompt); v("budget", budget);
+  template <class V>
+  void fields(V& v) {
+    v("parent", parent);
+    v("program_id", program_id);
+    v("proposal_index", proposal_index);
+    v("proposer", proposer);
+    v("parent_eval_log", parent_eval_log);
+    v("seed", seed);
+    v("files", files);
+    v("island", island);
+    v("parent_cell", parent_cell);
+    v("inspirations", inspirations);
+    v("target_cell", target_cell);
+    v("strategy", strategy);
+    v("evolve_prompt", evolve_prompt);
+    v("budget", budget);
     v("tuner_blocks", tuner_blocks);
   }
 };
@@ -174,8 +217,13 @@ struct CompileRequest {
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
   // is measured by another tester than the first measurement when there is one. Empty: any.
   std::string avoid_tester;
-  template <class V> void fields(V& v) {
-    v("cand", cand); v("backend", backend); v("arch", arch); v("files", files); v("avoid_tester", avoid_tester);
+  template <class V>
+  void fields(V& v) {
+    v("cand", cand);
+    v("backend", backend);
+    v("arch", arch);
+    v("files", files);
+    v("avoid_tester", avoid_tester);
   }
 };
 
@@ -193,8 +241,12 @@ struct ProcessResult {
   std::string stdout_text;  // "stdout"
   std::string stderr_text;  // "stderr"
   std::string message;      // one line: "timed out after 120 s", "killed by SIGSEGV"
-  template <class V> void fields(V& v) {
-    v("returncode", returncode); v("stdout", stdout_text); v("stderr", stderr_text); v("message", message);
+  template <class V>
+  void fields(V& v) {
+    v("returncode", returncode);
+    v("stdout", stdout_text);
+    v("stderr", stderr_text);
+    v("message", message);
   }
 };
 
@@ -216,7 +268,7 @@ ProcessResult merge(const std::map<std::string, ProcessResult>& results);
 
 struct BuildInfo {
   bool ok = false;
-  std::string compiler;   // "g++" | "nvcc"
+  std::string compiler;  // "g++" | "nvcc"
   std::string flags;
   std::string toolchain;  // version line
   std::string log;        // trimmed compiler output
@@ -230,11 +282,21 @@ struct BuildInfo {
   // Optional (v4): the compiler run of the candidate, its streams apart (`log` is the two of them together,
   // trimmed around the first error). Within max_log_bytes together.
   ProcessResult process;
-  template <class V> void fields(V& v) {
-    v("ok", ok); v("compiler", compiler); v("flags", flags); v("toolchain", toolchain); v("log", log);
-    v("duration_s", duration_s); v("cache_hit", cache_hit); v("kernel_sha256", kernel_sha256);
-    v("registers", registers); v("shared_bytes", shared_bytes); v("spill_bytes", spill_bytes);
-    v("stack_bytes", stack_bytes); v("process", process);
+  template <class V>
+  void fields(V& v) {
+    v("ok", ok);
+    v("compiler", compiler);
+    v("flags", flags);
+    v("toolchain", toolchain);
+    v("log", log);
+    v("duration_s", duration_s);
+    v("cache_hit", cache_hit);
+    v("kernel_sha256", kernel_sha256);
+    v("registers", registers);
+    v("shared_bytes", shared_bytes);
+    v("spill_bytes", spill_bytes);
+    v("stack_bytes", stack_bytes);
+    v("process", process);
   }
 };
 
@@ -245,18 +307,31 @@ struct TestRequest {
   Bytes kernel_so;
   Bytes reference_so;
   BuildInfo build;
-  template <class V> void fields(V& v) {
-    v("cand", cand); v("purpose", purpose); v("files", files); v("kernel_so", kernel_so);
-    v("reference_so", reference_so); v("build", build);
+  template <class V>
+  void fields(V& v) {
+    v("cand", cand);
+    v("purpose", purpose);
+    v("files", files);
+    v("kernel_so", kernel_so);
+    v("reference_so", reference_so);
+    v("build", build);
   }
 };
 
 struct Stats {
   int64_t n = 0;
   double median_us = 0, mean_us = 0, stdev_us = 0, cv = 0, p10_us = 0, p90_us = 0, min_us = 0, max_us = 0;
-  template <class V> void fields(V& v) {
-    v("n", n); v("median_us", median_us); v("mean_us", mean_us); v("stdev_us", stdev_us); v("cv", cv);
-    v("p10_us", p10_us); v("p90_us", p90_us); v("min_us", min_us); v("max_us", max_us);
+  template <class V>
+  void fields(V& v) {
+    v("n", n);
+    v("median_us", median_us);
+    v("mean_us", mean_us);
+    v("stdev_us", stdev_us);
+    v("cv", cv);
+    v("p10_us", p10_us);
+    v("p90_us", p90_us);
+    v("min_us", min_us);
+    v("max_us", max_us);
   }
 };
 
@@ -264,7 +339,12 @@ struct BaselineTiming {
   std::string name;
   Stats stats;
   double speedup = 0;  // baseline median / candidate median
-  template <class V> void fields(V& v) { v("name", name); v("stats", stats); v("speedup", speedup); }
+  template <class V>
+  void fields(V& v) {
+    v("name", name);
+    v("stats", stats);
+    v("speedup", speedup);
+  }
 };
 
 struct CaseTiming {
@@ -277,10 +357,17 @@ struct CaseTiming {
   double speedup_hi = 0;
   int64_t warmup_iters = 0;
   std::string stop_reason;  // noise | stalled | max_time
-  template <class V> void fields(V& v) {
-    v("dims", dims); v("candidate", candidate); v("reference", reference); v("baselines", baselines);
-    v("speedup", speedup); v("speedup_lo", speedup_lo); v("speedup_hi", speedup_hi);
-    v("warmup_iters", warmup_iters); v("stop_reason", stop_reason);
+  template <class V>
+  void fields(V& v) {
+    v("dims", dims);
+    v("candidate", candidate);
+    v("reference", reference);
+    v("baselines", baselines);
+    v("speedup", speedup);
+    v("speedup_lo", speedup_lo);
+    v("speedup_hi", speedup_hi);
+    v("warmup_iters", warmup_iters);
+    v("stop_reason", stop_reason);
   }
 };
 
@@ -292,9 +379,15 @@ struct Correctness {
   double rtol = 0, atol = 0;
   std::vector<std::string> tested_shapes;     // "B=16,H=4097"
   std::vector<std::string> first_mismatches;  // "y[17]: got 1.5 expected 1.25 (B=1,H=4096 seed 3)"
-  template <class V> void fields(V& v) {
-    v("passed", passed); v("max_abs_error", max_abs_error); v("max_rel_error", max_rel_error);
-    v("mismatches", mismatches); v("rtol", rtol); v("atol", atol); v("tested_shapes", tested_shapes);
+  template <class V>
+  void fields(V& v) {
+    v("passed", passed);
+    v("max_abs_error", max_abs_error);
+    v("max_rel_error", max_rel_error);
+    v("mismatches", mismatches);
+    v("rtol", rtol);
+    v("atol", atol);
+    v("tested_shapes", tested_shapes);
     v("first_mismatches", first_mismatches);
   }
 };
@@ -304,8 +397,12 @@ struct Performance {
   std::string method;  // host_clock | cuda_events
   std::string mode;    // cold | warm
   std::vector<CaseTiming> cases;
-  template <class V> void fields(V& v) {
-    v("measured", measured); v("method", method); v("mode", mode); v("cases", cases);
+  template <class V>
+  void fields(V& v) {
+    v("measured", measured);
+    v("method", method);
+    v("mode", mode);
+    v("cases", cases);
   }
 };
 
@@ -320,23 +417,31 @@ struct WorkerInfo {
   std::string toolchain;
   double clock_hz = 0;
   double temperature_c = -1;
-  template <class V> void fields(V& v) {
-    v("worker_id", worker_id); v("host", host); v("backend", backend); v("device_name", device_name);
-    v("gpu_uuid", gpu_uuid); v("driver_version", driver_version); v("runtime_version", runtime_version);
-    v("toolchain", toolchain); v("clock_hz", clock_hz); v("temperature_c", temperature_c);
+  template <class V>
+  void fields(V& v) {
+    v("worker_id", worker_id);
+    v("host", host);
+    v("backend", backend);
+    v("device_name", device_name);
+    v("gpu_uuid", gpu_uuid);
+    v("driver_version", driver_version);
+    v("runtime_version", runtime_version);
+    v("toolchain", toolchain);
+    v("clock_hz", clock_hz);
+    v("temperature_c", temperature_c);
   }
 };
 
 // Test status words, in the order of perf_score (DESIGN §6).
 namespace test_status {
-inline constexpr std::string_view kOk = "ok";                  // correct (5)
-inline constexpr std::string_view kMismatch = "mismatch";      // wrong values (4)
+inline constexpr std::string_view kOk = "ok";                         // correct (5)
+inline constexpr std::string_view kMismatch = "mismatch";             // wrong values (4)
 inline constexpr std::string_view kInputModified = "input_modified";  // wrong values (4)
-inline constexpr std::string_view kWrongShape = "wrong_shape"; // wrong shape or non-finite (3)
-inline constexpr std::string_view kNonFinite = "nonfinite";    // (3)
-inline constexpr std::string_view kCrashed = "crashed";        // crashed / no result (2)
-inline constexpr std::string_view kTimedOut = "timed_out";     // (2)
-inline constexpr std::string_view kLoadFailed = "load_failed"; // (2)
+inline constexpr std::string_view kWrongShape = "wrong_shape";        // wrong shape or non-finite (3)
+inline constexpr std::string_view kNonFinite = "nonfinite";           // (3)
+inline constexpr std::string_view kCrashed = "crashed";               // crashed / no result (2)
+inline constexpr std::string_view kTimedOut = "timed_out";            // (2)
+inline constexpr std::string_view kLoadFailed = "load_failed";        // (2)
 // Not a verdict on the candidate: the evaluation child could not evaluate it here (the task or the
 // reference will not load or run, out of memory, no device). The tester answers the job "retry" with the
 // message; a report with this status never reaches the scorer.
@@ -366,10 +471,19 @@ struct TestReport {
   // 81 %, sm 12 % of peak; ...: memory bound"), or why there is none ("profiling skipped: ...").
   std::map<std::string, double> profile;
   std::string profile_summary;
-  template <class V> void fields(V& v) {
-    v("status", status); v("message", message); v("correctness", correctness);
-    v("performance", performance); v("worker", worker); v("log", log); v("duration_s", duration_s);
-    v("process", process); v("metadata", metadata); v("profile", profile); v("profile_summary", profile_summary);
+  template <class V>
+  void fields(V& v) {
+    v("status", status);
+    v("message", message);
+    v("correctness", correctness);
+    v("performance", performance);
+    v("worker", worker);
+    v("log", log);
+    v("duration_s", duration_s);
+    v("process", process);
+    v("metadata", metadata);
+    v("profile", profile);
+    v("profile_summary", profile_summary);
   }
 };
 
@@ -377,14 +491,20 @@ struct TestReport {
 struct ScoreResult {
   std::string kind = std::string(kind::kResult);
   Candidate cand;
-  std::string stage;    // propose | compile | test
+  std::string stage;             // propose | compile | test
   std::string purpose = "eval";  // eval | confirm
-  std::string error;    // propose/compile failure text
+  std::string error;             // propose/compile failure text
   BuildInfo build;
   TestReport test;
-  template <class V> void fields(V& v) {
-    v("kind", kind); v("cand", cand); v("stage", stage); v("purpose", purpose); v("error", error);
-    v("build", build); v("test", test);
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("cand", cand);
+    v("stage", stage);
+    v("purpose", purpose);
+    v("error", error);
+    v("build", build);
+    v("test", test);
   }
 };
 
@@ -401,9 +521,15 @@ struct DeadLetter {
   // true in the dead letter a worker sends itself with a job it dead-letters (a permanent fault that is not
   // the candidate's, messaging::Outcome::kDeadLetter). False when the worker was lost or the deadline passed.
   bool worker_retry = false;
-  template <class V> void fields(V& v) {
-    v("kind", kind); v("job_id", job_id); v("service", service); v("attempts", attempts);
-    v("reason", reason); v("payload", payload); v("worker_retry", worker_retry);
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("job_id", job_id);
+    v("service", service);
+    v("attempts", attempts);
+    v("reason", reason);
+    v("payload", payload);
+    v("worker_retry", worker_retry);
   }
 };
 
@@ -414,8 +540,8 @@ struct PromoteRequest {
   std::string op;
   std::string backend;
   std::string dtype;
-  std::string source;       // the whole kernel file
-  std::string source_ext;   // "cu" | "cpp"
+  std::string source;      // the whole kernel file
+  std::string source_ext;  // "cu" | "cpp"
   std::map<std::string, std::string> params;
   std::map<std::string, int64_t> shape;  // the benchmark case's dims
   Correctness verification;
@@ -430,13 +556,28 @@ struct PromoteRequest {
   WorkerInfo worker;
   WorkerInfo confirm_worker;
   BuildInfo build;
-  template <class V> void fields(V& v) {
-    v("campaign_id", campaign_id); v("program_id", program_id); v("task_name", task_name); v("op", op);
-    v("backend", backend); v("dtype", dtype); v("source", source); v("source_ext", source_ext);
-    v("params", params); v("shape", shape); v("verification", verification); v("benchmark", benchmark);
-    v("confirmation", confirmation); v("timing_method", timing_method); v("timing_mode", timing_mode);
-    v("worker", worker); v("confirm_worker", confirm_worker); v("build", build);
-    v("benchmark_cases", benchmark_cases); v("confirmation_cases", confirmation_cases);
+  template <class V>
+  void fields(V& v) {
+    v("campaign_id", campaign_id);
+    v("program_id", program_id);
+    v("task_name", task_name);
+    v("op", op);
+    v("backend", backend);
+    v("dtype", dtype);
+    v("source", source);
+    v("source_ext", source_ext);
+    v("params", params);
+    v("shape", shape);
+    v("verification", verification);
+    v("benchmark", benchmark);
+    v("confirmation", confirmation);
+    v("timing_method", timing_method);
+    v("timing_mode", timing_mode);
+    v("worker", worker);
+    v("confirm_worker", confirm_worker);
+    v("build", build);
+    v("benchmark_cases", benchmark_cases);
+    v("confirmation_cases", confirmation_cases);
   }
 };
 
@@ -447,9 +588,14 @@ struct PromoteOutcome {
   bool promoted = false;
   std::string kernel_id;
   std::string reason;  // why it was refused
-  template <class V> void fields(V& v) {
-    v("kind", kind); v("campaign_id", campaign_id); v("program_id", program_id); v("promoted", promoted);
-    v("kernel_id", kernel_id); v("reason", reason);
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("campaign_id", campaign_id);
+    v("program_id", program_id);
+    v("promoted", promoted);
+    v("kernel_id", kernel_id);
+    v("reason", reason);
   }
 };
 
@@ -458,15 +604,21 @@ struct PromoteOutcome {
 // One benchmark case of a program's measurement, as the scorer keeps it (v4).
 struct CaseSpeedup {
   std::map<std::string, int64_t> dims;
-  double speedup = 0;  // reference median / candidate median
+  double speedup = 0;     // reference median / candidate median
   double speedup_lo = 0;  // its 95 % interval
   double speedup_hi = 0;
   double median_us = 0;  // candidate
   double reference_median_us = 0;
   int64_t n = 0;  // candidate samples
-  template <class V> void fields(V& v) {
-    v("dims", dims); v("speedup", speedup); v("speedup_lo", speedup_lo); v("speedup_hi", speedup_hi);
-    v("median_us", median_us); v("reference_median_us", reference_median_us); v("n", n);
+  template <class V>
+  void fields(V& v) {
+    v("dims", dims);
+    v("speedup", speedup);
+    v("speedup_lo", speedup_lo);
+    v("speedup_hi", speedup_hi);
+    v("median_us", median_us);
+    v("reference_median_us", reference_median_us);
+    v("n", n);
   }
 };
 
@@ -496,12 +648,22 @@ struct EvalResult {
   // "worker_id", "driver_version", "runtime_version", "toolchain", "timing_method", "timing_mode",
   // "build_toolchain" and "build_flags" (those known). Empty when no test ran.
   std::map<std::string, std::string> metadata;
-  template <class V> void fields(V& v) {
-    v("compiled", compiled); v("correctness", correctness); v("runtime", runtime);
-    v("runtime_stats", runtime_stats); v("runtime_improvement", runtime_improvement);
-    v("improve_over_baseline", improve_over_baseline); v("perf_score", perf_score);
-    v("profiler_data", profiler_data); v("template_results", template_results); v("eval_log", eval_log);
-    v("combined_score", combined_score); v("status", status); v("cases", cases); v("metadata", metadata);
+  template <class V>
+  void fields(V& v) {
+    v("compiled", compiled);
+    v("correctness", correctness);
+    v("runtime", runtime);
+    v("runtime_stats", runtime_stats);
+    v("runtime_improvement", runtime_improvement);
+    v("improve_over_baseline", improve_over_baseline);
+    v("perf_score", perf_score);
+    v("profiler_data", profiler_data);
+    v("template_results", template_results);
+    v("eval_log", eval_log);
+    v("combined_score", combined_score);
+    v("status", status);
+    v("cases", cases);
+    v("metadata", metadata);
   }
 };
 
@@ -515,8 +677,13 @@ struct TaskRef {
   std::string op;
   std::string backend;
   std::string dtype;
-  template <class V> void fields(V& v) {
-    v("task_id", task_id); v("name", name); v("op", op); v("backend", backend); v("dtype", dtype);
+  template <class V>
+  void fields(V& v) {
+    v("task_id", task_id);
+    v("name", name);
+    v("op", op);
+    v("backend", backend);
+    v("dtype", dtype);
   }
 };
 
@@ -544,13 +711,26 @@ struct Program {
   // Optional (v4).
   TaskRef task;
   std::string raw_llm_code;  // Candidate.raw_llm_code
-  template <class V> void fields(V& v) {
-    v("id", id); v("code", code); v("is_program0", is_program0); v("language", language);
-    v("parent_id", parent_id); v("generation", generation); v("timestamp", timestamp);
-    v("iteration_found", iteration_found); v("metrics", metrics); v("complexity", complexity);
-    v("diversity", diversity); v("is_templated", is_templated);
-    v("template_parameters", template_parameters); v("metadata", metadata); v("eval", eval);
-    v("feedback", feedback); v("task", task); v("raw_llm_code", raw_llm_code);
+  template <class V>
+  void fields(V& v) {
+    v("id", id);
+    v("code", code);
+    v("is_program0", is_program0);
+    v("language", language);
+    v("parent_id", parent_id);
+    v("generation", generation);
+    v("timestamp", timestamp);
+    v("iteration_found", iteration_found);
+    v("metrics", metrics);
+    v("complexity", complexity);
+    v("diversity", diversity);
+    v("is_templated", is_templated);
+    v("template_parameters", template_parameters);
+    v("metadata", metadata);
+    v("eval", eval);
+    v("feedback", feedback);
+    v("task", task);
+    v("raw_llm_code", raw_llm_code);
   }
 };
 
@@ -559,7 +739,11 @@ struct Program {
 struct CampaignQuery {
   std::string campaign_id;  // empty = all
   int64_t top = 5;
-  template <class V> void fields(V& v) { v("campaign_id", campaign_id); v("top", top); }
+  template <class V>
+  void fields(V& v) {
+    v("campaign_id", campaign_id);
+    v("top", top);
+  }
 };
 
 struct CampaignInfo {
@@ -585,35 +769,61 @@ struct CampaignInfo {
   double finished_at = 0;
   // Optional (v2).
   std::string proposer;
-  std::string stop_reason;     // why proposing stopped early ("" = budget or still running)
-  int64_t cells_filled = 0;    // MAP-Elites cells holding a program (over all islands, distinct)
-  int64_t prompt_tokens = 0;   // LLM token usage of the campaign
+  std::string stop_reason;    // why proposing stopped early ("" = budget or still running)
+  int64_t cells_filled = 0;   // MAP-Elites cells holding a program (over all islands, distinct)
+  int64_t prompt_tokens = 0;  // LLM token usage of the campaign
   int64_t completion_tokens = 0;
-  int64_t prompts = 0;         // strategy sections (meta-prompts) seen
+  int64_t prompts = 0;  // strategy sections (meta-prompts) seen
   // Optional (v3).
-  int64_t not_evaluated = 0;   // programs dead-lettered by a fault not theirs (no score; see DeadLetter)
-  template <class V> void fields(V& v) {
-    v("campaign_id", campaign_id); v("task_name", task_name); v("task_id", task_id); v("backend", backend);
-    v("state", state); v("budget", budget); v("proposed", proposed); v("scored", scored);
-    v("correct", correct); v("in_flight", in_flight); v("best_program_id", best_program_id);
-    v("best_score", best_score); v("best_speedup", best_speedup); v("best_speedup_lo", best_speedup_lo);
-    v("best_speedup_hi", best_speedup_hi); v("best_params", best_params); v("promoted", promoted);
-    v("promotion_notes", promotion_notes); v("started_at", started_at); v("finished_at", finished_at);
-    v("proposer", proposer); v("stop_reason", stop_reason); v("cells_filled", cells_filled);
-    v("prompt_tokens", prompt_tokens); v("completion_tokens", completion_tokens); v("prompts", prompts);
+  int64_t not_evaluated = 0;  // programs dead-lettered by a fault not theirs (no score; see DeadLetter)
+  template <class V>
+  void fields(V& v) {
+    v("campaign_id", campaign_id);
+    v("task_name", task_name);
+    v("task_id", task_id);
+    v("backend", backend);
+    v("state", state);
+    v("budget", budget);
+    v("proposed", proposed);
+    v("scored", scored);
+    v("correct", correct);
+    v("in_flight", in_flight);
+    v("best_program_id", best_program_id);
+    v("best_score", best_score);
+    v("best_speedup", best_speedup);
+    v("best_speedup_lo", best_speedup_lo);
+    v("best_speedup_hi", best_speedup_hi);
+    v("best_params", best_params);
+    v("promoted", promoted);
+    v("promotion_notes", promotion_notes);
+    v("started_at", started_at);
+    v("finished_at", finished_at);
+    v("proposer", proposer);
+    v("stop_reason", stop_reason);
+    v("cells_filled", cells_filled);
+    v("prompt_tokens", prompt_tokens);
+    v("completion_tokens", completion_tokens);
+    v("prompts", prompts);
     v("not_evaluated", not_evaluated);
   }
 };
 
 struct CampaignList {
   std::vector<CampaignInfo> campaigns;
-  template <class V> void fields(V& v) { v("campaigns", campaigns); }
+  template <class V>
+  void fields(V& v) {
+    v("campaigns", campaigns);
+  }
 };
 
 struct BestPrograms {
   CampaignInfo campaign;
   std::vector<Program> programs;  // best first
-  template <class V> void fields(V& v) { v("campaign", campaign); v("programs", programs); }
+  template <class V>
+  void fields(V& v) {
+    v("campaign", campaign);
+    v("programs", programs);
+  }
 };
 
 }  // namespace kiln::proto

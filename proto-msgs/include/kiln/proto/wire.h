@@ -27,15 +27,20 @@ inline constexpr std::string_view kReply = "REPLY";
 
 // What a worker can do; the broker routes on service name and logs the rest.
 struct Capabilities {
-  std::string backend;    // "cuda" | "cpu" | "" (not an evaluation worker)
-  std::string gpu_name;   // "NVIDIA H200"
+  std::string backend;   // "cuda" | "cpu" | "" (not an evaluation worker)
+  std::string gpu_name;  // "NVIDIA H200"
   std::string gpu_uuid;
   std::string arch;       // "sm_90", "x86_64"
   std::string toolchain;  // "nvcc 13.0", "g++ 12.2.0"
   std::string host;
-  template <class V> void fields(V& v) {
-    v("backend", backend); v("gpu_name", gpu_name); v("gpu_uuid", gpu_uuid);
-    v("arch", arch); v("toolchain", toolchain); v("host", host);
+  template <class V>
+  void fields(V& v) {
+    v("backend", backend);
+    v("gpu_name", gpu_name);
+    v("gpu_uuid", gpu_uuid);
+    v("arch", arch);
+    v("toolchain", toolchain);
+    v("host", host);
   }
 };
 
@@ -48,8 +53,12 @@ struct Ready {
   // period and this one, and sends it heartbeats at the shorter, so a worker configured apart from the
   // broker is neither dropped nor left thinking the broker is gone. 0: the broker's own period.
   double heartbeat_interval_s = 0;
-  template <class V> void fields(V& v) {
-    v("service", service); v("worker_id", worker_id); v("slots", slots); v("caps", caps);
+  template <class V>
+  void fields(V& v) {
+    v("service", service);
+    v("worker_id", worker_id);
+    v("slots", slots);
+    v("caps", caps);
     v("heartbeat_interval_s", heartbeat_interval_s);
   }
 };
@@ -60,8 +69,12 @@ struct Job {
   std::string service;
   Bytes payload;
   double deadline = 0;  // wall-clock seconds: the lease ends then
-  template <class V> void fields(V& v) {
-    v("job_id", job_id); v("attempt", attempt); v("service", service); v("payload", payload);
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+    v("attempt", attempt);
+    v("service", service);
+    v("payload", payload);
     v("deadline", deadline);
   }
 };
@@ -75,8 +88,12 @@ struct FollowUp {
   // A worker id this job should not go to while another worker of its service is connected: a
   // confirming measurement runs on another tester (another GPU) when there is one. Empty: any worker.
   std::string avoid_worker;
-  template <class V> void fields(V& v) {
-    v("service", service); v("job_id", job_id); v("payload", payload); v("timeout_s", timeout_s);
+  template <class V>
+  void fields(V& v) {
+    v("service", service);
+    v("job_id", job_id);
+    v("payload", payload);
+    v("timeout_s", timeout_s);
     v("avoid_worker", avoid_worker);
   }
 };
@@ -103,19 +120,28 @@ struct ResultMsg {
   Bytes payload;
   std::string error;
   std::vector<FollowUp> next;
-  template <class V> void fields(V& v) {
-    v("job_id", job_id); v("attempt", attempt); v("outcome", outcome); v("payload", payload);
-    v("error", error); v("next", next);
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+    v("attempt", attempt);
+    v("outcome", outcome);
+    v("payload", payload);
+    v("error", error);
+    v("next", next);
   }
 };
 
 struct Heartbeat {
-  template <class V> void fields(V&) {}
+  template <class V>
+  void fields(V&) {}
 };
 
 struct Disconnect {
   std::string reason;
-  template <class V> void fields(V& v) { v("reason", reason); }
+  template <class V>
+  void fields(V& v) {
+    v("reason", reason);
+  }
 };
 
 struct Submit {
@@ -123,8 +149,12 @@ struct Submit {
   std::string job_id;  // client-chosen; resubmitting the same id is a no-op
   Bytes payload;
   double timeout_s = 0;
-  template <class V> void fields(V& v) {
-    v("service", service); v("job_id", job_id); v("payload", payload); v("timeout_s", timeout_s);
+  template <class V>
+  void fields(V& v) {
+    v("service", service);
+    v("job_id", job_id);
+    v("payload", payload);
+    v("timeout_s", timeout_s);
   }
 };
 
@@ -136,8 +166,12 @@ struct Ack {
   // The refusal is temporary (e.g. the broker's job table cannot take writes): the same SUBMIT may be
   // sent again later. False for refusals that retrying cannot fix (a bad service name, a bad message).
   bool retryable = false;
-  template <class V> void fields(V& v) {
-    v("job_id", job_id); v("accepted", accepted); v("duplicate", duplicate); v("error", error);
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+    v("accepted", accepted);
+    v("duplicate", duplicate);
+    v("error", error);
     v("retryable", retryable);
   }
 };
@@ -149,8 +183,12 @@ struct Request {
   std::string method;  // e.g. "status", "campaign", "best"
   Bytes body;
   double timeout_s = 5;
-  template <class V> void fields(V& v) {
-    v("request_id", request_id); v("service", service); v("method", method); v("body", body);
+  template <class V>
+  void fields(V& v) {
+    v("request_id", request_id);
+    v("service", service);
+    v("method", method);
+    v("body", body);
     v("timeout_s", timeout_s);
   }
 };
@@ -160,8 +198,12 @@ struct Reply {
   bool ok = false;
   Bytes body;
   std::string error;
-  template <class V> void fields(V& v) {
-    v("request_id", request_id); v("ok", ok); v("body", body); v("error", error);
+  template <class V>
+  void fields(V& v) {
+    v("request_id", request_id);
+    v("ok", ok);
+    v("body", body);
+    v("error", error);
   }
 };
 
@@ -175,9 +217,15 @@ struct QueueStatus {
   int64_t failed = 0;
   int64_t dead = 0;
   int64_t workers = 0;
-  template <class V> void fields(V& v) {
-    v("service", service); v("queued", queued); v("leased", leased); v("done", done);
-    v("failed", failed); v("dead", dead); v("workers", workers);
+  template <class V>
+  void fields(V& v) {
+    v("service", service);
+    v("queued", queued);
+    v("leased", leased);
+    v("done", done);
+    v("failed", failed);
+    v("dead", dead);
+    v("workers", workers);
   }
 };
 
@@ -187,8 +235,12 @@ struct WorkerStatus {
   int slots = 0;
   int64_t in_flight = 0;
   Capabilities caps;
-  template <class V> void fields(V& v) {
-    v("service", service); v("worker_id", worker_id); v("slots", slots); v("in_flight", in_flight);
+  template <class V>
+  void fields(V& v) {
+    v("service", service);
+    v("worker_id", worker_id);
+    v("slots", slots);
+    v("in_flight", in_flight);
     v("caps", caps);
   }
 };
@@ -197,14 +249,20 @@ struct BrokerStatus {
   std::vector<QueueStatus> queues;
   std::vector<WorkerStatus> workers;
   int64_t rejected_frames = 0;
-  template <class V> void fields(V& v) {
-    v("queues", queues); v("workers", workers); v("rejected_frames", rejected_frames);
+  template <class V>
+  void fields(V& v) {
+    v("queues", queues);
+    v("workers", workers);
+    v("rejected_frames", rejected_frames);
   }
 };
 
 struct JobStatusQuery {
   std::string job_id;
-  template <class V> void fields(V& v) { v("job_id", job_id); }
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+  }
 };
 
 struct JobStatus {
@@ -214,9 +272,14 @@ struct JobStatus {
   int attempt = 0;
   std::string error;
   Bytes result;  // the RESULT payload of a finished job, while kept
-  template <class V> void fields(V& v) {
-    v("job_id", job_id); v("service", service); v("state", state); v("attempt", attempt);
-    v("error", error); v("result", result);
+  template <class V>
+  void fields(V& v) {
+    v("job_id", job_id);
+    v("service", service);
+    v("state", state);
+    v("attempt", attempt);
+    v("error", error);
+    v("result", result);
   }
 };
 

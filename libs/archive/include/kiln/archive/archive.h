@@ -21,7 +21,7 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
   uint64_t next();
-  double uniform();               // [0, 1)
+  double uniform();                // [0, 1)
   uint64_t below(uint64_t bound);  // [0, bound); bound > 0
 
  private:

@@ -56,8 +56,8 @@ int64_t register_bucket(int64_t registers_per_thread);
 int64_t shared_bytes_bucket(int64_t shared_bytes);
 
 // Coordinates on `dimensions` (unknown names get 0). registers / shared_bytes: -1 when unknown.
-std::vector<int64_t> coordinates(const std::vector<std::string>& dimensions, std::string_view source,
-                                 int64_t registers, int64_t shared_bytes);
+std::vector<int64_t> coordinates(const std::vector<std::string>& dimensions, std::string_view source, int64_t registers,
+                                 int64_t shared_bytes);
 
 // "memory=2,compute=1,parallelism=3"
 std::string cell_key(const std::vector<std::string>& dimensions, const std::vector<int64_t>& coords);

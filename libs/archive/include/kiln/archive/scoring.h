@@ -13,11 +13,11 @@
 namespace kiln::archive {
 
 // perf_score levels. Every level outranks the ones below it, so the fitness keeps that order too.
-inline constexpr int64_t kScoreNoCode = 0;        // the proposer produced no code
-inline constexpr int64_t kScoreBuildFailed = 1;   // the compiler refused it
-inline constexpr int64_t kScoreCrashed = 2;       // crashed, timed out, failed to load, no result
-inline constexpr int64_t kScoreWrongShape = 3;    // wrong shape or non-finite output
-inline constexpr int64_t kScoreWrongValues = 4;   // wrong values or modified inputs
+inline constexpr int64_t kScoreNoCode = 0;       // the proposer produced no code
+inline constexpr int64_t kScoreBuildFailed = 1;  // the compiler refused it
+inline constexpr int64_t kScoreCrashed = 2;      // crashed, timed out, failed to load, no result
+inline constexpr int64_t kScoreWrongShape = 3;   // wrong shape or non-finite output
+inline constexpr int64_t kScoreWrongValues = 4;  // wrong values or modified inputs
 inline constexpr int64_t kScoreCorrect = 5;
 
 // The feedback a proposer gets is bounded: it goes into prompts and into every proposal job.

@@ -13,16 +13,20 @@
 namespace kiln::config {
 
 struct BrokerConfig {
-  std::string bind = "tcp://127.0.0.1:5555";       // workers and clients
-  std::string events_bind = "tcp://127.0.0.1:5556"; // PUB: job state changes
-  std::string db_path = "broker.db";               // relative paths resolve against the state dir
+  std::string bind = "tcp://127.0.0.1:5555";         // workers and clients
+  std::string events_bind = "tcp://127.0.0.1:5556";  // PUB: job state changes
+  std::string db_path = "broker.db";                 // relative paths resolve against the state dir
   int64_t max_attempts = 3;
   double heartbeat_interval_s = 1.0;
-  int64_t heartbeat_liveness = 4;                  // peer dead after this many silent intervals
+  int64_t heartbeat_liveness = 4;  // peer dead after this many silent intervals
   int64_t max_message_bytes = 64ll << 20;
-  int64_t max_table_mb = 0;  // bound on the job table's file; 0: none (the disk is the bound)
+  int64_t max_table_mb = 0;                          // bound on the job table's file; 0: none (the disk is the bound)
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
-      {"default", 60}, {"compile", 180}, {"test.cpu", 300}, {"test.cuda", 300}, {"propose", 300}};
+      {"default", 60},
+      {"compile", 180},
+      {"test.cpu", 300},
+      {"test.cuda", 300},
+      {"propose", 300}};
   int metrics_port = 9470;
   // External bridges (DESIGN §2): a second ROUTER endpoint secured with CURVE; only client keys on the
   // allowlist get through. Empty external_bind: no such endpoint.
@@ -81,7 +85,7 @@ struct ArchiveConfig {
   double exploration_ratio = 0.2;   // parent: a random cell of the island
   double exploitation_ratio = 0.7;  // parent: the island's best; the rest: a random cell anywhere
   int64_t inspirations = 2;
-  int64_t elite_capacity = 16;      // kind "elites" only
+  int64_t elite_capacity = 16;  // kind "elites" only
 };
 
 // Campaign control beyond budget and max_in_flight.
@@ -119,11 +123,11 @@ struct ProposerConfig {
 struct LlmConfig {
   std::string base_url = "https://api.openai.com/v1";  // POST {base_url}/chat/completions
   std::string model = "gpt-4o-mini";
-  std::map<std::string, double> ensemble;  // model -> weight; empty = `model` alone
+  std::map<std::string, double> ensemble;      // model -> weight; empty = `model` alone
   std::string api_key_env = "OPENAI_API_KEY";  // empty or unset variable: no Authorization header
   double temperature = 0.7;
   int64_t max_tokens = 4096;
-  double timeout_s = 120;        // per HTTP request
+  double timeout_s = 120;  // per HTTP request
   // All attempts of one request together; keep two of these (a strategy rewrite and the kernel) under
   // broker.lease_timeout_s.propose, or the broker leases the proposal again.
   double total_timeout_s = 140;

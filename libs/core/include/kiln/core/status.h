@@ -11,15 +11,15 @@ namespace kiln {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad input: give up on this job, tell the user; retrying cannot help
-  kNotFound,          // the thing named does not exist
-  kAlreadyExists,     // idempotent duplicate
-  kUnavailable,       // transient: retry with backoff
-  kDeadlineExceeded,  // timed out: retry may help
-  kResourceExhausted, // a limit was hit (size, budget)
-  kFailedPrecondition,// the system is not in a state to do this
-  kPermissionDenied,  // not authorized
-  kInternal,          // a bug or corrupted state: dead-letter, do not retry blindly
+  kInvalidArgument,     // bad input: give up on this job, tell the user; retrying cannot help
+  kNotFound,            // the thing named does not exist
+  kAlreadyExists,       // idempotent duplicate
+  kUnavailable,         // transient: retry with backoff
+  kDeadlineExceeded,    // timed out: retry may help
+  kResourceExhausted,   // a limit was hit (size, budget)
+  kFailedPrecondition,  // the system is not in a state to do this
+  kPermissionDenied,    // not authorized
+  kInternal,            // a bug or corrupted state: dead-letter, do not retry blindly
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -60,8 +60,8 @@ inline Status permission_denied(std::string m) { return {StatusCode::kPermission
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}            // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}     // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return is_ok(); }
@@ -85,10 +85,10 @@ class [[nodiscard]] Result {
 }  // namespace kiln
 
 // Early return of a failed Status / Result from a function returning Status or Result<U>.
-#define KILN_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::kiln::Status kiln_status_ = (expr);            \
-    if (!kiln_status_.is_ok()) return kiln_status_;  \
+#define KILN_RETURN_IF_ERROR(expr)                  \
+  do {                                              \
+    ::kiln::Status kiln_status_ = (expr);           \
+    if (!kiln_status_.is_ok()) return kiln_status_; \
   } while (0)
 
 #define KILN_CONCAT_INNER(a, b) a##b

@@ -13,9 +13,9 @@
 namespace kiln::cuda {
 
 struct GpuIdentity {
-  int index = -1;        // NVML's (physical) index
-  std::string name;      // "NVIDIA H200"
-  std::string uuid;      // "GPU-8f6c..."
+  int index = -1;              // NVML's (physical) index
+  std::string name;            // "NVIDIA H200"
+  std::string uuid;            // "GPU-8f6c..."
   std::string driver_version;  // "580.159.04"
   int cc_major = 0, cc_minor = 0;
   void* handle = nullptr;  // nvmlDevice_t, valid while the Nvml that made it lives

@@ -25,12 +25,12 @@ Status error_status(cudaError_t error, const char* call_text, const char* file, 
 }  // namespace kiln::cuda
 
 // Returns a Status naming the call, the error and file:line from the enclosing function when `call` fails.
-#define KILN_CUDA_RETURN_IF_ERROR(call)                                                    \
-  do {                                                                                     \
-    const cudaError_t kiln_cuda_error_ = (call);                                           \
-    if (kiln_cuda_error_ != cudaSuccess) {                                                 \
-      return ::kiln::cuda::error_status(kiln_cuda_error_, #call, __FILE__, __LINE__);      \
-    }                                                                                      \
+#define KILN_CUDA_RETURN_IF_ERROR(call)                                               \
+  do {                                                                                \
+    const cudaError_t kiln_cuda_error_ = (call);                                      \
+    if (kiln_cuda_error_ != cudaSuccess) {                                            \
+      return ::kiln::cuda::error_status(kiln_cuda_error_, #call, __FILE__, __LINE__); \
+    }                                                                                 \
   } while (0)
 
 namespace kiln::cuda {

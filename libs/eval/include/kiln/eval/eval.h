@@ -38,7 +38,7 @@ struct TimingOptions {
 
 struct EvalOptions {
   TimingOptions timing;
-  bool measure = true;        // false: correctness only
+  bool measure = true;  // false: correctness only
   // A profiling run (CUDA only, under Nsight Compute): the candidate is called once on the first benchmark
   // case and nothing else runs a kernel; no verdict. The report's metadata "profile_pid" names the process
   // whose kernels are the candidate's.

@@ -12,9 +12,9 @@
 // stopped (it is stopped between its calls, so none of its threads run while another contestant is timed
 // or while its outputs are read), rings a doorbell in the arena, continues the runner and waits for the
 // answer (spinning, then asleep on a futex in the arena). The runner stops itself right after answering;
-// the evaluator waits until it is stopped and copies inputs, outputs and descriptors back, so the checks of the in-process protocol apply unchanged.
-// A sample is the wall time from continue to answer plus the CPU time the runner's threads used from the
-// answer to the stop: nothing a kernel leaves running after it returns is off the clock.
+// the evaluator waits until it is stopped and copies inputs, outputs and descriptors back, so the checks of the
+// in-process protocol apply unchanged. A sample is the wall time from continue to answer plus the CPU time the runner's
+// threads used from the answer to the stop: nothing a kernel leaves running after it returns is off the clock.
 #pragma once
 
 #include <sys/types.h>
@@ -54,15 +54,15 @@ inline constexpr size_t kRunnerBlobBytes = 256;
 inline constexpr int kRunnerMaxTensors = 16;
 
 struct RunnerKernel {
-  std::string name;                    // "candidate", "reference", a baseline's name
-  KernelEntry entry = nullptr;         // a function of this process (the trusted reference, tests) ...
-  std::string library;                 // ... or a shared object the runner loads once confined ...
+  std::string name;                            // "candidate", "reference", a baseline's name
+  KernelEntry entry = nullptr;                 // a function of this process (the trusted reference, tests) ...
+  std::string library;                         // ... or a shared object the runner loads once confined ...
   const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
 };
 
 // How a runner call ended when it did not return: the runner process died or could not load its kernel.
 struct RunnerDeath {
-  std::string what;  // "SIGSEGV", "exited with code 0", "cannot load ...: ..."
+  std::string what;          // "SIGSEGV", "exited with code 0", "cannot load ...: ..."
   bool load_failed = false;  // the kernel could not be loaded (its fault); false for a device set-up failure
 };
 

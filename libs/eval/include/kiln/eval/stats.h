@@ -22,13 +22,12 @@ struct SpeedupInterval {
 
 // `confidence` (95 %) interval of median(reference) / median(candidate) by a bootstrap over the paired
 // samples (sample i of both was taken back to back): resample with a PRNG seeded by `seed`, take the ratio
-// of medians, report the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles. With `block_starts` (the first pair of each block,
-// ascending, starting at 0) whole blocks are resampled, so what stays the same within a block (the
+// of medians, report the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles. With `block_starts` (the first pair
+// of each block, ascending, starting at 0) whole blocks are resampled, so what stays the same within a block (the
 // processes, placement, drift) is part of the spread; with fewer than 4 blocks, single pairs are
 // resampled. Deterministic for the same inputs.
-SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us,
-                                  const std::vector<double>& candidate_us, uint64_t seed,
-                                  int resamples = 2000, const std::vector<size_t>& block_starts = {},
+SpeedupInterval bootstrap_speedup(const std::vector<double>& reference_us, const std::vector<double>& candidate_us,
+                                  uint64_t seed, int resamples = 2000, const std::vector<size_t>& block_starts = {},
                                   double confidence = 0.95);
 
 // Running mean and variance (Welford), for checking the noise while sampling.

@@ -87,7 +87,7 @@ struct Comparison {
 
 // Adds the differences of `got` against `expected` to `acc`; mismatch lines read
 // "<name>[<flat index>]: got <a> expected <r> (<context>)".
-void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol,
-             const std::string& name, const std::string& context, size_t max_listed, Comparison& acc);
+void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol, const std::string& name,
+             const std::string& context, size_t max_listed, Comparison& acc);
 
 }  // namespace kiln::eval

@@ -26,8 +26,8 @@ struct EvalTool {
   const char* name = "kiln-eval";  // for usage and log lines
   // The candidate always comes as a path (it is loaded only in its runner); the reference as an entry
   // point of this process or as a path (load_reference_here).
-  std::function<Result<proto::TestReport>(const task::TaskSpec&, const Candidate& candidate,
-                                          const Candidate& reference, const EvalOptions&)>
+  std::function<Result<proto::TestReport>(const task::TaskSpec&, const Candidate& candidate, const Candidate& reference,
+                                          const EvalOptions&)>
       evaluate;
   std::function<proto::WorkerInfo()> worker_info;
   // true: the reference is dlopened here before any runner is forked (the CPU runners inherit it); false:

@@ -45,10 +45,10 @@ inline constexpr std::string_view kError = "error";               // any other f
 }  // namespace outcome
 
 struct ClientOptions {
-  std::string base_url;  // "https://api.openai.com/v1", "http://127.0.0.1:8000/v1"
-  std::string api_key;   // "" = no Authorization header
-  double timeout_s = 120;        // per attempt
-  double total_timeout_s = 0;    // all attempts together (0 = no limit): no retry starts past it
+  std::string base_url;        // "https://api.openai.com/v1", "http://127.0.0.1:8000/v1"
+  std::string api_key;         // "" = no Authorization header
+  double timeout_s = 120;      // per attempt
+  double total_timeout_s = 0;  // all attempts together (0 = no limit): no retry starts past it
   int64_t max_retries = 3;
   double backoff_initial_s = 1;
   double backoff_max_s = 30;

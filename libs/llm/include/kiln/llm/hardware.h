@@ -9,8 +9,8 @@
 namespace kiln::llm {
 
 struct GpuSpec {
-  std::string name;          // "NVIDIA H200"
-  std::string arch;          // "sm_90"
+  std::string name;  // "NVIDIA H200"
+  std::string arch;  // "sm_90"
   int64_t sm_count = 0;
   double memory_bandwidth_gbs = 0;  // GB/s, vendor figure
   int64_t registers_per_sm = 0;     // 32-bit registers

@@ -15,7 +15,7 @@
 namespace kiln::log {
 
 struct RateLimitOptions {
-  int burst = 5;             // lines per reason per interval
+  int burst = 5;  // lines per reason per interval
   double interval_s = 1.0;
   // Reasons are meant to be a fixed set; past this many distinct ones, new reasons share one bucket
   // (kOtherReason) so a caller that passes something unbounded cannot grow the table.

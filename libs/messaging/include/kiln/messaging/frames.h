@@ -42,8 +42,7 @@ struct Envelope {
 
 // Sends one envelope; `identity` is used when non-empty (ROUTER). Returns unavailable when the peer is
 // unreachable (ROUTER_MANDATORY) or the send would block.
-Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::string_view command,
-                     std::string_view body);
+Status send_envelope(zmq::socket_t& socket, std::string_view identity, std::string_view command, std::string_view body);
 
 // Receives one multipart message without blocking. nullopt: nothing to read. An error Status: a
 // malformed message (wrong tag, frame count, unknown command); it has been fully drained either way.

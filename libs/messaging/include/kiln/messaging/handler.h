@@ -23,9 +23,9 @@ std::string_view wire_outcome(Outcome outcome);
 // added to it), any other word as kRetry (the broker refuses it and requeues the job). Handlers use Outcome.
 class OutcomeSlot {
  public:
-  constexpr OutcomeSlot(Outcome value = Outcome::kDone) : value_(value) {}  // NOLINT: implicit by design
+  constexpr OutcomeSlot(Outcome value = Outcome::kDone) : value_(value) {}    // NOLINT: implicit by design
   OutcomeSlot(const std::string& wire);                                       // NOLINT: see above
-  constexpr operator Outcome() const { return value_; }                      // NOLINT: see above
+  constexpr operator Outcome() const { return value_; }                       // NOLINT: see above
   operator std::string() const { return std::string(wire_outcome(value_)); }  // NOLINT: see above
   Outcome value() const { return value_; }
   friend bool operator==(OutcomeSlot slot, std::string_view wire) { return wire_outcome(slot.value_) == wire; }

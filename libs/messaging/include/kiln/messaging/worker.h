@@ -22,8 +22,8 @@ struct WorkerOptions {
   int slots = 1;
   proto::Capabilities caps;
   double heartbeat_interval_s = 1.0;
-  int heartbeat_liveness = 4;      // broker presumed dead after this many silent intervals
-  double reconnect_min_s = 1.0;    // backoff doubles up to reconnect_max_s
+  int heartbeat_liveness = 4;    // broker presumed dead after this many silent intervals
+  double reconnect_min_s = 1.0;  // backoff doubles up to reconnect_max_s
   double reconnect_max_s = 32.0;
   SocketOptions socket;
 };
@@ -39,8 +39,7 @@ struct WorkerStats {
 
 class Worker {
  public:
-  Worker(zmq::context_t& context, WorkerOptions options, JobHandler job_handler,
-         RequestHandler request_handler = {});
+  Worker(zmq::context_t& context, WorkerOptions options, JobHandler job_handler, RequestHandler request_handler = {});
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;

@@ -43,8 +43,8 @@ namespace kiln::registry {
 // Forge's evidence levels, weakest first. Kiln measures an op in isolation against its reference and
 // does not integrate kernels into a runtime or a serving stack, so it writes only op_level; it reads
 // all three so that entries from a registry that does can share the file.
-inline constexpr std::string_view kEvidenceOpLevel = "op_level";            // an isolated microbenchmark
-inline constexpr std::string_view kEvidenceRuntimeLevel = "runtime_level";  // measured inside a runtime path
+inline constexpr std::string_view kEvidenceOpLevel = "op_level";              // an isolated microbenchmark
+inline constexpr std::string_view kEvidenceRuntimeLevel = "runtime_level";    // measured inside a runtime path
 inline constexpr std::string_view kEvidenceEndpointLevel = "endpoint_level";  // end to end on a serving stack
 
 // 0, 1, 2 for the levels above; -1 for anything else.
@@ -137,13 +137,33 @@ inline std::string gpu_architecture(std::string_view name) {
   static constexpr Family kFamilies[] = {
       {"v100", "volta"},
       {"t4", "turing"},
-      {"a100", "ampere"}, {"a800", "ampere"}, {"a10", "ampere"}, {"a10g", "ampere"}, {"a16", "ampere"},
-      {"a2", "ampere"}, {"a30", "ampere"}, {"a40", "ampere"}, {"a4000", "ampere"}, {"a5000", "ampere"},
+      {"a100", "ampere"},
+      {"a800", "ampere"},
+      {"a10", "ampere"},
+      {"a10g", "ampere"},
+      {"a16", "ampere"},
+      {"a2", "ampere"},
+      {"a30", "ampere"},
+      {"a40", "ampere"},
+      {"a4000", "ampere"},
+      {"a5000", "ampere"},
       {"a6000", "ampere"},
-      {"l4", "ada"}, {"l20", "ada"}, {"l40", "ada"}, {"l40s", "ada"}, {"ada", "ada"},  // "RTX 6000 Ada"
-      {"h100", "hopper"}, {"h200", "hopper"}, {"h800", "hopper"}, {"h20", "hopper"}, {"gh200", "hopper"},
-      {"b100", "blackwell"}, {"b200", "blackwell"}, {"b300", "blackwell"}, {"gb200", "blackwell"},
-      {"gb300", "blackwell"}, {"blackwell", "blackwell"},
+      {"l4", "ada"},
+      {"l20", "ada"},
+      {"l40", "ada"},
+      {"l40s", "ada"},
+      {"ada", "ada"},  // "RTX 6000 Ada"
+      {"h100", "hopper"},
+      {"h200", "hopper"},
+      {"h800", "hopper"},
+      {"h20", "hopper"},
+      {"gh200", "hopper"},
+      {"b100", "blackwell"},
+      {"b200", "blackwell"},
+      {"b300", "blackwell"},
+      {"gb200", "blackwell"},
+      {"gb300", "blackwell"},
+      {"blackwell", "blackwell"},
   };
   // Vendor and brand words glued to the model in a slug ("nvidiah100", "geforcertx4090").
   static constexpr std::string_view kBrandPrefixes[] = {"nvidia", "geforce", "tesla", "quadro"};
@@ -190,7 +210,8 @@ inline bool parse_shape(std::string_view text, std::map<std::string, int64_t>& s
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     const std::string quoted = "\"" + std::string(item) + "\"";
     size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
@@ -209,12 +230,14 @@ inline bool parse_shape(std::string_view text, std::map<std::string, int64_t>& s
     for (char c : value) {
       if (!value_ok) break;
       int d = c - '0';
-      if (v > (std::numeric_limits<int64_t>::max() - d) / 10) value_ok = false;
-      else v = v * 10 + d;
+      if (v > (std::numeric_limits<int64_t>::max() - d) / 10)
+        value_ok = false;
+      else
+        v = v * 10 + d;
     }
     if (!value_ok || v <= 0) {
-      error = quoted + ": expected a positive integer after '" + std::string(key) + "=', got \"" +
-              std::string(value) + "\"";
+      error = quoted + ": expected a positive integer after '" + std::string(key) + "=', got \"" + std::string(value) +
+              "\"";
       return false;
     }
     std::string lowered;
@@ -341,8 +364,8 @@ inline bool read_candidate(const nlohmann::json& entry, MatchCandidate& out, std
     dst = it->get_ref<const std::string&>();
     return true;
   };
-  if (!string_at(entry, "kernel_id", "kernel_id", true, out.kernel_id) ||
-      !string_at(entry, "op", "op", true, out.op) || !string_at(entry, "dtype", "dtype", true, out.dtype) ||
+  if (!string_at(entry, "kernel_id", "kernel_id", true, out.kernel_id) || !string_at(entry, "op", "op", true, out.op) ||
+      !string_at(entry, "dtype", "dtype", true, out.dtype) ||
       !string_at(entry, "target_gpu", "target_gpu", true, out.target_gpu) ||
       !string_at(entry, "language", "language", false, out.language) ||
       !string_at(entry, "source_path", "source_path", false, out.source_path) ||
@@ -536,8 +559,9 @@ inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, 
                   format_shape(c.shape) + ")";
     } else {
       std::string arch = gpu_architecture(query.gpu);
-      out.error = "no " + what + " kernel for GPU " + query.gpu + " (" + (arch.empty() ? "unknown architecture" : arch) +
-                  "): there are " + what + " kernels for " + detail::list_some(gpus);
+      out.error = "no " + what + " kernel for GPU " + query.gpu + " (" +
+                  (arch.empty() ? "unknown architecture" : arch) + "): there are " + what + " kernels for " +
+                  detail::list_some(gpus);
     }
     return out;
   }

@@ -75,8 +75,8 @@ struct Measurement {
   std::string purpose;  // eval | confirm
   std::string worker_id;
   std::string host;
-  std::string device;    // device model (the CPU model for the CPU backend)
-  std::string gpu_uuid;  // empty on the CPU backend
+  std::string device;     // device model (the CPU model for the CPU backend)
+  std::string gpu_uuid;   // empty on the CPU backend
   double speedup = 0;     // geometric mean of the cases' speedups
   double speedup_lo = 0;  // the lowest lower bound of the cases' 95 % intervals
   double speedup_hi = 0;  // the highest upper bound

@@ -27,7 +27,7 @@ struct SandboxOptions {
   int64_t cpu_time_s = 0;
   int64_t address_space_bytes = 0;
   int64_t file_size_bytes = 0;
-  int64_t max_processes = 0;  // RLIMIT_NPROC: per user, and not enforced for root
+  int64_t max_processes = 0;           // RLIMIT_NPROC: per user, and not enforced for root
   size_t max_output_bytes = 1u << 20;  // per stream; the middle of a longer stream is dropped
   bool isolate_network = true;
   // Skip the network namespace and go straight to the seccomp filter (to test the fallback).
@@ -49,14 +49,14 @@ struct SandboxOptions {
 };
 
 struct SandboxResult {
-  int exit_code = -1;    // -1 when killed by a signal
-  int term_signal = 0;   // the signal that ended the leader, 0 if it exited
+  int exit_code = -1;   // -1 when killed by a signal
+  int term_signal = 0;  // the signal that ended the leader, 0 if it exited
   bool timed_out = false;
   std::string stdout_text;  // capped: "[... N bytes dropped]" marks what was cut
   std::string stderr_text;
   double wall_s = 0;
-  std::string network_isolation;  // netns | seccomp | none
-  std::string pid_isolation;      // pidns | subreaper
+  std::string network_isolation;     // netns | seccomp | none
+  std::string pid_isolation;         // pidns | subreaper
   std::string filesystem_isolation;  // readonly_root | none (not requested, or not permitted here)
 
   bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }

@@ -21,8 +21,8 @@ namespace kiln::service {
 // What a handler factory gets to build its handler.
 struct ServiceContext {
   const config::KilnConfig* config = nullptr;
-  std::string state_dir;     // where durable files go (absolute)
-  std::string worker_id;     // unique per process start
+  std::string state_dir;  // where durable files go (absolute)
+  std::string worker_id;  // unique per process start
   std::shared_ptr<prometheus::Registry> metrics;
 };
 
@@ -31,8 +31,8 @@ struct ServiceHandlers {
   messaging::RequestHandler request;  // optional
   proto::Capabilities caps;
   int slots = 1;
-  std::string service;  // overrides the spec's service name when set (e.g. test.cuda vs test.cpu)
-  std::function<void()> on_stop;  // optional
+  std::string service;               // overrides the spec's service name when set (e.g. test.cuda vs test.cpu)
+  std::function<void()> on_stop;     // optional
   std::vector<metrics::Page> pages;  // served beside /metrics (optional)
 };
 

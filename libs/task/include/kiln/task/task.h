@@ -26,13 +26,13 @@ struct TensorSpec {
   DType dtype = DType::kF32;
   std::vector<std::string> shape;  // each a dim name ("B") or an integer literal ("4")
   InitKind init = InitKind::kNormal;
-  double init_a = 0, init_b = 1;   // uniform(a,b) / int(a,b) bounds
+  double init_a = 0, init_b = 1;  // uniform(a,b) / int(a,b) bounds
 };
 
 using Dims = std::map<std::string, int64_t>;  // one case: dim name -> size
 
 struct TaskSpec {
-  std::string name;     // [a-z0-9_]+
+  std::string name;  // [a-z0-9_]+
   std::string op;
   std::string backend;  // cuda | cpu
   std::string dtype;    // main dtype name, used in the kernel id

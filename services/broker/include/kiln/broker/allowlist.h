@@ -1,6 +1,7 @@
 // The external bridges' allowlist (DESIGN §2): which CURVE client keys the broker's ZAP handler admits,
 // and the name each one carries into logs and metrics. The file holds one "<name> <z85 public key>" per
-// line; a line starting with '#' is a comment, and so is a '#' word after the key; blank lines are ignored. `kiln keys new NAME` prints the line to add.
+// line; a line starting with '#' is a comment, and so is a '#' word after the key; blank lines are ignored. `kiln keys
+// new NAME` prints the line to add.
 #pragma once
 
 #include <map>

@@ -59,7 +59,7 @@ class Commands {
   struct PendingRequest {
     std::string client;  // identity
     std::string client_request_id;
-    std::string worker;  // identity answering
+    std::string worker;   // identity answering
     double deadline = 0;  // monotonic
   };
 

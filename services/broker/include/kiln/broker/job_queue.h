@@ -35,8 +35,8 @@ struct LiveJob {
   int attempt = 1;
   double timeout_s = 0;
   bool leased = false;
-  std::string worker;          // identity holding the lease
-  double lease_deadline = 0;   // monotonic
+  std::string worker;         // identity holding the lease
+  double lease_deadline = 0;  // monotonic
   double enqueued_mono = 0;
   double leased_mono = 0;
   std::string avoid_worker;  // a worker id not to lease it to while the service has another worker
@@ -134,8 +134,8 @@ class JobQueue {
   // Records a job's result (done or failed) and queues its follow-ups, in one transaction; follow-ups
   // whose ids exist already are dropped as duplicates. When the table cannot record it, the job goes
   // back to the queue instead and the error is returned.
-  Status complete(const std::string& job_id, JobState final_state, const std::string& result,
-                  const std::string& error, const std::vector<proto::FollowUp>& next);
+  Status complete(const std::string& job_id, JobState final_state, const std::string& result, const std::string& error,
+                  const std::vector<proto::FollowUp>& next);
 
   // ---- workers
   // Registers a worker (a READY). One already registered under the same identity is removed first (its
@@ -188,7 +188,7 @@ class JobQueue {
   std::unordered_map<std::string, LiveJob> jobs_;  // queued and leased only
   std::map<std::string, ServiceQueue> services_;
   std::set<std::string, std::less<>> known_services_;  // always admitted, never counted against kMaxServices
-  std::unordered_map<std::string, Worker> workers_;  // by identity
+  std::unordered_map<std::string, Worker> workers_;    // by identity
   double shortest_heartbeat_s_ = 0;
   // Jobs to dead-letter whose record could not be written (the table refused writes): retried on every
   // timer tick, so none is lost from memory or leased again past max_attempts.

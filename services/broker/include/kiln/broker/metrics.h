@@ -35,11 +35,11 @@ struct BrokerCounters {
 // Why a message was rejected: the label of kiln_broker_rejected_frames_total, a fixed set whatever the
 // message said (each series exists from the start, at 0).
 enum class Rejection {
-  kMalformed,         // frame count, protocol tag or command
-  kOversized,         // a body over max_message_bytes
-  kInvalidName,       // a service name (or worker id) outside the allowed length and charset
-  kTooManyServices,   // a new service past JobQueue::kMaxServices
-  kTooManyWorkers,    // a READY past max_workers
+  kMalformed,        // frame count, protocol tag or command
+  kOversized,        // a body over max_message_bytes
+  kInvalidName,      // a service name (or worker id) outside the allowed length and charset
+  kTooManyServices,  // a new service past JobQueue::kMaxServices
+  kTooManyWorkers,   // a READY past max_workers
   kBadReady,
   kBadResult,
   kBadSubmit,

@@ -33,8 +33,8 @@ struct CompilerOptions {
   double timeout_s = 120;                   // per compiler run
   std::string cxx = "g++";
   std::string nvcc = "/usr/local/cuda/bin/nvcc";
-  std::string cuda_arch = "sm_90";          // used when a request's arch is empty
-  int64_t max_log_bytes = 8192;             // build logs sent on are trimmed to this
+  std::string cuda_arch = "sm_90";  // used when a request's arch is empty
+  int64_t max_log_bytes = 8192;     // build logs sent on are trimmed to this
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.

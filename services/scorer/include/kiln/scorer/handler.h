@@ -41,7 +41,8 @@ class ScorerHandler {
 
   // The campaign's HTML report (kiln/report/report.h), with the registry entries read from
   // `registry_dir`; not_found for an unknown campaign. Safe to call from any thread.
-  Result<std::string> report_html(const std::string& campaign_id, const std::string& registry_dir, double promotion_bar);
+  Result<std::string> report_html(const std::string& campaign_id, const std::string& registry_dir,
+                                  double promotion_bar);
 
  private:
   ScorerHandler(std::unique_ptr<CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics);

@@ -18,7 +18,7 @@
 namespace kiln::task_ingest {
 
 struct IngestOptions {
-  int64_t default_budget = 16;       // used when a request's budget is negative
+  int64_t default_budget = 16;        // used when a request's budget is negative
   int64_t default_max_in_flight = 4;  // used when a request's max_in_flight is not positive
 };
 

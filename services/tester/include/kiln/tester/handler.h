@@ -37,7 +37,8 @@ struct TesterOptions {
   std::string gpu_claim_dir;    // cuda, gpu_index -1: claim the first free visible GPU there (gpu_claim.h)
   double timeout_s = 120;       // per evaluation child
   int64_t cpu_time_limit_s = 300;
-  int64_t memory_limit_mb = 8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
+  int64_t memory_limit_mb =
+      8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
   std::vector<int64_t> pin_cores;  // cores the child may use; empty: all
   config::TimingConfig timing;
   size_t max_log_bytes = 16384;  // of the child's output kept in the report
@@ -89,7 +90,8 @@ class TestHandler {
   // `screen`: the evaluator may stop timing a case early (timing.screen_below), never for a confirmation.
   std::vector<std::string> eval_argv(const char* result_file, bool screen = false) const;
   // The sandbox every run of the evaluation child gets (scratch, environment, limits, confinement).
-  sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv, double timeout_s) const;
+  sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv,
+                                        double timeout_s) const;
   // Profiler feedback for a correct CUDA verdict: the child once more, under ncu, calling only the
   // candidate. Fills report.profile and profile_summary; any trouble is a line in profile_summary.
   void profile(const std::string& scratch, proto::TestReport& report) const;
