@@ -52,8 +52,6 @@ constexpr size_t kReportKeyBytes = 32;
 // The profiling run's report and ncu's CSV, in the same scratch directory; at most this many kernel
 // launches are profiled (ncu replays each one many times).
 constexpr const char* kProfileResultFile = "profile.msgpack";
-// A confirming measurement's program id ends with this (the scorer's job naming).
-constexpr std::string_view kConfirmSuffix = "#confirm";
 constexpr const char* kProfileCsvFile = "ncu.csv";
 constexpr int kProfileMaxKernels = 16;
 constexpr size_t kMaxProfileCsvBytes = 4u << 20;
@@ -388,7 +386,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
 
   // A confirmation is measured in full; a first measurement may be screened.
   const std::string_view program_id = request.cand.program_id;
-  const bool confirmation = request.purpose == "confirm" || program_id.ends_with(kConfirmSuffix);
+  const bool confirmation = request.purpose == "confirm" || program_id.ends_with(proto::kConfirmSuffix);
   const bool screen = !confirmation && options_.timing.screen_below > 0;
   if (screen) metadata["timing_screen_below"] = short_number(options_.timing.screen_below);
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen), options_.timeout_s);

@@ -98,6 +98,10 @@ struct FollowUp {
   }
 };
 
+// A confirming measurement reuses the compile -> test chain with the program id "<program_id>#confirm":
+// the scorer names it so, and a tester measures such a job in full (never screened).
+inline constexpr std::string_view kConfirmSuffix = "#confirm";
+
 // A follow-up job for `service` carrying an encoded payload, with the service's default lease.
 inline FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {
   FollowUp f;

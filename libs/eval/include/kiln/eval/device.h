@@ -92,7 +92,7 @@ class Device {
   // beyond what the samples of one evaluation show (measured with A/A runs: the same kernel as candidate
   // and reference in separate evaluations). The speedup interval is widened by it, so that it owns up to
   // the offsets an evaluation cannot see from inside.
-  virtual double reproducibility_us(double median_us) const { return 0 * median_us; }
+  virtual double reproducibility_us(double /*median_us*/) const { return 0; }
 
   // Why the candidate could not be loaded (its fault: the verdict is load_failed), else empty.
   virtual std::string candidate_load_failure() const = 0;
