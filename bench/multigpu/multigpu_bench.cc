@@ -109,6 +109,13 @@ double sum_of_samples(const std::string& page, const std::string& name, const st
   return sum;
 }
 
+// The value of a series without labels ("name value").
+double value_of(const std::string& page, const std::string& name) {
+  std::smatch m;
+  if (std::regex_search(page, m, std::regex("(^|\n)" + name + R"re( ([0-9.eE+]+))re"))) return std::stod(m[2]);
+  return 0;
+}
+
 pid_t pid_of_worker(const std::string& worker_id) {
   auto dash = worker_id.rfind('-');
   if (dash == std::string::npos) return -1;
@@ -280,6 +287,31 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
                    {"test_queue_wait_mean_s", test_wait_n > 0 ? test_wait_s / test_wait_n : 0},
                    {"compile_jobs", compile_jobs},
                    {"compile_job_mean_s", compile_jobs > 0 ? compile_s / compile_jobs : 0}};
+  // Bytes on the wire: every message body the broker received and sent (jobs, results, blobs, heartbeats).
+  const double bytes_in = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", "direction=\"in\"");
+  const double bytes_out = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", "direction=\"out\"");
+  json by_command = json::object();
+  for (const char* cmd : {"READY", "JOB", "RESULT", "HEARTBEAT", "DISCONNECT", "SUBMIT", "ACK", "REQUEST", "REPLY"}) {
+    const std::string label = std::string("command=\"") + cmd + "\"";
+    const double in = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", label + ",direction=\"in\"");
+    const double out = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", label + ",direction=\"out\"");
+    if (in + out > 0) by_command[cmd] = {{"in", in}, {"out", out}};
+  }
+  // What the pipeline moves: jobs out, results (with the follow-up jobs they carry) in, the campaigns'
+  // submits, and the blob store's traffic; not this bench's own status queries, heartbeats or READYs.
+  auto command_bytes = [&](const char* cmd, const char* direction) {
+    return by_command.contains(cmd) ? by_command[cmd][direction].get<double>() : 0.0;
+  };
+  const double blob_bytes = value_of(broker_metrics, "kiln_broker_blob_bytes_total");
+  const double pipeline_bytes =
+      command_bytes("JOB", "out") + command_bytes("RESULT", "in") + command_bytes("SUBMIT", "in") + blob_bytes;
+  json wire = {{"by_command", by_command},
+               {"broker_bytes_in", bytes_in},
+               {"broker_bytes_out", bytes_out},
+               {"blob_bytes", blob_bytes},
+               {"pipeline_bytes", pipeline_bytes},
+               {"pipeline_bytes_per_candidate", scored_total > 0 ? pipeline_bytes / scored_total : 0},
+               {"bytes_per_candidate", scored_total > 0 ? (bytes_in + bytes_out) / scored_total : 0}};
   json gpu_json = json::object();
   for (const auto& [g, s] : gpus) gpu_json[g] = s.to_json();
   json r = {
@@ -299,6 +331,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
       {"late_results_dropped", sum_of_samples(broker_metrics, "kiln_broker_duplicates_total", "")},
       {"gpu_utilization_ratio", gpu_json},
       {"pipeline", pipeline},
+      {"wire", wire},
       {"killed", killed},
       {"campaigns", campaigns}};
   if (kill) {

@@ -68,6 +68,7 @@ struct Broker::Impl final : Outbox, QueueListener {
   Status send_raw(const std::string& peer, std::string_view command, const std::string& body) {
     zmq::socket_t* socket = is_external(peer) ? external.get() : router.get();
     if (socket == nullptr || peer.size() < 2) return unavailable("no socket for peer");
+    metrics.bytes_sent(command, body.size());
     return messaging::send_envelope(*socket, std::string_view(peer).substr(1), command, body);
   }
 
@@ -148,6 +149,7 @@ struct Broker::Impl final : Outbox, QueueListener {
         continue;
       }
       messaging::Envelope& e = env->value();
+      metrics.bytes_received(e.command, e.body.size());
       e.identity = std::move(peer);
       if (tag == kExternalTag) {
         // The ZAP handler put the bridge name on the connection. A name no longer on the list was
@@ -303,7 +305,9 @@ void Broker::run(const std::atomic<bool>& stop, std::atomic<bool>* reload_allowl
   // Tell workers we are going so they reconnect promptly to the next broker.
   for (const auto& [id, w] : m.queue.workers())
     (void)m.send_raw(id, proto::cmd::kDisconnect, proto::encode(proto::Disconnect{"broker stopping"}));
-  spdlog::info("broker: stopped");
+  const auto& c = m.metrics.counters();
+  spdlog::info("broker: stopped ({} jobs completed; {} bytes in, {} bytes out)", c.completed.load(), c.bytes_in.load(),
+               c.bytes_out.load());
 }
 
 }  // namespace kiln::broker

@@ -1,6 +1,7 @@
 #include "kiln/broker/metrics.h"
 
 #include "kiln/metrics/metrics.h"
+#include "kiln/proto/wire.h"
 
 namespace kiln::broker {
 
@@ -13,7 +14,11 @@ constexpr Rejection kAllRejections[] = {
     Rejection::kStoreUnavailable};
 
 // The job-table writes, the label of kiln_broker_store_write_failures_total.
-constexpr std::string_view kStoreOps[] = {"insert", "lease", "requeue", "complete"};
+// The commands of the protocol (frames.cc accepts no other), for the byte counters' label.
+constexpr std::string_view kCommands[] = {proto::cmd::kReady,     proto::cmd::kJob,        proto::cmd::kResult,
+                                          proto::cmd::kHeartbeat, proto::cmd::kDisconnect, proto::cmd::kSubmit,
+                                          proto::cmd::kAck,       proto::cmd::kRequest,    proto::cmd::kReply};
+constexpr std::string_view kStoreOps[] = {"insert", "lease", "requeue", "complete", "blob"};
 
 }  // namespace
 
@@ -100,11 +105,41 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
                                .Help("CURVE clients refused by the allowlist")
                                .Register(registry)
                                .Add({});
+  auto& bytes = BuildCounter()
+                    .Name("kiln_broker_bytes_total")
+                    .Help("Message bodies through the broker's sockets, by direction (in, out) and command")
+                    .Register(registry);
+  for (std::string_view command : kCommands)
+    for (const char* direction : {"in", "out"})
+      bytes_[{direction, std::string(command)}] =
+          &bytes.Add({{"direction", direction}, {"command", std::string(command)}});
+  blob_bytes_ = &BuildCounter()
+                     .Name("kiln_broker_blob_bytes_total")
+                     .Help("Blob-store requests and their replies (a part of kiln_broker_bytes_total)")
+                     .Register(registry)
+                     .Add({});
   bridge_keys_ = &BuildGauge()
                       .Name("kiln_bridge_allowlist_keys")
                       .Help("Keys on the external bridges' allowlist")
                       .Register(registry)
                       .Add({});
+}
+
+void BrokerMetrics::bytes_received(std::string_view command, size_t bytes) {
+  counters_.bytes_in += static_cast<int64_t>(bytes);
+  if (auto it = bytes_.find({"in", std::string(command)}); it != bytes_.end())
+    it->second->Increment(static_cast<double>(bytes));
+}
+
+void BrokerMetrics::bytes_sent(std::string_view command, size_t bytes) {
+  counters_.bytes_out += static_cast<int64_t>(bytes);
+  if (auto it = bytes_.find({"out", std::string(command)}); it != bytes_.end())
+    it->second->Increment(static_cast<double>(bytes));
+}
+
+void BrokerMetrics::blob_bytes(size_t bytes) {
+  counters_.blob_bytes += static_cast<int64_t>(bytes);
+  blob_bytes_->Increment(static_cast<double>(bytes));
 }
 
 void BrokerMetrics::set_service_gauges(const std::string& service, double queued, double leased, double workers) {

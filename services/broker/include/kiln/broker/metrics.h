@@ -11,8 +11,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace kiln::broker {
 
@@ -30,6 +32,9 @@ struct BrokerCounters {
   std::atomic<int64_t> store_write_failures{0};  // job-table writes that failed (disk or table full)
   std::atomic<bool> store_writable{true};        // false from a failed write until one succeeds
   std::atomic<int64_t> refused_results{0};       // RESULTs refused (their jobs released at once)
+  std::atomic<int64_t> bytes_in{0};              // message bodies received, every command
+  std::atomic<int64_t> bytes_out{0};             // message bodies sent, every command
+  std::atomic<int64_t> blob_bytes{0};            // blob-store requests and replies (part of the two above)
 };
 
 // Why a message was rejected: the label of kiln_broker_rejected_frames_total, a fixed set whatever the
@@ -63,6 +68,13 @@ class BrokerMetrics {
   BrokerMetrics& operator=(const BrokerMetrics&) = delete;
 
   const BrokerCounters& counters() const { return counters_; }
+
+  // Message bodies through the broker's sockets (kiln_broker_bytes_total{direction, command}); `command`
+  // is one the frames layer accepted (a fixed set).
+  void bytes_received(std::string_view command, size_t bytes);
+  void bytes_sent(std::string_view command, size_t bytes);
+  // Requests to the blob store and their replies (kiln_broker_blob_bytes_total), a part of the above.
+  void blob_bytes(size_t bytes);
 
   // Per service (label from JobQueue::service_label).
   void set_service_gauges(const std::string& service, double queued, double leased, double workers);
@@ -109,6 +121,8 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* bridge_messages_;
   prometheus::Counter* bridge_auth_failures_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> bytes_;  // by (direction, command)
+  prometheus::Counter* blob_bytes_;
   prometheus::Gauge* bridge_keys_;
 };
 
