@@ -142,7 +142,9 @@ Built build_one(kiln::compiler::CompileHandler& compiler, const kiln::proto::Fil
   }
   auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
   if (!test.is_ok()) return b;
-  b.kernel_so = std::move(test->kernel_so.data);
+  auto so = kiln::proto::kernel_library(*test, size_t{1} << 30);
+  if (!so.is_ok()) return b;
+  b.kernel_so = std::move(so).value();
   b.reference_so = std::move(test->reference_so.data);
   b.registers = test->build.registers;
   b.ok = true;

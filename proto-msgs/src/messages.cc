@@ -1,9 +1,36 @@
 // The schemas are header-only (fields() lists); this unit checks that every public header compiles
 // alone and instantiates each codec once so template errors surface here, not in a service.
+#include "kiln/core/compress.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 
 namespace kiln::proto {
+
+namespace {
+constexpr std::string_view kDeflate = "deflate";
+}
+
+void set_kernel_library(TestRequest& request, std::string so) {
+  std::string deflated = deflate_bytes(so);
+  if (!deflated.empty() && deflated.size() < so.size()) {
+    request.kernel_so_encoding = std::string(kDeflate);
+    request.kernel_so_size = static_cast<int64_t>(so.size());
+    request.kernel_so = Bytes{std::move(deflated)};
+  } else {
+    request.kernel_so_encoding.clear();
+    request.kernel_so_size = 0;
+    request.kernel_so = Bytes{std::move(so)};
+  }
+}
+
+Result<std::string> kernel_library(const TestRequest& request, size_t max_bytes) {
+  if (request.kernel_so_encoding.empty()) return request.kernel_so.data;
+  if (request.kernel_so_encoding != kDeflate)
+    return invalid_argument("kernel_so_encoding '" + request.kernel_so_encoding + "' is not one Kiln writes");
+  if (request.kernel_so_size < 0) return invalid_argument("kernel_so_size is negative");
+  return inflate_bytes(request.kernel_so.data, static_cast<size_t>(request.kernel_so_size), max_bytes);
+}
+
 namespace {
 [[maybe_unused]] void instantiate_all() {
   (void)decode<Ready>("");

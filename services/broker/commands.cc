@@ -246,7 +246,9 @@ void Commands::on_request(const Envelope& env) {
   if (!req.is_ok()) return reject(env.identity, Rejection::kBadRequest, "bad REQUEST: " + req.status().message());
   if (req->service == proto::svc::kBroker) {
     proto::Reply rep = answer_broker_query(*req, queue_, metrics_.counters().rejected_frames.load());
-    return out_.send(env.identity, proto::cmd::kReply, proto::encode(rep));
+    std::string reply = proto::encode(rep);
+    if (req->method.starts_with("blob.")) metrics_.blob_bytes(env.body.size() + reply.size());
+    return out_.send(env.identity, proto::cmd::kReply, reply);
   }
   if (!JobQueue::valid_service_name(req->service)) {
     reject(env.identity, Rejection::kInvalidName, "bad REQUEST: not a service name");

@@ -41,6 +41,11 @@ CREATE TABLE IF NOT EXISTS jobs (
   updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state) WHERE state IN ('queued', 'leased');
+CREATE TABLE IF NOT EXISTS blobs (
+  sha256     TEXT PRIMARY KEY,
+  data       BLOB NOT NULL,
+  created_at REAL NOT NULL
+);
 )sql";
 }  // namespace
 
@@ -191,6 +196,27 @@ Result<std::map<std::string, std::map<std::string, int64_t>>> JobTable::counts()
     out[st.column_text(0)][st.column_text(1)] = st.column_int(2);
   }
   return out;
+}
+
+Status JobTable::put_blob(const std::string& sha256, const std::string& data) {
+  KILN_RETURN_IF_ERROR(check_write("blob"));
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("INSERT OR IGNORE INTO blobs(sha256, data, created_at) VALUES(?,?,?)"));
+  st.bind(1, sha256).bind_blob(2, data).bind(3, wall_time_s());
+  return st.run();
+}
+
+Result<std::string> JobTable::get_blob(const std::string& sha256) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT data FROM blobs WHERE sha256=?"));
+  st.bind(1, sha256);
+  KILN_ASSIGN_OR_RETURN(bool row, st.step());
+  if (!row) return not_found("no blob " + sha256);
+  return st.column_blob(0);
+}
+
+Result<bool> JobTable::has_blob(const std::string& sha256) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT 1 FROM blobs WHERE sha256=?"));
+  st.bind(1, sha256);
+  return st.step();
 }
 
 }  // namespace kiln::broker

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "kiln/core/hash.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::broker {
@@ -48,6 +49,36 @@ proto::BrokerStatus status_of(JobQueue& queue, int64_t rejected_frames) {
   return st;
 }
 
+bool is_sha256_hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// "blob.put": the name must be the content's sha256, so nobody can plant content under another's name.
+Status put_blob(const proto::Request& req, JobTable& table) {
+  KILN_ASSIGN_OR_RETURN(proto::Blob blob, proto::decode<proto::Blob>(req.body.data));
+  if (!is_sha256_hex(blob.sha256)) return invalid_argument("blob.put: the name is not a lowercase hex sha256");
+  if (sha256_hex(blob.data.data) != blob.sha256)
+    return invalid_argument("blob.put: the content does not hash to " + blob.sha256);
+  return table.put_blob(blob.sha256, blob.data.data);
+}
+
+Result<std::string> get_blob(const proto::Request& req, JobTable& table) {
+  KILN_ASSIGN_OR_RETURN(proto::BlobQuery q, proto::decode<proto::BlobQuery>(req.body.data));
+  if (!is_sha256_hex(q.sha256)) return invalid_argument("blob.get: the name is not a lowercase hex sha256");
+  KILN_ASSIGN_OR_RETURN(std::string data, table.get_blob(q.sha256));
+  return proto::encode(proto::Blob{q.sha256, proto::Bytes{std::move(data)}});
+}
+
+Status has_blob(const proto::Request& req, JobTable& table) {
+  KILN_ASSIGN_OR_RETURN(proto::BlobQuery q, proto::decode<proto::BlobQuery>(req.body.data));
+  if (!is_sha256_hex(q.sha256)) return invalid_argument("blob.has: the name is not a lowercase hex sha256");
+  KILN_ASSIGN_OR_RETURN(bool held, table.has_blob(q.sha256));
+  return held ? Status::ok() : not_found("no blob " + q.sha256);
+}
+
 }  // namespace
 
 proto::Reply answer_broker_query(const proto::Request& req, JobQueue& queue, int64_t rejected_frames) {
@@ -77,8 +108,23 @@ proto::Reply answer_broker_query(const proto::Request& req, JobQueue& queue, int
       rep.ok = true;
       rep.body = proto::Bytes{proto::encode(js)};
     }
+  } else if (req.method == proto::blob_method::kPut) {
+    Status st = put_blob(req, queue.table());
+    rep.ok = st.is_ok();
+    rep.error = st.is_ok() ? "" : st.message();
+  } else if (req.method == proto::blob_method::kHas) {
+    Status st = has_blob(req, queue.table());
+    rep.ok = st.is_ok();
+    rep.error = st.is_ok() ? "" : st.message();
+  } else if (req.method == proto::blob_method::kGet) {
+    auto blob = get_blob(req, queue.table());
+    rep.ok = blob.is_ok();
+    if (blob.is_ok())
+      rep.body = proto::Bytes{std::move(blob).value()};
+    else
+      rep.error = blob.status().message();
   } else {
-    rep.error = "broker: unknown method '" + req.method + "' (status, job)";
+    rep.error = "broker: unknown method '" + req.method + "' (status, job, blob.put, blob.get, blob.has)";
   }
   return rep;
 }

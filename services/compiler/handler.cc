@@ -424,12 +424,14 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
     });
   };
 
-  auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return end(messaging::job_fault(spec.status().with_context("task package")));
+  auto package = tasks_->resolve(request.task_blob, request.files);
+  if (!package.is_ok()) return end(package.status());
+  const proto::FileMap& files = (*package)->files;
+  const task::TaskSpec* spec = &(*package)->spec;
   // Every proposal's code passes here before anything is built, whoever proposed it (tuner, LLM, an
   // external bridge's compile job): the task's kernel outside the editable regions is Kiln's. A proposal
   // that changed it, or whose region bodies do not fit, is scored as no code (stage "propose").
-  auto accepted = task::accept_proposal(request.files.at(spec->kernel_file).data, cand.code, cand.regions);
+  auto accepted = task::accept_proposal(files.at(spec->kernel_file).data, cand.code, cand.regions);
   if (!accepted.is_ok()) return end(messaging::candidate_fault(accepted.status()), "propose");
   cand.code = std::move(accepted).value();
   cand.regions.clear();
@@ -450,15 +452,14 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
   // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy
   // machine.
-  auto reference =
-      build(backend, arch, request.files, spec->reference_file, request.files.at(spec->reference_file).data, {});
+  auto reference = build(backend, arch, files, spec->reference_file, files.at(spec->reference_file).data, {});
   if (!reference.is_ok()) return end(messaging::worker_fault(reference.status().with_context("toolchain")));
   if (!reference->info.ok) {
     const std::string why = "the reference failed to build (a problem of the task, not of the candidate):\n" +
                             trim_log(reference->info.log, kMaxRetryLogBytes);
     return end(reference->timed_out ? deadline_exceeded(why) : failed_precondition(why));
   }
-  auto kernel = build(backend, arch, request.files, spec->kernel_file, cand.code, cand.params);
+  auto kernel = build(backend, arch, files, spec->kernel_file, cand.code, cand.params);
   if (!kernel.is_ok()) return end(messaging::worker_fault(kernel.status().with_context("toolchain")));
   if (!kernel->info.ok) {
     return end(invalid_argument("the candidate does not build: " + kernel->info.process.message), "compile",
@@ -468,9 +469,12 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   proto::TestRequest test;
   test.cand = cand;
   test.purpose = "eval";
-  test.files = request.files;
-  test.kernel_so = proto::Bytes{std::move(kernel->so)};
-  test.reference_so = proto::Bytes{std::move(reference->so)};
+  // The package and the reference go by name when they can (one fetch per tester, not one copy per job).
+  test.task_blob = (*package)->blob.empty() ? tasks_->publish(files) : (*package)->blob;
+  if (test.task_blob.empty()) test.files = files;
+  test.reference_blob = tasks_->publish_bytes(reference->so);
+  if (test.reference_blob.empty()) test.reference_so = proto::Bytes{std::move(reference->so)};
+  proto::set_kernel_library(test, std::move(kernel->so));
   test.build = kernel->info;
   return messaging::JobOutcome::ok({proto::FollowUp{
       proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0, request.avoid_tester}});
@@ -495,6 +499,7 @@ Result<service::ServiceHandlers> make_compile_handlers(const service::ServiceCon
   if (!ctx.config) return invalid_argument("compiler: no config");
   auto options = options_from_config(ctx.config->compiler, ctx.state_dir);
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<CompileHandler> handler, CompileHandler::create(options, ctx.metrics));
+  if (ctx.tasks) handler->set_task_source(ctx.tasks);
   service::ServiceHandlers h;
   h.job = [handler](const proto::Job& job) { return handler->handle(job); };
   h.caps = handler->capabilities();

@@ -104,8 +104,10 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   Proposer& proposer = *found->second;
   info.model = proposer.model();
 
-  auto spec = task::parse_task(req.files);
-  if (!spec.is_ok()) return propose_failed(req, info, messaging::job_fault(spec.status().with_context("task package")));
+  auto package = tasks_->resolve(req.task_blob, req.files);
+  if (!package.is_ok()) return propose_failed(req, info, package.status());
+  if (req.files.empty()) req.files = (*package)->files;  // the proposers read the package from the request
+  const task::TaskSpec* spec = &(*package)->spec;
 
   auto cand = proposer.propose_with_info(req, info);
   if (info.model.empty()) info.model = proposer.model();
@@ -122,7 +124,9 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.cand.proposal_index = req.proposal_index;
   compile.backend = spec->backend;
   compile.arch = spec->backend == "cuda" ? options_.cuda_arch : std::string("native");
-  compile.files = std::move(req.files);
+  // A package that came by name goes on by name.
+  compile.task_blob = (*package)->blob;
+  if (compile.task_blob.empty()) compile.files = std::move(req.files);
   return messaging::JobOutcome::ok(
       {follow_up(proto::svc::kCompile, req.program_id + ":compile", proto::encode(compile))});
 }
@@ -133,6 +137,7 @@ Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceCon
   ProposeOptions options;
   options.cuda_arch = cfg.compiler.cuda_arch;
   auto handler = std::make_shared<ProposeHandler>(options, ctx.metrics);
+  if (ctx.tasks) handler->set_task_source(ctx.tasks);
   handler->add(std::string(kDefaultProposer), std::make_unique<TunerProposer>());
   // The LLM proposer is always there: without a reachable server its proposals are given back, and after
   // max_attempts end as not evaluated with the reason, which is what a campaign asking for it should see.

@@ -62,7 +62,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   compile.cand = candidate_of(c, p0, 0);
   compile.backend = c.backend;
   compile.arch = arch_for(options_, c.backend);
-  compile.files = c.files;
+  attach_package(options_, c, &compile.files, &compile.task_blob);
   fx.next.push_back(follow_up(proto::svc::kCompile, p0.id + ":compile", proto::encode(compile)));
 
   // Proposals start at once, beside program 0, so the first wave does not wait for its score.

@@ -52,7 +52,7 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
   compile.cand.program_id = p.id + std::string(kConfirmSuffix);
   compile.backend = c.backend;
   compile.arch = arch_for(options_, c.backend);
-  compile.files = c.files;
+  attach_package(options_, c, &compile.files, &compile.task_blob);
   // Measured again by another tester (another GPU) than the first time, when one is connected.
   KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, kEval));
   if (eval) compile.avoid_tester = eval->test.worker.worker_id;

@@ -50,7 +50,10 @@ Status Proposals::issue(CampaignRow& c, Effects& fx) {
   req.proposer = c.proposer;
   req.parent_eval_log = parent->eval.eval_log;
   req.seed = static_cast<int64_t>(seed >> 1);  // non-negative
-  req.files = c.files;
+  if (c.proposer == proposer::kExternal)
+    req.files = c.files;
+  else
+    attach_package(options_, c, &req.files, &req.task_blob);
   req.island = island;
   req.budget = c.budget;
   req.tuner_blocks = options_.tuner_blocks;

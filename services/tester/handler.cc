@@ -49,6 +49,9 @@ constexpr const char* kResultFile = "result.msgpack";
 // code runs.
 constexpr const char* kReportKeyFile = "report.key";
 constexpr size_t kReportKeyBytes = 32;
+// A kernel library larger than this as built is refused before it is inflated (a built kernel is kilobytes to
+// a few megabytes; a message is at most broker.max_message_bytes, 64 MiB by default, deflated).
+constexpr size_t kMaxLibraryBytes = size_t{512} << 20;
 // The profiling run's report and ncu's CSV, in the same scratch directory; at most this many kernel
 // launches are profiled (ncu replays each one many times).
 constexpr const char* kProfileResultFile = "profile.msgpack";
@@ -87,15 +90,16 @@ std::string host_arch() {
   return uname(&u) == 0 ? u.machine : "";
 }
 
-Status write_request_files(const std::string& dir, const proto::TestRequest& request) {
+Status write_request_files(const std::string& dir, const proto::FileMap& files, const std::string& kernel_so,
+                           const std::string& reference_so) {
   // File names come from a package that task::parse_task accepted: relative, without "..".
-  for (const auto& [name, content] : request.files) {
+  for (const auto& [name, content] : files) {
     const std::string path = dir + "/" + kTaskDir + "/" + name;
     KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
     KILN_RETURN_IF_ERROR(write_file_atomic(path, content.data));
   }
-  KILN_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kKernelFile, request.kernel_so.data));
-  return write_file_atomic(dir + "/" + kReferenceFile, request.reference_so.data);
+  KILN_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kKernelFile, kernel_so));
+  return write_file_atomic(dir + "/" + kReferenceFile, reference_so);
 }
 
 // A fresh key for one run of the evaluation child, in `dir` where it reads (and removes) it: only a report
@@ -369,8 +373,15 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   // Whose fault each failure is, for messaging::outcome_for: a task package that does not parse, or one
   // routed to the wrong backend, is the job's, permanently; trouble running the evaluation here is this
   // worker's. Neither is the candidate's: its own failures are reports.
-  auto spec = task::parse_task(request.files);
-  if (!spec.is_ok()) return messaging::job_fault(spec.status()).with_context("tester: task");
+  auto resolved = tasks_->resolve(request.task_blob, request.files);
+  if (!resolved.is_ok()) return resolved.status().with_context("tester: task");
+  const std::shared_ptr<const service::TaskPackage> package = std::move(resolved).value();
+  auto reference = tasks_->content(request.reference_blob, request.reference_so.data);
+  if (!reference.is_ok()) return reference.status().with_context("tester: reference");
+  const std::shared_ptr<const std::string> reference_so = std::move(reference).value();
+  auto kernel_so = proto::kernel_library(request, kMaxLibraryBytes);
+  if (!kernel_so.is_ok()) return messaging::job_fault(kernel_so.status()).with_context("tester: kernel library");
+  const task::TaskSpec* spec = &package->spec;
   if (spec->backend != options_.backend) {
     return failed_precondition("tester: the task's backend is " + spec->backend + ", this tester runs " +
                                options_.backend);
@@ -378,7 +389,8 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
 
   TempDir scratch("kiln-test");
   KILN_RETURN_IF_ERROR(
-      messaging::worker_fault(write_request_files(scratch.path(), request)).with_context("tester: scratch dir"));
+      messaging::worker_fault(write_request_files(scratch.path(), package->files, *kernel_so, *reference_so))
+          .with_context("tester: scratch dir"));
 
   auto report_key = write_report_key(scratch.path());
   if (!report_key.is_ok()) return messaging::worker_fault(report_key.status()).with_context("tester");
@@ -489,6 +501,7 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   TesterOptions options = options_from_config(ctx.config->tester);
   options.worker_id = ctx.worker_id;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
+  if (ctx.tasks) handler->set_task_source(ctx.tasks);
   handler->start_gpu_monitor(ctx.metrics);
   if (ctx.metrics) handler->start_metrics(*ctx.metrics);
   service::ServiceHandlers h;

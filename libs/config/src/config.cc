@@ -49,6 +49,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"broker.heartbeat_liveness", &c.broker.heartbeat_liveness},
       {"broker.max_message_bytes", &c.broker.max_message_bytes},
       {"broker.max_table_mb", &c.broker.max_table_mb},
+      {"broker.blob_store", &c.broker.blob_store},
       {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
       {"broker.metrics_port", &c.broker.metrics_port},
       {"broker.external_bind", &c.broker.external_bind},
@@ -360,6 +361,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   constexpr int64_t kMinMessageBytes = 4096;  // below this not even a READY with capabilities fits
   v.at_least("broker.max_message_bytes", b.max_message_bytes, kMinMessageBytes);
   v.at_least("broker.max_table_mb", b.max_table_mb, int64_t{0});
+  if (b.blob_store != 0 && b.blob_store != 1)
+    v.error("broker.blob_store", "expected 0 or 1, got " + std::to_string(b.blob_store));
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);

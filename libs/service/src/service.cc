@@ -67,6 +67,13 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
   ctx.state_dir = std::filesystem::absolute(state_dir).string();
   ctx.worker_id = worker_id.empty() ? spec.name + "-" + hostname() + "-" + std::to_string(::getpid()) : worker_id;
   ctx.metrics = std::make_shared<prometheus::Registry>();
+  const std::string endpoint = broker.empty() ? messaging::connect_endpoint(cfg->broker.bind) : broker;
+  messaging::SocketOptions socket_options;
+  socket_options.max_message_bytes = cfg->broker.max_message_bytes;
+  // Declared before the handlers, which may hold sockets of it (the blob store's), so it outlives them.
+  zmq::context_t zctx(1);
+  ctx.tasks = std::make_shared<TaskSource>(
+      cfg->broker.blob_store == 1 ? messaging::BlobClient::connect(zctx, endpoint, socket_options) : nullptr);
 
   auto handlers = spec.make(ctx);
   if (!handlers.is_ok()) {
@@ -80,7 +87,7 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
     return 1;
   }
   messaging::WorkerOptions wo;
-  wo.endpoint = broker.empty() ? messaging::connect_endpoint(cfg->broker.bind) : broker;
+  wo.endpoint = endpoint;
   wo.service = handlers->service.empty() ? spec.service : handlers->service;
   wo.worker_id = ctx.worker_id;
   wo.slots = slots > 0 ? slots : handlers->slots;
@@ -88,13 +95,12 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
   if (wo.caps.host.empty()) wo.caps.host = hostname();
   wo.heartbeat_interval_s = cfg->broker.heartbeat_interval_s;
   wo.heartbeat_liveness = static_cast<int>(cfg->broker.heartbeat_liveness);
-  wo.socket.max_message_bytes = cfg->broker.max_message_bytes;
+  wo.socket = socket_options;
 
   const std::atomic<bool>& stop = stop_on_signals();
 
   spdlog::info("worker {} for '{}' ({} slot(s)) -> {}; metrics on :{}", wo.worker_id, wo.service, wo.slots, wo.endpoint,
                (*server)->port());
-  zmq::context_t zctx(1);
   messaging::Worker worker(zctx, wo, handlers->job, handlers->request);
   worker.run(stop);
   if (handlers->on_stop) handlers->on_stop();

@@ -17,6 +17,8 @@
 #include "kiln/config/config.h"
 #include "kiln/core/files.h"
 #include "kiln/core/time.h"
+#include "kiln/core/hash.h"
+#include "kiln/messaging/blobs.h"
 #include "kiln/messaging/client.h"
 #include "kiln/messaging/worker.h"
 #include "kiln/proto/payloads.h"
@@ -871,4 +873,50 @@ TEST_CASE("the broker registers at most max_workers workers and says so to the n
   ready_from(a, "a");
   CHECK_FALSE(a.wait_for(proto::cmd::kAck, 0.3));
   CHECK(workers() == 2);
+}
+
+TEST_CASE("the blob store keeps content by its sha256 across restarts and refuses content under a false name",
+          "[broker][blobs]") {
+  TempDir dir("kiln-broker-blobs");
+  const std::string db = dir.path() + "/b.db";
+  const std::string package = proto::encode(proto::TaskFiles{{{"task.yaml", proto::Bytes{"name: t\n"}}}});
+  std::string name;
+  {
+    RunningBroker b({}, db);
+    auto blobs = messaging::BlobClient::connect(b.ctx, b.endpoint(), {}, 2.0);
+    auto put = blobs->put(package);
+    REQUIRE(put.is_ok());
+    name = *put;
+    CHECK(name == sha256_hex(package));
+    CHECK(blobs->put(package).value() == name);  // once per process: no second round trip needed
+
+    messaging::Client client(b.ctx, b.endpoint());
+    // Content under another content's name, a name that is no sha256, and a body that does not decode.
+    auto forged =
+        client.request("broker", "blob.put", proto::encode(proto::Blob{sha256_hex("other"), proto::Bytes{"x"}}));
+    REQUIRE_FALSE(forged.is_ok());
+    CHECK(forged.status().message().find("does not hash to") != std::string::npos);
+    auto bad_name =
+        client.request("broker", "blob.put", proto::encode(proto::Blob{"../../etc/passwd", proto::Bytes{"x"}}));
+    REQUIRE_FALSE(bad_name.is_ok());
+    CHECK(bad_name.status().message().find("not a lowercase hex sha256") != std::string::npos);
+    CHECK_FALSE(client.request("broker", "blob.get", "not msgpack").is_ok());
+    auto missing = client.request("broker", "blob.get", proto::encode(proto::BlobQuery{sha256_hex("never put")}));
+    REQUIRE_FALSE(missing.is_ok());
+    CHECK(missing.status().message().find("no blob") != std::string::npos);
+    CHECK(client.request("broker", "blob.has", proto::encode(proto::BlobQuery{name})).is_ok());
+    CHECK_FALSE(client.request("broker", "blob.has", proto::encode(proto::BlobQuery{sha256_hex("never put")})).is_ok());
+  }
+  // Another process, after a broker restart: the content comes back, checked against its name, and is
+  // fetched once.
+  RunningBroker b2({}, db);
+  auto fresh = messaging::BlobClient::connect(b2.ctx, b2.endpoint(), {}, 2.0);
+  auto got = fresh->get(name);
+  REQUIRE(got.is_ok());
+  CHECK(**got == package);
+  CHECK(fresh->get(name).is_ok());
+  CHECK(fresh->fetches() == 1);
+  auto unknown = fresh->get(sha256_hex("never put"));
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK(unknown.status().code() == StatusCode::kUnavailable);  // a job waiting on it is retried
 }

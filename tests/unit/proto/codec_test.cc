@@ -199,14 +199,85 @@ TEST_CASE("two streams share a log budget", "[proto]") {
   CHECK(stream_budgets(500, 500, 101) == Budget{50, 51});  // half each
 }
 
-TEST_CASE("the envelope says version 2, and version-1 messages still decode", "[proto]") {
+TEST_CASE("the envelope says version 3, and version-1 messages still decode", "[proto]") {
   auto parsed = Reader::parse(encode(Job{"j", 1, "s", {}, 0}));
   REQUIRE(parsed.is_ok());
-  CHECK(parsed->version() == 2);
+  CHECK(parsed->version() == 3);
   auto old = Reader::parse(golden("job"));
   REQUIRE(old.is_ok());
   CHECK(old->version() == 1);
   CHECK(decode<Job>(golden("job")).is_ok());
+}
+
+namespace {
+// A TestRequest as written before schema 3.
+struct OldTestRequest {
+  Candidate cand;
+  std::string purpose = "eval";
+  FileMap files;
+  Bytes kernel_so, reference_so;
+  template <class V>
+  void fields(V& v) {
+    v("cand", cand);
+    v("purpose", purpose);
+    v("files", files);
+    v("kernel_so", kernel_so);
+    v("reference_so", reference_so);
+  }
+};
+}  // namespace
+
+TEST_CASE("a job names its task package and reference by blob, and an older job that carries them still decodes",
+          "[proto]") {
+  TestRequest named;
+  named.task_blob = std::string(64, 'a');
+  named.reference_blob = std::string(64, 'b');
+  named.kernel_so = Bytes{"so"};
+  auto back = decode<TestRequest>(encode(named));
+  REQUIRE(back.is_ok());
+  CHECK(back->files.empty());
+  CHECK(back->task_blob == named.task_blob);
+  CHECK(back->reference_blob == named.reference_blob);
+  // A request from before schema 3: no blob keys, the package inline.
+  OldTestRequest old;
+  old.files["task.yaml"] = Bytes{"name: t"};
+  old.reference_so = Bytes{"ref"};
+  auto from_old = decode<TestRequest>(encode(old));
+  REQUIRE(from_old.is_ok());
+  CHECK(from_old->task_blob.empty());
+  CHECK(from_old->files.at("task.yaml").data == "name: t");
+  CHECK(from_old->reference_so.data == "ref");
+}
+
+TEST_CASE("a kernel library travels deflated and comes back as built; a request that lies about it is refused",
+          "[proto]") {
+  std::string so(16384, '\0');
+  so.replace(0, 4,
+             "\x7f"
+             "ELF");
+  TestRequest req;
+  set_kernel_library(req, so);
+  CHECK(req.kernel_so_encoding == "deflate");
+  CHECK(req.kernel_so.data.size() < so.size() / 4);
+  auto back = decode<TestRequest>(encode(req));
+  REQUIRE(back.is_ok());
+  CHECK(kernel_library(*back, 1 << 20).value() == so);
+  CHECK_FALSE(kernel_library(*back, 4096).is_ok());  // bounded before inflating
+
+  TestRequest lying = *back;
+  lying.kernel_so_size = 100;
+  CHECK_FALSE(kernel_library(lying, 1 << 20).is_ok());
+  lying.kernel_so_size = -1;
+  CHECK_FALSE(kernel_library(lying, 1 << 20).is_ok());
+  lying = *back;
+  lying.kernel_so_encoding = "gzip";
+  CHECK_FALSE(kernel_library(lying, 1 << 20).is_ok());
+
+  // Content deflate cannot shrink goes as it is; so does a request from before schema 3.
+  TestRequest tiny;
+  set_kernel_library(tiny, "ab");
+  CHECK(tiny.kernel_so_encoding.empty());
+  CHECK(kernel_library(tiny, 10).value() == "ab");
 }
 
 TEST_CASE("per-case numbers round-trip", "[proto]") {

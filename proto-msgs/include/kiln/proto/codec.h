@@ -28,7 +28,10 @@ namespace kiln::proto {
 //   2: EvalResult's timing fields (runtime, runtime_improvement, runtime_stats, improve_over_baseline)
 //      and CampaignInfo.best_speedup* summarize every benchmark case (geometric means) instead of the
 //      first one; with one case they are unchanged.
-inline constexpr int64_t kSchemaVersion = 2;
+//   3: the task package of a ProposalRequest, CompileRequest or TestRequest and a TestRequest's reference
+//      may travel as blobs of the broker's store (task_blob, reference_blob): `files` or `reference_so`
+//      empty then means "fetch the blob", not "no files".
+inline constexpr int64_t kSchemaVersion = 3;
 
 // Raw bytes: encoded as msgpack bin, where std::string is encoded as str.
 struct Bytes {

@@ -171,6 +171,15 @@ struct PromptStrategy {
   }
 };
 
+// A task package as a blob (the content of ProposalRequest.task_blob and its kin).
+struct TaskFiles {
+  FileMap files;
+  template <class V>
+  void fields(V& v) {
+    v("files", files);
+  }
+};
+
 struct ProposalRequest {
   Candidate parent;        // the program to start from (code, params)
   std::string program_id;  // id the new candidate gets
@@ -178,7 +187,10 @@ struct ProposalRequest {
   std::string proposer = "tuner";
   std::string parent_eval_log;
   int64_t seed = 0;
-  FileMap files;  // the task package
+  FileMap files;  // the task package, or empty when `task_blob` names it
+  // Optional (schema 3): the task package as a blob of the broker's store (an encoded TaskFiles, named by its
+  // sha256). A job carries `files` or names them here; receivers fetch a name once (messaging/blobs.h).
+  std::string task_blob;
   // Optional (v2), from the MAP-Elites archive: where the parent sits, ideas from other cells, the cell
   // the proposer is asked to aim for, and the strategy section to use (evolve_prompt: rewrite it first).
   int64_t island = 0;
@@ -206,14 +218,16 @@ struct ProposalRequest {
     v("evolve_prompt", evolve_prompt);
     v("budget", budget);
     v("tuner_blocks", tuner_blocks);
+    v("task_blob", task_blob);
   }
 };
 
 struct CompileRequest {
   Candidate cand;
-  std::string backend;  // cuda | cpu
-  std::string arch;     // nvcc target (sm_90) or "native"
-  FileMap files;        // the task package (reference source, task.yaml)
+  std::string backend;    // cuda | cpu
+  std::string arch;       // nvcc target (sm_90) or "native"
+  FileMap files;          // the task package (reference source, task.yaml), or empty when `task_blob` names it
+  std::string task_blob;  // optional (schema 3): see ProposalRequest
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
   // is measured by another tester than the first measurement when there is one. Empty: any.
   std::string avoid_tester;
@@ -224,6 +238,7 @@ struct CompileRequest {
     v("arch", arch);
     v("files", files);
     v("avoid_tester", avoid_tester);
+    v("task_blob", task_blob);
   }
 };
 
@@ -303,10 +318,17 @@ struct BuildInfo {
 struct TestRequest {
   Candidate cand;
   std::string purpose = "eval";  // eval | confirm
-  FileMap files;
+  FileMap files;                 // or empty when `task_blob` names them
   Bytes kernel_so;
-  Bytes reference_so;
+  Bytes reference_so;  // or empty when `reference_blob` names it
   BuildInfo build;
+  // Optional (schema 3): blobs of the broker's store in place of `files` and `reference_so` (ProposalRequest).
+  std::string task_blob;
+  std::string reference_blob;
+  // Optional (schema 3): "deflate" when `kernel_so` is zlib-deflated (kernel_library() reads it either way);
+  // `kernel_so_size` is then its size as built.
+  std::string kernel_so_encoding;
+  int64_t kernel_so_size = 0;
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -315,8 +337,18 @@ struct TestRequest {
     v("kernel_so", kernel_so);
     v("reference_so", reference_so);
     v("build", build);
+    v("task_blob", task_blob);
+    v("reference_blob", reference_blob);
+    v("kernel_so_encoding", kernel_so_encoding);
+    v("kernel_so_size", kernel_so_size);
   }
 };
+
+// The kernel library of a TestRequest as built, deflated on the wire when that makes it smaller.
+void set_kernel_library(TestRequest& request, std::string so);
+// The library as built; a size over `max_bytes`, an unknown encoding or content that does not inflate to the
+// size it states is kInvalidArgument.
+Result<std::string> kernel_library(const TestRequest& request, size_t max_bytes);
 
 struct Stats {
   int64_t n = 0;

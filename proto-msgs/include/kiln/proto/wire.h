@@ -287,4 +287,34 @@ struct JobStatus {
   }
 };
 
+// The broker's blob store (DESIGN §1): content named by its sha256, put once by whoever has it and fetched
+// by whoever needs it ("blob.put" with a Blob, answered with an empty body; "blob.get" with a BlobQuery,
+// answered with the Blob; "blob.has" with a BlobQuery, answered with an empty body when the store holds it
+// and an error when not, so a writer sends content the store already has only once). Task packages (TaskFiles) and
+// built references travel this way, so a job names them instead of carrying them.
+struct Blob {
+  std::string sha256;  // lowercase hex sha256 of `data`
+  Bytes data;
+  template <class V>
+  void fields(V& v) {
+    v("sha256", sha256);
+    v("data", data);
+  }
+};
+
+struct BlobQuery {
+  std::string sha256;
+  template <class V>
+  void fields(V& v) {
+    v("sha256", sha256);
+  }
+};
+
+// Broker methods of the blob store.
+namespace blob_method {
+inline constexpr std::string_view kPut = "blob.put";
+inline constexpr std::string_view kGet = "blob.get";
+inline constexpr std::string_view kHas = "blob.has";
+}  // namespace blob_method
+
 }  // namespace kiln::proto

@@ -20,7 +20,8 @@ struct BrokerConfig {
   double heartbeat_interval_s = 1.0;
   int64_t heartbeat_liveness = 4;  // peer dead after this many silent intervals
   int64_t max_message_bytes = 64ll << 20;
-  int64_t max_table_mb = 0;                          // bound on the job table's file; 0: none (the disk is the bound)
+  int64_t max_table_mb = 0;  // bound on the job table's file; 0: none (the disk is the bound)
+  int64_t blob_store = 1;    // 1: jobs name task packages and built references by blob; 0: they carry them
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
       {"default", 60},
       {"compile", 180},

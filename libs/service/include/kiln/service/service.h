@@ -15,6 +15,7 @@
 #include "kiln/messaging/handler.h"
 #include "kiln/metrics/metrics.h"
 #include "kiln/proto/wire.h"
+#include "kiln/service/task_source.h"
 
 namespace kiln::service {
 
@@ -24,6 +25,9 @@ struct ServiceContext {
   std::string state_dir;  // where durable files go (absolute)
   std::string worker_id;  // unique per process start
   std::shared_ptr<prometheus::Registry> metrics;
+  // Task packages by blob name (task_source.h); set by run_worker_service, null in tests that pass
+  // packages inline (make_* factories then make their own inline-only source).
+  std::shared_ptr<TaskSource> tasks;
 };
 
 struct ServiceHandlers {

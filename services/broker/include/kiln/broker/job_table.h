@@ -54,6 +54,13 @@ class JobTable {
   // Counts by service and state, for status queries.
   Result<std::map<std::string, std::map<std::string, int64_t>>> counts();
 
+  // The blob store beside the jobs (DESIGN §1): content named by its sha256 (lowercase hex), written
+  // once. put_blob does not check the name (the caller does); a second put of a name is a no-op.
+  Status put_blob(const std::string& sha256, const std::string& data);
+  // not_found when there is no such blob.
+  Result<std::string> get_blob(const std::string& sha256);
+  Result<bool> has_blob(const std::string& sha256);
+
  private:
   explicit JobTable(store::Database db) : db_(std::move(db)) {}
   Status check_write(std::string_view op) const { return write_fault_ ? write_fault_(op) : Status::ok(); }

@@ -1,5 +1,6 @@
 // The broker's own queries (REQUEST to service "broker", DESIGN §2): "status" (queues, workers, rejected
-// messages) and "job" (one job's state, attempt, error and result). Read-only over the job queue and its
+// messages), "job" (one job's state, attempt, error and result) and the blob store ("blob.put", "blob.get",
+// "blob.has"). Over the job queue and its
 // table; no socket.
 #pragma once
 

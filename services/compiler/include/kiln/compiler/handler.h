@@ -74,6 +74,9 @@ class CompileHandler {
   // "g++ (Debian 12.2.0-14) 12.2.0" for cpu, nvcc's last version line for cuda; asked once, then cached.
   Result<std::string> toolchain(const std::string& backend);
   proto::Capabilities capabilities();
+  // Where task packages named by blob come from, and where built references are put (default: inline
+  // only). Set up before the first job.
+  void set_task_source(std::shared_ptr<service::TaskSource> tasks) { tasks_ = std::move(tasks); }
 
  private:
   CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics);
@@ -84,6 +87,7 @@ class CompileHandler {
                       const std::map<std::string, std::string>& defines);
 
   CompilerOptions options_;
+  std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
   std::shared_ptr<prometheus::Registry> metrics_;
   prometheus::Counter* cache_hits_ = nullptr;  // kiln_compile_cache_hits_total
   std::mutex toolchain_mu_;

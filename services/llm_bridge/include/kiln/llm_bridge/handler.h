@@ -34,6 +34,8 @@ class ProposeHandler {
   // Registers a proposer under the name ProposalRequest.proposer uses ("tuner", "llm"). Set up before
   // the first job: handle() reads the table from several worker threads without a lock.
   void add(const std::string& name, std::unique_ptr<Proposer> proposer);
+  // Where task packages named by blob come from (default: inline packages only). Set up before the first job.
+  void set_task_source(std::shared_ptr<service::TaskSource> tasks) { tasks_ = std::move(tasks); }
 
   // Thread-safe (the service runs `slots` jobs at once).
   messaging::JobOutcome handle(const proto::Job& job);
@@ -50,6 +52,7 @@ class ProposeHandler {
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Counter>* tokens_ = nullptr;
   std::map<std::string, std::unique_ptr<Proposer>> proposers_;
+  std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
 };
 
 // Handler factory for services/llm_bridge/main.cc: the tuner and the LLM proposer (the config's llm

@@ -31,6 +31,7 @@
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/scorer/campaign_ids.h"
+#include "kiln/service/task_source.h"
 
 namespace kiln::scorer {
 
@@ -50,6 +51,9 @@ struct EngineOptions {
   // Tuner campaigns: block sampling nearer the best (ProposalRequest.tuner_blocks); off by default, as
   // kiln-bench-tuner found it helps some spaces and hurts others.
   bool tuner_blocks = false;
+  // Names task packages for the jobs the engine makes (the broker's blob store). Null: jobs carry the
+  // packages. Proposals of "external" campaigns always carry theirs (bridges read them, DESIGN §9).
+  std::shared_ptr<service::TaskSource> tasks;
 };
 
 struct Handled {

@@ -82,6 +82,9 @@ class TestHandler {
   // its status; "error" when it was given back) and kiln_tester_busy_seconds_total{device} (wall time spent
   // evaluating: its rate is the fraction of time this tester's device is busy with Kiln).
   void start_metrics(prometheus::Registry& registry);
+  // Where task packages and references named by blob come from (default: inline only). Set up before the
+  // first job.
+  void set_task_source(std::shared_ptr<service::TaskSource> tasks) { tasks_ = std::move(tasks); }
 
  private:
   TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu,
@@ -97,6 +100,7 @@ class TestHandler {
   void profile(const std::string& scratch, proto::TestReport& report) const;
 
   TesterOptions options_;
+  std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
   proto::WorkerInfo worker_;  // this host (and GPU), for reports the child could not write
   // TestReport.metadata common to every evaluation: the evaluation child and its hash, Kiln's version,
   // the timing options and the timeout.

@@ -1,0 +1,64 @@
+#include "kiln/service/task_source.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "kiln/messaging/outcome.h"
+
+namespace kiln::service {
+
+namespace {
+constexpr size_t kMaxParsed = 64;  // packages kept parsed; a worker serves a handful of campaigns at a time
+}
+
+Result<std::shared_ptr<const TaskPackage>> TaskSource::resolve(const std::string& blob, const proto::FileMap& files) {
+  if (!files.empty() || blob.empty()) {
+    if (files.empty()) return messaging::job_fault(invalid_argument("the job carries no task package"));
+    auto spec = task::parse_task(files);
+    if (!spec.is_ok()) return messaging::job_fault(spec.status().with_context("task package"));
+    return std::make_shared<const TaskPackage>(TaskPackage{"", files, std::move(spec).value()});
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = parsed_.find(blob); it != parsed_.end()) return it->second;
+  }
+  if (!blobs_)
+    return messaging::job_fault(
+        invalid_argument("the job names task blob " + blob + " and this worker has no blob store"));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> data, blobs_->get(blob));
+  auto decoded = proto::decode<proto::TaskFiles>(*data);
+  if (!decoded.is_ok()) return messaging::job_fault(decoded.status().with_context("task blob " + blob));
+  auto spec = task::parse_task(decoded->files);
+  if (!spec.is_ok()) return messaging::job_fault(spec.status().with_context("task package (blob " + blob + ")"));
+  auto pkg = std::make_shared<const TaskPackage>(TaskPackage{blob, std::move(decoded->files), std::move(spec).value()});
+  std::lock_guard lock(mu_);
+  if (parsed_.size() >= kMaxParsed) parsed_.erase(parsed_.begin());
+  parsed_.emplace(blob, pkg);
+  return pkg;
+}
+
+Result<std::shared_ptr<const std::string>> TaskSource::content(const std::string& blob,
+                                                               const std::string& inline_data) {
+  if (!inline_data.empty() || blob.empty()) return std::make_shared<const std::string>(inline_data);
+  if (!blobs_)
+    return messaging::job_fault(invalid_argument("the job names blob " + blob + " and this worker has no blob store"));
+  return blobs_->get(blob);
+}
+
+std::string TaskSource::publish(const proto::FileMap& files) {
+  if (!blobs_) return "";
+  return publish_bytes(proto::encode(proto::TaskFiles{files}));
+}
+
+std::string TaskSource::publish_bytes(const std::string& data) {
+  if (!blobs_) return "";
+  auto name = blobs_->put(data);
+  if (!name.is_ok()) {
+    spdlog::warn("blob store: {} (the job carries its content instead)", name.status().message());
+    return "";
+  }
+  return std::move(name).value();
+}
+
+}  // namespace kiln::service
