@@ -63,12 +63,12 @@ Measured measure(compiler::CompileHandler& cc, tester::TestHandler& tt, const pr
   req.arch = "native";
   req.files = files;
   messaging::JobOutcome built = cc.compile(req);
-  if (built.outcome != "ok" || built.next.empty())
+  if (built.outcome != messaging::Outcome::kDone || built.next.empty())
     die("compile of " + archive::params_string(params) + ": " + built.error);
   proto::FollowUp next = built.next.front();
   if (next.service.rfind("test.", 0) == 0) {
     messaging::JobOutcome tested = tt.handle(job_of(next));
-    if (tested.outcome != "ok" || tested.next.empty())
+    if (tested.outcome != messaging::Outcome::kDone || tested.next.empty())
       die("test of " + archive::params_string(params) + ": " + tested.error);
     next = tested.next.front();
   }
@@ -101,7 +101,7 @@ CampaignRun tuner_campaign(const std::string& db, const std::string& campaign_id
   std::deque<proto::FollowUp> queue;
   auto score = [&](const std::string& job_id, const std::string& payload) {
     auto h = value_or_die(engine->handle_job(job_id, payload), "score " + job_id);
-    for (auto& f : h.result.next) queue.push_back(std::move(f));
+    for (auto& f : h.answer.next) queue.push_back(std::move(f));
   };
   score(campaign_id + ":start", proto::encode(start));
   CampaignRun run;

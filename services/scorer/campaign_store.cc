@@ -307,18 +307,22 @@ Result<int64_t> CampaignStore::pending_promotions(const std::string& campaign_id
 
 // -------------------------------------------------------------------------------------- processed jobs
 
-Result<std::optional<proto::ResultMsg>> CampaignStore::processed(std::string_view job_id) {
+Result<std::optional<messaging::JobOutcome>> CampaignStore::processed(std::string_view job_id) {
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT result FROM processed_jobs WHERE job_id = ?"));
   st.bind(1, job_id);
   KILN_ASSIGN_OR_RETURN(bool row, st.step());
-  if (!row) return std::optional<proto::ResultMsg>{};
+  if (!row) return std::optional<messaging::JobOutcome>{};
   auto msg = proto::decode<proto::ResultMsg>(st.column_blob(0));
   if (!msg.is_ok()) return internal_error("processed job " + std::string(job_id) + ": " + msg.status().message());
-  return std::optional<proto::ResultMsg>(std::move(msg).value());
+  return std::optional<messaging::JobOutcome>(messaging::from_result(std::move(msg).value()));
 }
 
 Status CampaignStore::record_processed(std::string_view job_id, std::string_view kind, const std::string& campaign_id,
-                                       const proto::ResultMsg& result) {
+                                       const messaging::JobOutcome& answer) {
+  proto::Job job;
+  job.job_id = std::string(job_id);
+  job.service = std::string(proto::svc::kScore);
+  const proto::ResultMsg result = messaging::to_result(job, answer);
   KILN_ASSIGN_OR_RETURN(
       auto put,
       db_.prepare(

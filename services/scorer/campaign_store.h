@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/core/status.h"
+#include "kiln/messaging/handler.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/store/sqlite.h"
@@ -120,10 +121,11 @@ class CampaignStore {
   Result<int64_t> pending_promotions(const std::string& campaign_id);
 
   // ------------------------------------------------------------------------- processed jobs
-  // The answer a job id got, if it was handled before.
-  Result<std::optional<proto::ResultMsg>> processed(std::string_view job_id);
+  // The answer a job id got, if it was handled before. Stored as the RESULT the codec writes for it
+  // (messaging::to_result), so archives written before answers were Outcomes read the same.
+  Result<std::optional<messaging::JobOutcome>> processed(std::string_view job_id);
   Status record_processed(std::string_view job_id, std::string_view kind, const std::string& campaign_id,
-                          const proto::ResultMsg& result);
+                          const messaging::JobOutcome& answer);
 
  private:
   store::Database db_;

@@ -22,7 +22,7 @@ namespace kiln::scorer {
 
 namespace {
 
-// Bad input is answered "failed" (retrying cannot help); anything else is the database's fault.
+// Bad input is dead-lettered (retrying cannot help); anything else is the database's fault.
 bool is_rejection(const Status& st) {
   return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound ||
          st.code() == StatusCode::kFailedPrecondition;
@@ -61,44 +61,38 @@ struct CampaignEngine::Impl {
   }
 
   // The job's state change and its answer, committed together or not at all.
-  Status apply(std::string_view job_id, std::string_view kind, std::string_view payload, proto::ResultMsg& result,
+  Status apply(std::string_view job_id, std::string_view kind, std::string_view payload, messaging::JobOutcome& answer,
                Effects& fx) {
     store::Transaction tx(store.db());
     KILN_RETURN_IF_ERROR(tx.begin_status());
     KILN_RETURN_IF_ERROR(dispatch(kind, job_id, payload, fx));
-    result.outcome = std::string(proto::outcome::kOk);
-    result.payload.data = std::move(fx.payload);
-    result.next = std::move(fx.next);
-    KILN_RETURN_IF_ERROR(store.record_processed(job_id, kind, fx.campaign_id, result));
+    answer = messaging::JobOutcome::ok(std::move(fx.next), std::move(fx.payload));
+    KILN_RETURN_IF_ERROR(store.record_processed(job_id, kind, fx.campaign_id, answer));
     return tx.commit();
   }
 
   Result<Handled> handle_job(std::string_view job_id, std::string_view payload) {
     Handled out;
-    out.result.job_id = std::string(job_id);
     KILN_ASSIGN_OR_RETURN(auto prior, store.processed(job_id));
     if (prior) {
-      out.result = std::move(*prior);
+      out.answer = std::move(*prior);
       out.replayed = true;
       return out;
     }
     auto kind = proto::peek_string(payload, "kind");
     if (!kind.is_ok()) {
-      out.result.outcome = std::string(proto::outcome::kFailed);
-      out.result.error = "score job " + std::string(job_id) + ": " + kind.status().message();
+      out.answer =
+          messaging::JobOutcome::dead_letter("score job " + std::string(job_id) + ": " + kind.status().message());
       return out;
     }
 
     Effects fx;
-    Status st = apply(job_id, *kind, payload, out.result, fx);
+    Status st = apply(job_id, *kind, payload, out.answer, fx);
     if (!st.is_ok()) {
       archives.clear();  // the transaction rolled back; so must the in-memory view
       if (!is_rejection(st)) return st;
       // Bad input changes nothing, so the same job gets the same answer again without being stored.
-      out.result.outcome = std::string(proto::outcome::kFailed);
-      out.result.error = st.message();
-      out.result.next.clear();
-      out.result.payload.data.clear();
+      out.answer = messaging::JobOutcome::dead_letter(st.message());
       return out;
     }
     out.duplicate = fx.duplicate;

@@ -60,14 +60,8 @@ messaging::JobOutcome ScorerHandler::handle_job(const proto::Job& job) {
   if (handled->replayed) replayed_->Increment();
   if (handled->duplicate) duplicates_->Increment();
 
-  proto::ResultMsg& r = handled->result;
-  messaging::JobOutcome out;
-  out.outcome = std::move(r.outcome);
-  out.payload = std::move(r.payload.data);
-  out.error = std::move(r.error);
-  out.next = std::move(r.next);
-  if (!handled->replayed && out.outcome == proto::outcome::kOk) publish_best_speedups();
-  return out;
+  if (!handled->replayed && handled->answer.outcome == messaging::Outcome::kDone) publish_best_speedups();
+  return std::move(handled->answer);
 }
 
 Result<std::string> ScorerHandler::handle_request(const proto::Request& request) {

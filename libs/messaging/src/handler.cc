@@ -16,11 +16,10 @@ std::string_view wire_outcome(Outcome outcome) {
   return proto::outcome::kRetry;
 }
 
-OutcomeSlot::OutcomeSlot(const std::string& wire) : value_(Outcome::kRetry) {
-  if (wire == proto::outcome::kOk)
-    value_ = Outcome::kDone;
-  else if (wire == proto::outcome::kFailed)
-    value_ = Outcome::kCandidateFault;
+Outcome outcome_from_wire(std::string_view wire) {
+  if (wire == proto::outcome::kOk) return Outcome::kDone;
+  if (wire == proto::outcome::kFailed) return Outcome::kCandidateFault;
+  return Outcome::kRetry;
 }
 
 JobOutcome JobOutcome::from_status(const Status& status, const Verdict& verdict) {
@@ -55,6 +54,15 @@ proto::ResultMsg to_result(const proto::Job& job, JobOutcome out) {
         proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.job_id, proto::Bytes{proto::encode(dl)}, 0, {}});
   }
   return r;
+}
+
+JobOutcome from_result(proto::ResultMsg result) {
+  JobOutcome out;
+  out.outcome = outcome_from_wire(result.outcome);
+  out.payload = std::move(result.payload.data);
+  out.error = std::move(result.error);
+  out.next = std::move(result.next);
+  return out;
 }
 
 }  // namespace kiln::messaging

@@ -88,7 +88,7 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
       [&](const std::string& id, const std::string& payload) {
         messaging::JobOutcome out = scorer->handle_job(as_job("score", id, payload));
         INFO(id << ": " << out.error);
-        CHECK(out.outcome == "ok");
+        CHECK(out.outcome == messaging::Outcome::kDone);
         return out.next;
       },
       measure);

@@ -103,18 +103,32 @@ TEST_CASE("the codec writes each outcome's word, and a dead letter for the score
   CHECK(kiln::messaging::to_result(job, JobOutcome::dead_letter("x")).next.empty());
 }
 
-TEST_CASE("an answer forwarded as wire words reads back as the same outcome", "[messaging][outcome]") {
-  kiln::proto::ResultMsg stored;
-  stored.outcome = "failed";
-  JobOutcome out;
-  out.outcome = stored.outcome;
-  CHECK(out.outcome == Outcome::kCandidateFault);
-  CHECK(out.outcome == "failed");
-  stored.outcome = out.outcome;
-  CHECK(stored.outcome == "failed");
-  out.outcome = std::string("ok");
-  CHECK(out.outcome == Outcome::kDone);
-  out.outcome = std::string("retry");
-  CHECK(out.outcome == Outcome::kRetry);
+TEST_CASE("a stored RESULT reads back as the answer that was sent", "[messaging][outcome]") {
+  using kiln::messaging::outcome_from_wire;
+  CHECK(outcome_from_wire("ok") == Outcome::kDone);
+  CHECK(outcome_from_wire("retry") == Outcome::kRetry);
+  CHECK(outcome_from_wire("failed") == Outcome::kCandidateFault);  // the word does not say whose fault
+  CHECK(outcome_from_wire("maybe") == Outcome::kRetry);            // what the broker does with it
+  CHECK(outcome_from_wire("") == Outcome::kRetry);
+
+  kiln::proto::Job job;
+  job.job_id = "c1:start";
+  job.service = "score";
+  for (const JobOutcome& sent :
+       {JobOutcome::ok({{"compile", "c1/p0:compile", {"c"}, 0, {}}}, "info"), JobOutcome::retry("database busy"),
+        JobOutcome::candidate_fault("does not build", {{"score", "c1/p0:score", {"s"}, 0, {}}})}) {
+    INFO(kiln::messaging::outcome_name(sent.outcome));
+    const auto stored = kiln::proto::encode(kiln::messaging::to_result(job, sent));
+    auto decoded = kiln::proto::decode<kiln::proto::ResultMsg>(stored);
+    REQUIRE(decoded.is_ok());
+    JobOutcome replayed = kiln::messaging::from_result(std::move(decoded).value());
+    CHECK(replayed.outcome == sent.outcome);
+    CHECK(replayed.payload == sent.payload);
+    CHECK(replayed.error == sent.error);
+    REQUIRE(replayed.next.size() == sent.next.size());
+    for (size_t i = 0; i < sent.next.size(); ++i) CHECK(replayed.next[i].job_id == sent.next[i].job_id);
+    // Sent again, it is the same RESULT byte for byte.
+    CHECK(kiln::proto::encode(kiln::messaging::to_result(job, replayed)) == stored);
+  }
   CHECK(kiln::messaging::outcome_name(Outcome::kDeadLetter) == "dead_letter");
 }

@@ -20,6 +20,15 @@ using kiln::testing::test_result;
 
 namespace {
 
+// The same outcome, and the same RESULT on the wire, byte for byte.
+bool same_answer(const scorer::Handled& a, const scorer::Handled& b) {
+  proto::Job job;
+  job.job_id = "j";
+  job.service = "score";
+  return a.answer.outcome == b.answer.outcome &&
+         proto::encode(messaging::to_result(job, a.answer)) == proto::encode(messaging::to_result(job, b.answer));
+}
+
 struct Fixture {
   TempDir dir{"kiln-archive-test"};
   std::string db_path = dir.path() + "/archive.db";
@@ -64,11 +73,11 @@ struct Fixture {
     return Driver(
         [this, campaign_id](const std::string& job_id, const std::string& payload) {
           scorer::Handled h = handle(job_id, payload);
-          INFO(job_id << ": " << h.result.error);
-          CHECK(h.result.outcome == "ok");
+          INFO(job_id << ": " << h.answer.error);
+          CHECK(h.answer.outcome == messaging::Outcome::kDone);
           auto i = engine->campaign(campaign_id);
           if (i.is_ok()) max_in_flight_seen = std::max(max_in_flight_seen, i->in_flight);
-          return h.result.next;
+          return h.answer.next;
         },
         std::move(test));
   }
@@ -109,10 +118,10 @@ std::vector<std::string> job_ids(const std::vector<proto::FollowUp>& fs, const s
 TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[scorer][engine]") {
   Fixture f;
   scorer::Handled h = f.handle("c1:start", start_payload("c1", 6, 2));
-  REQUIRE(h.result.outcome == "ok");
-  REQUIRE(h.result.next.size() == 3);
+  REQUIRE(h.answer.outcome == messaging::Outcome::kDone);
+  REQUIRE(h.answer.next.size() == 3);
 
-  const auto& compile = h.result.next[0];
+  const auto& compile = h.answer.next[0];
   CHECK(compile.service == "compile");
   CHECK(compile.job_id == "c1/p0:compile");
   auto creq = decode_or_die<proto::CompileRequest>(compile.payload.data);
@@ -126,7 +135,7 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
   CHECK(creq.files.count("task.yaml"));
 
   for (int i = 1; i <= 2; ++i) {
-    const auto& p = h.result.next[static_cast<size_t>(i)];
+    const auto& p = h.answer.next[static_cast<size_t>(i)];
     CHECK(p.service == "propose");
     CHECK(p.job_id == "c1/p" + std::to_string(i) + ":propose");
     auto req = decode_or_die<proto::ProposalRequest>(p.payload.data);
@@ -139,7 +148,7 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
     CHECK(req.files.count("kernel.cpp"));
   }
 
-  auto started = decode_or_die<proto::CampaignInfo>(h.result.payload.data);
+  auto started = decode_or_die<proto::CampaignInfo>(h.answer.payload);
   CHECK(started.campaign_id == "c1");
   proto::CampaignInfo info = f.info("c1");
   CHECK(info.state == "running");
@@ -158,10 +167,10 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
   }
   SECTION("budget 0 runs program 0 alone") {
     scorer::Handled h0 = f.handle("c3:start", start_payload("c3", 0, 4));
-    REQUIRE(h0.result.next.size() == 1);
-    auto c = decode_or_die<proto::CompileRequest>(h0.result.next[0].payload.data);
+    REQUIRE(h0.answer.next.size() == 1);
+    auto c = decode_or_die<proto::CompileRequest>(h0.answer.next[0].payload.data);
     scorer::Handled done = f.handle("c3/p0:score", proto::encode(correct(c.cand, 1.0, 1.0, 1.0)));
-    CHECK(done.result.next.empty());
+    CHECK(done.answer.next.empty());
     CHECK(f.info("c3").state == "done");
     CHECK(f.info("c3").finished_at > 0);
   }
@@ -172,7 +181,7 @@ TEST_CASE("a CUDA campaign asks for the configured arch", "[scorer][engine]") {
   f.options.cuda_arch = "sm_100";
   f.reopen();
   scorer::Handled h = f.handle("g:start", start_payload("g", 1, 1, kiln::testing::task_files("cuda")));
-  auto creq = decode_or_die<proto::CompileRequest>(h.result.next.at(0).payload.data);
+  auto creq = decode_or_die<proto::CompileRequest>(h.answer.next.at(0).payload.data);
   CHECK(creq.arch == "sm_100");
   CHECK(creq.backend == "cuda");
   CHECK(creq.cand.code == kiln::testing::task_files("cuda").at("kernel.cu").data);
@@ -241,7 +250,7 @@ TEST_CASE("parents come from the archive once programs are scored", "[scorer][en
 TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));
-  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  auto p0 = decode_or_die<proto::CompileRequest>(start.answer.next[0].payload.data).cand;
   const std::string result = proto::encode(correct(p0, 1.0, 0.9, 1.1));
 
   scorer::Handled first = f.handle("c1/p0:score", result);
@@ -252,10 +261,10 @@ TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   SECTION("a redelivered job gets the identical answer and changes nothing") {
     scorer::Handled again = f.handle("c1/p0:score", result);
     CHECK(again.replayed);
-    CHECK(proto::encode(again.result) == proto::encode(first.result));
+    CHECK(same_answer(again, first));
     scorer::Handled start_again = f.handle("c1:start", start_payload("c1", 4, 2));
     CHECK(start_again.replayed);
-    CHECK(proto::encode(start_again.result) == proto::encode(start.result));
+    CHECK(same_answer(start_again, start));
     proto::CampaignInfo info = f.info("c1");
     CHECK(info.scored == after_first.scored);
     CHECK(info.proposed == after_first.proposed);
@@ -264,8 +273,8 @@ TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   SECTION("a second result for a scored program is ignored and counted") {
     scorer::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, "crashed")));
     CHECK(dup.duplicate);
-    CHECK(dup.result.outcome == "ok");
-    CHECK(dup.result.next.empty());
+    CHECK(dup.answer.outcome == messaging::Outcome::kDone);
+    CHECK(dup.answer.next.empty());
     CHECK(f.info("c1").scored == 1);
     CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the first score stands
     CHECK(*f.engine->duplicates_ignored() == 1);
@@ -273,7 +282,7 @@ TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   SECTION("the same campaign started under another job id is not started twice") {
     scorer::Handled h = f.handle("c1:start-again", start_payload("c1", 4, 2));
     CHECK(h.duplicate);
-    CHECK(h.result.next.empty());
+    CHECK(h.answer.next.empty());
     CHECK(f.info("c1").proposed == 2);
   }
 }
@@ -388,26 +397,26 @@ TEST_CASE("no promotion unless the eval and the confirmation both pass", "[score
 TEST_CASE("the campaign waits for a pending confirmation before it is done", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
-  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  auto p0 = decode_or_die<proto::CompileRequest>(start.answer.next[0].payload.data).cand;
   scorer::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
-  REQUIRE(scored.result.next.size() == 1);
-  CHECK(scored.result.next[0].job_id == "c1/p0:compile-confirm");
+  REQUIRE(scored.answer.next.size() == 1);
+  CHECK(scored.answer.next[0].job_id == "c1/p0:compile-confirm");
   // Measured again by another tester than the first time, when one is connected.
-  CHECK(decode_or_die<proto::CompileRequest>(scored.result.next[0].payload.data).avoid_tester == "tester-1");
+  CHECK(decode_or_die<proto::CompileRequest>(scored.answer.next[0].payload.data).avoid_tester == "tester-1");
   CHECK(f.info("c1").state == "running");
 
   proto::Candidate confirm = p0;
   confirm.program_id = "c1/p0#confirm";
   scorer::Handled confirmed = f.handle("c1/p0#confirm:score", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
-  REQUIRE(confirmed.result.next.size() == 1);
-  CHECK(confirmed.result.next[0].service == "promote");
-  CHECK(confirmed.result.next[0].job_id == "c1/p0:promote");
+  REQUIRE(confirmed.answer.next.size() == 1);
+  CHECK(confirmed.answer.next[0].service == "promote");
+  CHECK(confirmed.answer.next[0].job_id == "c1/p0:promote");
   CHECK(f.info("c1").state == "running");
 
   // A second confirmation result is a duplicate.
   scorer::Handled dup = f.handle("c1/p0#confirm:score-2", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
   CHECK(dup.duplicate);
-  CHECK(dup.result.next.empty());
+  CHECK(dup.answer.next.empty());
 
   proto::PromoteOutcome out;
   out.campaign_id = "c1";
@@ -425,11 +434,11 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[s
 TEST_CASE("dead letters end their candidates so the campaign never stalls", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 3));
-  REQUIRE(start.result.next.size() == 4);  // p0 compile + p1..p3 propose
-  const proto::FollowUp p0_compile = start.result.next[0];
-  const proto::FollowUp p1_propose = start.result.next[1];
-  const proto::FollowUp p2_propose = start.result.next[2];
-  const proto::FollowUp p3_propose = start.result.next[3];
+  REQUIRE(start.answer.next.size() == 4);  // p0 compile + p1..p3 propose
+  const proto::FollowUp p0_compile = start.answer.next[0];
+  const proto::FollowUp p1_propose = start.answer.next[1];
+  const proto::FollowUp p2_propose = start.answer.next[2];
+  const proto::FollowUp p3_propose = start.answer.next[3];
 
   auto dead = [](const proto::FollowUp& job, const std::string& service) {
     return dead_letter(job, service, "worker lost", false);
@@ -437,13 +446,13 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[sc
 
   // The compile of program 0 killed every compiler: build failed.
   scorer::Handled h0 = f.handle("dead:" + p0_compile.job_id, dead(p0_compile, "compile"));
-  CHECK(h0.result.outcome == "ok");
-  CHECK(h0.result.next.empty());  // in flight went from 4 to 3 = max_in_flight: nothing new yet
+  CHECK(h0.answer.outcome == messaging::Outcome::kDone);
+  CHECK(h0.answer.next.empty());  // in flight went from 4 to 3 = max_in_flight: nothing new yet
 
   // The proposal p1 died in the bridge: no code.
   scorer::Handled h1 = f.handle("dead:" + p1_propose.job_id, dead(p1_propose, "propose"));
-  REQUIRE(h1.result.next.size() == 1);
-  CHECK(h1.result.next[0].job_id == "c1/p4:propose");
+  REQUIRE(h1.answer.next.size() == 1);
+  CHECK(h1.answer.next[0].job_id == "c1/p4:propose");
 
   // p2 reached the tester and killed it every time.
   auto p2 = decode_or_die<proto::ProposalRequest>(p2_propose.payload.data);
@@ -488,9 +497,9 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
           "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 3, 2));
-  REQUIRE(start.result.next.size() == 3);  // p0 compile + p1, p2 propose
-  const proto::FollowUp p0_compile = start.result.next[0];
-  const proto::FollowUp p1_propose = start.result.next[1];
+  REQUIRE(start.answer.next.size() == 3);  // p0 compile + p1, p2 propose
+  const proto::FollowUp p0_compile = start.answer.next[0];
+  const proto::FollowUp p1_propose = start.answer.next[1];
 
   const std::string reference_failed =
       "worker asked to retry: compile: the reference failed to build (a problem of the task, not of the "
@@ -498,8 +507,8 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
 
   // Program 0's reference never built: no score, no build failure.
   scorer::Handled h0 = f.handle("dead:c1/p0:compile", dead_letter(p0_compile, "compile", reference_failed, true));
-  CHECK(h0.result.outcome == "ok");
-  CHECK(h0.result.next.empty());  // in flight went from 3 to 2 = max_in_flight
+  CHECK(h0.answer.outcome == messaging::Outcome::kDone);
+  CHECK(h0.answer.next.empty());  // in flight went from 3 to 2 = max_in_flight
   proto::CampaignInfo info = f.info("c1");
   CHECK(info.not_evaluated == 1);
   CHECK(info.scored == 0);
@@ -508,8 +517,8 @@ TEST_CASE("a candidate whose jobs workers gave back until they died is not evalu
   // The proposer's endpoint stayed down: not evaluated either, and the next proposal takes its place.
   const std::string llm_down = "worker asked to retry: propose: LLM unavailable";
   scorer::Handled h1 = f.handle("dead:c1/p1:propose", dead_letter(p1_propose, "propose", llm_down, true));
-  REQUIRE(h1.result.next.size() == 1);
-  CHECK(h1.result.next[0].job_id == "c1/p3:propose");
+  REQUIRE(h1.answer.next.size() == 1);
+  CHECK(h1.answer.next[0].job_id == "c1/p3:propose");
 
   // The others come back normally.
   for (const char* id : {"c1/p2", "c1/p3"}) {
@@ -555,8 +564,8 @@ TEST_CASE("a result whose code changed the task's kernel outside the regions is 
   // an external bridge writes that itself: the scorer checks again against the campaign's copy.
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 2, 2));
-  auto p1 = decode_or_die<proto::ProposalRequest>(start.result.next.at(1).payload.data);
-  auto p2 = decode_or_die<proto::ProposalRequest>(start.result.next.at(2).payload.data);
+  auto p1 = decode_or_die<proto::ProposalRequest>(start.answer.next.at(1).payload.data);
+  auto p2 = decode_or_die<proto::ProposalRequest>(start.answer.next.at(2).payload.data);
   auto candidate = [](const proto::ProposalRequest& req, std::string code) {
     proto::Candidate c;
     c.campaign_id = "c1";
@@ -589,9 +598,9 @@ TEST_CASE("a result whose code changed the task's kernel outside the regions is 
 TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 0, 1));
-  auto p0 = decode_or_die<proto::CompileRequest>(start.result.next[0].payload.data).cand;
+  auto p0 = decode_or_die<proto::CompileRequest>(start.answer.next[0].payload.data).cand;
   scorer::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
-  const proto::FollowUp confirm_compile = scored.result.next.at(0);
+  const proto::FollowUp confirm_compile = scored.answer.next.at(0);
 
   proto::DeadLetter d;
   d.job_id = confirm_compile.job_id;
@@ -601,7 +610,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][en
   SECTION("its workers were lost") {
     d.reason = "compiler killed";
     scorer::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
-    CHECK(h.result.next.empty());
+    CHECK(h.answer.next.empty());
     proto::CampaignInfo info = f.info("c1");
     CHECK(info.state == "done");
     CHECK(info.promotion_notes.at(0).find("c1/p0: not confirmed: build_failed: crashed: compiler killed") == 0);
@@ -610,7 +619,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][en
     d.reason = "worker asked to retry: compile: toolchain: g++ killed by SIGSEGV";
     d.worker_retry = true;
     scorer::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
-    CHECK(h.result.next.empty());
+    CHECK(h.answer.next.empty());
     proto::CampaignInfo info = f.info("c1");
     CHECK(info.state == "done");
     CHECK(info.not_evaluated == 0);  // the program itself was evaluated
@@ -650,7 +659,7 @@ TEST_CASE("the archive survives a restart and resumes where it stopped", "[score
   // A job handled before the restart still gets its stored answer.
   scorer::Handled replay = f.handle("c1:start", start_payload("c1", 9, 2));
   CHECK(replay.replayed);
-  CHECK(replay.result.next.size() == 3);
+  CHECK(replay.answer.next.size() == 3);
 
   d.run();
   proto::CampaignInfo done = f.info("c1");
@@ -672,32 +681,32 @@ TEST_CASE("the archive survives a restart and resumes where it stopped", "[score
 
 TEST_CASE("bad input is refused without changing anything", "[scorer][engine]") {
   Fixture f;
-  CHECK(f.handle("j1", "not msgpack").result.outcome == "failed");
+  CHECK(f.handle("j1", "not msgpack").answer.outcome == messaging::Outcome::kDeadLetter);
 
   proto::PromoteOutcome odd;
   odd.kind = "mystery";
   scorer::Handled unknown_kind = f.handle("j2", proto::encode(odd));
-  CHECK(unknown_kind.result.outcome == "failed");
-  CHECK(unknown_kind.result.error.find("unknown payload kind 'mystery'") != std::string::npos);
+  CHECK(unknown_kind.answer.outcome == messaging::Outcome::kDeadLetter);
+  CHECK(unknown_kind.answer.error.find("unknown payload kind 'mystery'") != std::string::npos);
 
   proto::Candidate c;
   c.campaign_id = "nope";
   c.program_id = "nope/p1";
   scorer::Handled no_campaign = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
-  CHECK(no_campaign.result.outcome == "failed");
-  CHECK(no_campaign.result.error.find("unknown campaign 'nope'") != std::string::npos);
+  CHECK(no_campaign.answer.outcome == messaging::Outcome::kDeadLetter);
+  CHECK(no_campaign.answer.error.find("unknown campaign 'nope'") != std::string::npos);
 
   proto::FileMap broken = kiln::testing::task_files();
   broken["task.yaml"].data += "surprise: 1\n";
   scorer::Handled bad_task = f.handle("c9:start", start_payload("c9", 2, 2, broken));
-  CHECK(bad_task.result.outcome == "failed");
-  CHECK(bad_task.result.error.find("campaign c9: task.yaml") == 0);
+  CHECK(bad_task.answer.outcome == messaging::Outcome::kDeadLetter);
+  CHECK(bad_task.answer.error.find("campaign c9: task.yaml") == 0);
   CHECK(f.engine->campaign("c9").status().code() == StatusCode::kNotFound);
 
   // Nothing was stored for the refused job: once the campaign exists the same id is handled for real.
   f.handle("nope:start", start_payload("nope", 1, 1));
   scorer::Handled later = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
-  CHECK(later.result.outcome == "ok");
+  CHECK(later.answer.outcome == messaging::Outcome::kDone);
   CHECK_FALSE(later.replayed);
 }
 

@@ -26,9 +26,9 @@ struct EngineCampaign {
   Driver driver{[this](const std::string& id, const std::string& payload) {
                   auto h = engine->handle_job(id, payload);
                   REQUIRE(h.is_ok());
-                  INFO(id << ": " << h->result.error);
-                  CHECK(h->result.outcome == "ok");
-                  return h->result.next;
+                  INFO(id << ": " << h->answer.error);
+                  CHECK(h->answer.outcome == messaging::Outcome::kDone);
+                  return h->answer.next;
                 },
                 [this](const proto::Candidate& c, bool confirm) { return test(c, confirm); }};
 
@@ -125,12 +125,12 @@ TEST_CASE("proposals carry the archive's choices and are routed by proposer", "[
   auto h = c.engine->handle_job("c1:start", proto::encode(start));
   REQUIRE(h.is_ok());
   std::set<std::string> services;
-  for (const auto& f : h->result.next) services.insert(f.service);
+  for (const auto& f : h->answer.next) services.insert(f.service);
   CHECK(services == std::set<std::string>{"compile", "propose.external"});
   CHECK(proposal_service_for("llm") == "propose");
   CHECK(proposal_service_for("tuner") == "propose");
 
-  for (const auto& f : h->result.next) {
+  for (const auto& f : h->answer.next) {
     if (f.service != "propose.external") continue;
     auto req = kiln::testing::decode_or_die<proto::ProposalRequest>(f.payload.data);
     CHECK(req.island == req.proposal_index - 1);

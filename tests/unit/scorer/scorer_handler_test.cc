@@ -39,11 +39,11 @@ std::string start(const std::string& id, int64_t budget, int64_t mif) {
   return proto::encode(kiln::testing::campaign_start(id, budget, mif));
 }
 
+// The same outcome, and the same RESULT on the wire, byte for byte.
 bool same(const messaging::JobOutcome& a, const messaging::JobOutcome& b) {
-  proto::ResultMsg ra, rb;
-  ra.outcome = a.outcome, ra.payload.data = a.payload, ra.error = a.error, ra.next = a.next;
-  rb.outcome = b.outcome, rb.payload.data = b.payload, rb.error = b.error, rb.next = b.next;
-  return proto::encode(ra) == proto::encode(rb);
+  const proto::Job j = job("j", "");
+  return a.outcome == b.outcome &&
+         proto::encode(messaging::to_result(j, a)) == proto::encode(messaging::to_result(j, b));
 }
 
 }  // namespace
@@ -56,13 +56,13 @@ TEST_CASE("the scorer handler turns engine answers into job outcomes", "[scorer]
   scorer::ScorerHandler& h = **opened;
 
   messaging::JobOutcome started = h.handle_job(job("c1:start", start("c1", 2, 2)));
-  REQUIRE(started.outcome == "ok");
+  REQUIRE(started.outcome == messaging::Outcome::kDone);
   REQUIRE(started.next.size() == 3);
   CHECK(decode_or_die<proto::CampaignInfo>(started.payload).campaign_id == "c1");
 
   auto p0 = decode_or_die<proto::CompileRequest>(started.next[0].payload.data).cand;
   messaging::JobOutcome scored = h.handle_job(job("c1/p0:score", proto::encode(correct(p0, 1.3, 1.05, 1.5))));
-  CHECK(scored.outcome == "ok");
+  CHECK(scored.outcome == messaging::Outcome::kDone);
   CHECK(metric_value(*registry, "kiln_campaign_best_speedup", {{"task", "scale_test"}}) == Approx(1.3));
 
   SECTION("a redelivered job gets the same outcome") {
@@ -77,8 +77,12 @@ TEST_CASE("the scorer handler turns engine answers into job outcomes", "[scorer]
   }
   SECTION("bad input fails the job") {
     messaging::JobOutcome bad = h.handle_job(job("x", "garbage"));
-    CHECK(bad.outcome == "failed");
+    CHECK(bad.outcome == messaging::Outcome::kDeadLetter);
     CHECK(bad.next.empty());
+    // On the wire, as before: "failed", and no dead letter to the scorer about its own job.
+    const proto::ResultMsg wire = messaging::to_result(job("x", "garbage"), bad);
+    CHECK(wire.outcome == "failed");
+    CHECK(wire.next.empty());
   }
   SECTION("queries") {
     auto list = h.handle_request(request("campaigns"));
@@ -138,7 +142,7 @@ TEST_CASE("make_scorer_handlers keeps the archive in the state dir across restar
     REQUIRE(h->job);
     REQUIRE(h->request);
     first = h->job(job("c1:start", start("c1", 3, 1)));
-    REQUIRE(first.outcome == "ok");
+    REQUIRE(first.outcome == messaging::Outcome::kDone);
     auto p0 = decode_or_die<proto::CompileRequest>(first.next[0].payload.data).cand;
     // 1.15 clears the default 1.10 but not this config's 1.2: no confirmation.
     messaging::JobOutcome scored = h->job(job("c1/p0:score", proto::encode(correct(p0, 1.15, 1.15, 1.2))));

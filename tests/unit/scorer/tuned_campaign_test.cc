@@ -47,7 +47,7 @@ struct Campaign {
             [this](const std::string& id, const std::string& payload) {
               messaging::JobOutcome out = scorer->handle_job(as_job("score", id, payload));
               INFO(id << ": " << out.error);
-              CHECK(out.outcome == "ok");
+              CHECK(out.outcome == messaging::Outcome::kDone);
               return out.next;
             },
             measure) {

@@ -17,25 +17,14 @@ namespace kiln::messaging {
 // kCandidateFault "failed" (done, failed for good; follow-ups still enqueued).
 std::string_view wire_outcome(Outcome outcome);
 
-// The outcome field of a JobOutcome: an Outcome. It also converts from and to its wire word, for code that
-// forwards a RESULT it already holds encoded (the scorer replays answers it stored) and tests written
-// against those words: "ok" reads as kDone, "retry" as kRetry, "failed" as kCandidateFault (no follow-up is
-// added to it), any other word as kRetry (the broker refuses it and requeues the job). Handlers use Outcome.
-class OutcomeSlot {
- public:
-  constexpr OutcomeSlot(Outcome value = Outcome::kDone) : value_(value) {}    // NOLINT: implicit by design
-  OutcomeSlot(const std::string& wire);                                       // NOLINT: see above
-  constexpr operator Outcome() const { return value_; }                       // NOLINT: see above
-  operator std::string() const { return std::string(wire_outcome(value_)); }  // NOLINT: see above
-  Outcome value() const { return value_; }
-  friend bool operator==(OutcomeSlot slot, std::string_view wire) { return wire_outcome(slot.value_) == wire; }
-
- private:
-  Outcome value_;
-};
+// The outcome a RESULT's word stands for, for code that reads back a RESULT it holds encoded (the scorer
+// replays the answers it stored): "ok" reads as kDone, "failed" as kCandidateFault (the word does not say
+// whose fault it was), "retry" and any other word as kRetry (the broker refuses an unknown word and requeues
+// the job). Handlers answer in Outcome and never need it.
+Outcome outcome_from_wire(std::string_view wire);
 
 struct JobOutcome {
-  OutcomeSlot outcome = Outcome::kDone;
+  Outcome outcome = Outcome::kDone;
   std::string payload;  // result payload (encoded message), kept by the broker while the job is
   std::string error;    // one line for anything but kDone
   std::vector<proto::FollowUp> next;
@@ -74,6 +63,10 @@ struct JobOutcome {
 // ("dead:<job id>", worker_retry set: the payload was never judged), so the scorer ends its candidate as
 // not evaluated at once.
 proto::ResultMsg to_result(const proto::Job& job, JobOutcome out);
+
+// The reverse, for a RESULT stored encoded and answered again: its outcome read by outcome_from_wire, its
+// payload, error and follow-ups (a dead letter's among them) as they were sent.
+JobOutcome from_result(proto::ResultMsg result);
 
 // Called on a worker thread, at most `slots` at once. Must not throw (a throw becomes kRetry).
 using JobHandler = std::function<JobOutcome(const proto::Job& job)>;

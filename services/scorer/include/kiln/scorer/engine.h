@@ -28,6 +28,7 @@
 
 #include "kiln/archive/archive.h"
 #include "kiln/core/status.h"
+#include "kiln/messaging/handler.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/scorer/campaign_ids.h"
@@ -57,9 +58,9 @@ struct EngineOptions {
 };
 
 struct Handled {
-  proto::ResultMsg result;  // outcome, error and follow-ups (job_id set; attempt left to the caller)
-  bool replayed = false;    // the job id was handled before: `result` is the stored answer
-  bool duplicate = false;   // a repeated result or start for something already recorded: ignored
+  messaging::JobOutcome answer;  // outcome, payload, error and follow-ups
+  bool replayed = false;         // the job id was handled before: `answer` is the stored one
+  bool duplicate = false;        // a repeated result or start for something already recorded: ignored
 };
 
 class CampaignEngine {
@@ -71,7 +72,8 @@ class CampaignEngine {
   CampaignEngine& operator=(const CampaignEngine&) = delete;
 
   // Handles one job of the "score" service; its payload's "kind" is campaign.start, result, dead or
-  // promoted. Bad input (undecodable, unknown campaign or program) is answered with outcome "failed".
+  // promoted. Bad input (undecodable, unknown campaign or program) is answered kDeadLetter: no attempt can
+  // do better, and it is no candidate's fault.
   // An error Status means nothing changed and the job is worth retrying (the database failed).
   Result<Handled> handle_job(std::string_view job_id, std::string_view payload);
 
