@@ -201,7 +201,11 @@ void Commands::on_result(const Envelope& env) {
       }
     }
   }
-  JobState final_state = res->outcome == proto::outcome::kOk ? JobState::kDone : JobState::kFailed;
+  // A worker that dead-letters its job says "failed" and sends the scorer the DeadLetter: the job is dead,
+  // as one the broker gives up on after max_attempts.
+  JobState final_state = res->outcome == proto::outcome::kOk  ? JobState::kDone
+                         : proto::is_worker_dead_letter(*res) ? JobState::kDead
+                                                              : JobState::kFailed;
   (void)queue_.complete(job_id, final_state, res->payload.data, res->error, res->next);  // a failure requeues it
 }
 

@@ -209,8 +209,8 @@ void JobQueue::dead_letter(const LiveJob& job, const std::string& reason, bool w
     dl.reason = reason;
     dl.payload = proto::Bytes{job.payload};
     dl.worker_retry = worker_retry;
-    next.push_back(
-        proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.id, proto::Bytes{proto::encode(dl)}, 0});
+    next.push_back(proto::FollowUp{std::string(proto::svc::kScore), proto::dead_letter_job_id(job.id),
+                                   proto::Bytes{proto::encode(dl)}, 0});
   }
   std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;
   auto inserted = table_.complete(job.id, JobState::kDead, "", why, next);
@@ -218,7 +218,7 @@ void JobQueue::dead_letter(const LiveJob& job, const std::string& reason, bool w
     pending_deaths_.push_back(PendingDeath{job, reason, worker_retry});
     return;
   }
-  metrics_.job_dead(service_label(job.service));
+  metrics_.job_dead(service_label(job.service), DeadReason::kMaxAttempts);
   spdlog::warn("job {} dead-lettered: {}", job.id, why);
   publish(job, "dead");
   for (auto& r : *inserted) enqueue_row(std::move(r));
@@ -265,8 +265,13 @@ Status JobQueue::complete(const std::string& job_id, JobState final_state, const
   if (dups > 0) metrics_.duplicate_followups(static_cast<int64_t>(dups));
   LiveJob job = std::move(jit->second);
   jobs_.erase(jit);
-  metrics_.job_completed(service_label(job.service), final_state == JobState::kDone);
-  if (final_state == JobState::kFailed) spdlog::info("job {} failed: {}", job.id, error);
+  if (final_state == JobState::kDead) {
+    metrics_.job_dead(service_label(job.service), DeadReason::kWorker);
+    spdlog::warn("job {} dead-lettered by its worker: {}", job.id, error);
+  } else {
+    metrics_.job_completed(service_label(job.service), final_state == JobState::kDone);
+    if (final_state == JobState::kFailed) spdlog::info("job {} failed: {}", job.id, error);
+  }
   publish(job, job_state_name(final_state));
   for (auto& r : *inserted) enqueue_row(std::move(r));
   update_gauges(job.service);

@@ -41,6 +41,14 @@ std::string_view rejection_label(Rejection r) {
   return "malformed";
 }
 
+std::string_view dead_reason_label(DeadReason r) {
+  switch (r) {
+    case DeadReason::kMaxAttempts: return "max_attempts";
+    case DeadReason::kWorker: return "worker";
+  }
+  return "max_attempts";
+}
+
 std::string requeue_reason_label(const std::string& reason) {
   if (reason.rfind("worker lost", 0) == 0) return "worker_lost";
   if (reason.rfind("deadline", 0) == 0) return "deadline";
@@ -62,8 +70,10 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
       &BuildCounter().Name("kiln_jobs_completed_total").Help("Jobs finished, by outcome").Register(registry);
   requeued_total_ =
       &BuildCounter().Name("kiln_jobs_requeued_total").Help("Jobs put back in the queue, by reason").Register(registry);
-  dead_total_ =
-      &BuildCounter().Name("kiln_jobs_dead_total").Help("Jobs dead-lettered after max attempts").Register(registry);
+  dead_total_ = &BuildCounter()
+                     .Name("kiln_jobs_dead_total")
+                     .Help("Jobs dead-lettered, by reason: after max attempts, or by their worker")
+                     .Register(registry);
   rejected_total_ = &BuildCounter()
                          .Name("kiln_broker_rejected_frames_total")
                          .Help("Malformed or unexpected messages rejected, by reason")
@@ -162,9 +172,9 @@ void BrokerMetrics::job_requeued(const std::string& service, const std::string& 
   requeued_total_->Add({{"service", service}, {"reason", requeue_reason_label(reason)}}).Increment();
 }
 
-void BrokerMetrics::job_dead(const std::string& service) {
+void BrokerMetrics::job_dead(const std::string& service, DeadReason reason) {
   counters_.dead++;
-  dead_total_->Add({{"service", service}}).Increment();
+  dead_total_->Add({{"service", service}, {"reason", std::string(dead_reason_label(reason))}}).Increment();
 }
 
 void BrokerMetrics::lease_ended(const std::string& service, double leased_for_s) {

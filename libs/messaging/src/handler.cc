@@ -50,8 +50,11 @@ proto::ResultMsg to_result(const proto::Job& job, JobOutcome out) {
     dl.reason = r.error;
     dl.payload = job.payload;
     dl.worker_retry = true;
-    r.next.push_back(
-        proto::FollowUp{std::string(proto::svc::kScore), "dead:" + job.job_id, proto::Bytes{proto::encode(dl)}, 0, {}});
+    r.next.push_back(proto::FollowUp{std::string(proto::svc::kScore),
+                                     proto::dead_letter_job_id(job.job_id),
+                                     proto::Bytes{proto::encode(dl)},
+                                     0,
+                                     {}});
   }
   return r;
 }

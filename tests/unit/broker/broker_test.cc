@@ -329,6 +329,46 @@ TEST_CASE("a job that fails every attempt is dead-lettered and the scorer is tol
   CHECK(letters[0].reason.find("toolchain crashed") != std::string::npos);
   CHECK(letters[0].worker_retry);  // the worker named the fault: the scorer does not blame the payload
   CHECK(job_status(client, "c/p1:compile").state == "dead");
+  CHECK(b.broker->counters().dead == 1);
+  CHECK(metrics_text(*b.registry).find(R"(kiln_jobs_dead_total{reason="max_attempts",service="compile"} 1)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a job its worker dead-letters is dead, counted as the worker's, and the scorer told once", "[broker]") {
+  RunningBroker b;
+  std::atomic<int> tries{0};
+  RunningWorker w(b.ctx, b.endpoint(), "compile", [&](const proto::Job&) {
+    ++tries;
+    return messaging::JobOutcome::dead_letter("the reference does not build");
+  });
+  // A candidate's own failure, also "failed" and with a follow-up, is no death.
+  RunningWorker t(b.ctx, b.endpoint(), "test.cpu", [&](const proto::Job& job) {
+    return messaging::JobOutcome::candidate_fault("wrong answer",
+                                                  {proto::follow_up("judge", job.job_id + ":judge", "verdict")});
+  });
+  DeadLetterInbox inbox(b);
+  messaging::Client client(b.ctx, b.endpoint());
+  REQUIRE(client.submit(submit_of("compile", "c/p1:compile", "candidate")).is_ok());
+  REQUIRE(client.submit(submit_of("test.cpu", "c/p2:test", "candidate 2")).is_ok());
+  REQUIRE(eventually([&] { return job_status(client, "c/p1:compile").state == "dead"; }));
+  REQUIRE(eventually([&] { return job_status(client, "c/p2:test").state == "failed"; }));
+  CHECK(job_status(client, "c/p2:test:judge").state == "queued");
+  REQUIRE(eventually([&] { return inbox.size() == 1; }));
+  CHECK(tries == 1);  // dead at once: no attempt can do better
+  {
+    std::lock_guard l(inbox.mu);
+    CHECK(inbox.letters[0].job_id == "c/p1:compile");
+    CHECK(inbox.letters[0].reason == "the reference does not build");
+    CHECK(inbox.letters[0].worker_retry);
+  }
+  CHECK(job_status(client, "c/p1:compile").error == "the reference does not build");
+
+  CHECK(b.broker->counters().dead == 1);
+  const std::string text = metrics_text(*b.registry);
+  CHECK(text.find(R"(kiln_jobs_dead_total{reason="worker",service="compile"} 1)") != std::string::npos);
+  CHECK(text.find(R"(kiln_jobs_completed_total{outcome="failed",service="test.cpu"} 1)") != std::string::npos);
+  CHECK(text.find(R"(kiln_jobs_completed_total{outcome="failed",service="compile"})") == std::string::npos);
+  CHECK(text.find(R"(kiln_jobs_dead_total{reason="worker",service="test.cpu"})") == std::string::npos);
 }
 
 TEST_CASE("a job that outlives its lease every attempt is dead-lettered as no worker's retry", "[broker]") {

@@ -177,6 +177,44 @@ TEST_CASE("job queue: a lease past its deadline is requeued with attempt + 1 and
   CHECK(f.rec.delivered[1].second.attempt == 2);
 }
 
+TEST_CASE("job queue: a job completed dead counts as dead, not as completed", "[broker][job_queue]") {
+  Fixture f;
+  f.submit("c1/p1:compile");
+  f.add_worker("w1");
+  f.queue->dispatch();
+  REQUIRE(f.rec.delivered.size() == 1);
+  proto::DeadLetter dl;
+  dl.job_id = "c1/p1:compile";
+  dl.worker_retry = true;
+  REQUIRE(f.queue
+              ->complete("c1/p1:compile", JobState::kDead, "", "task package: no task.yaml",
+                         {proto::follow_up("score", proto::dead_letter_job_id("c1/p1:compile"), proto::encode(dl))})
+              .is_ok());
+  CHECK(f.state_of("c1/p1:compile") == JobState::kDead);
+  CHECK(f.rec.saw("c1/p1:compile dead 1"));
+  CHECK(f.counters().dead == 1);
+  CHECK(f.counters().completed == 0);
+  CHECK(f.queue->jobs().count("dead:c1/p1:compile") == 1);  // the scorer is told
+}
+
+TEST_CASE("job queue: a RESULT is a worker's dead letter only with the DeadLetter for its own job",
+          "[broker][job_queue]") {
+  proto::ResultMsg r;
+  r.job_id = "c1/p1:compile";
+  r.outcome = "failed";
+  CHECK_FALSE(proto::is_worker_dead_letter(r));  // failed, nobody told
+  r.next.push_back(proto::follow_up("score", "c1/p1:score", "verdict"));
+  CHECK_FALSE(proto::is_worker_dead_letter(r));  // the candidate's verdict
+  r.next.push_back(proto::follow_up("score", "dead:c1/p2:compile", "letter"));
+  CHECK_FALSE(proto::is_worker_dead_letter(r));  // another job's
+  r.next.push_back(proto::follow_up("compile", "dead:c1/p1:compile", "letter"));
+  CHECK_FALSE(proto::is_worker_dead_letter(r));  // not for the scorer
+  r.next.push_back(proto::follow_up("score", "dead:c1/p1:compile", "letter"));
+  CHECK(proto::is_worker_dead_letter(r));
+  r.outcome = "ok";
+  CHECK_FALSE(proto::is_worker_dead_letter(r));
+}
+
 TEST_CASE("job queue: past max_attempts a job is dead-lettered and the scorer is told", "[broker][job_queue]") {
   Fixture f(/*max_attempts=*/2);
   f.submit("c1/p1:compile");

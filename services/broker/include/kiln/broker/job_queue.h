@@ -131,7 +131,8 @@ class JobQueue {
   // Puts a job back in the queue with attempt + 1, or dead-letters it past max_attempts. `worker_retry`:
   // the worker itself gave it back, naming a fault of its own side in `reason`.
   void requeue(std::string job_id, const std::string& reason, bool worker_retry = false);
-  // Records a job's result (done or failed) and queues its follow-ups, in one transaction; follow-ups
+  // Records a job's result (done, failed, or dead when its worker dead-lettered it and sent the scorer's
+  // DeadLetter among `next`) and queues its follow-ups, in one transaction; follow-ups
   // whose ids exist already are dropped as duplicates. When the table cannot record it, the job goes
   // back to the queue instead and the error is returned.
   Status complete(const std::string& job_id, JobState final_state, const std::string& result, const std::string& error,

@@ -60,6 +60,11 @@ std::string_view rejection_label(Rejection r);
 // "worker_lost"): a fixed set, whatever the reason's details.
 std::string requeue_reason_label(const std::string& reason);
 
+// Why a job died: the `reason` label of kiln_jobs_dead_total. The broker gave up after max_attempts, or the
+// worker dead-lettered it (a permanent fault that is not the candidate's).
+enum class DeadReason { kMaxAttempts, kWorker };
+std::string_view dead_reason_label(DeadReason r);
+
 class BrokerMetrics {
  public:
   // Registers every family on `registry`, which must outlive this object.
@@ -81,7 +86,7 @@ class BrokerMetrics {
   void set_queue_depth(const std::string& service, double queued);
   void job_completed(const std::string& service, bool ok);
   void job_requeued(const std::string& service, const std::string& reason);
-  void job_dead(const std::string& service);
+  void job_dead(const std::string& service, DeadReason reason);
   void lease_ended(const std::string& service, double leased_for_s);
   void job_leased(const std::string& service, double waited_s);
 
