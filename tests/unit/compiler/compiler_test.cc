@@ -10,6 +10,9 @@
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/messaging/blobs.h"
+#include "kiln/proto/wire.h"
+#include "kiln/service/task_source.h"
 #include "kiln/task/task.h"
 
 using kiln::compiler::CompileHandler;
@@ -96,24 +99,72 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK(test->purpose == "eval");
   CHECK(test->cand.program_id == "c1/p1");
   CHECK(test->files == files);
-  CHECK(test->kernel_so.data.rfind("\x7f"
-                                   "ELF",
-                                   0) == 0);
+  // The kernel library travels deflated (smaller), and inflates to the library as built.
+  CHECK(test->kernel_so_encoding == "deflate");
+  const std::string kernel_so = kiln::proto::kernel_library(*test, 1 << 26).value();
+  CHECK(test->kernel_so.data.size() < kernel_so.size());
+  CHECK(kernel_so.rfind("\x7f"
+                        "ELF",
+                        0) == 0);
   CHECK(test->reference_so.data.rfind("\x7f"
                                       "ELF",
                                       0) == 0);
-  CHECK(test->kernel_so.data != test->reference_so.data);
+  CHECK(kernel_so != test->reference_so.data);
   const auto& b = test->build;
   CHECK(b.ok);
   CHECK(b.compiler == "g++");
   CHECK(b.flags == "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I. -DTHREADS=2 -DVEC=8");
   CHECK(b.toolchain.rfind("g++", 0) == 0);
   CHECK_FALSE(b.cache_hit);
-  CHECK(b.kernel_sha256 == kiln::sha256_hex(test->kernel_so.data));
+  CHECK(b.kernel_sha256 == kiln::sha256_hex(kernel_so));
   CHECK(b.registers == -1);
   CHECK(b.process.returncode == 0);
   CHECK(b.process.message.empty());
   CHECK(f.cache_hits() == 0);
+}
+
+TEST_CASE("a compile job that names its package by blob sends a test job that names the package and the reference",
+          "[compiler][blobs]") {
+  Fixture f;
+  std::map<std::string, std::string> store;
+  auto blobs = std::make_shared<kiln::messaging::BlobClient>(
+      [&store](std::string_view method, const std::string& body) -> kiln::Result<std::string> {
+        if (method == kiln::proto::blob_method::kPut) {
+          auto b = kiln::proto::decode<kiln::proto::Blob>(body).value();
+          store[b.sha256] = b.data.data;
+          return std::string();
+        }
+        auto q = kiln::proto::decode<kiln::proto::BlobQuery>(body).value();
+        if (!store.count(q.sha256)) return kiln::unavailable("no blob");
+        if (method == kiln::proto::blob_method::kHas) return std::string();
+        return kiln::proto::encode(kiln::proto::Blob{q.sha256, kiln::proto::Bytes{store[q.sha256]}});
+      });
+  auto tasks = std::make_shared<kiln::service::TaskSource>(blobs);
+  f.handler->set_task_source(tasks);
+  const auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p1");
+  kiln::service::attach_task(*tasks, files, &req.files, &req.task_blob);
+  REQUIRE(req.files.empty());
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  CHECK(test->files.empty());
+  CHECK(test->task_blob == req.task_blob);
+  CHECK(test->reference_so.data.empty());
+  REQUIRE(store.count(test->reference_blob) == 1);
+  CHECK(store[test->reference_blob].rfind("\x7f"
+                                          "ELF",
+                                          0) == 0);
+  CHECK(kiln::proto::kernel_library(*test, 1 << 26).value() != store[test->reference_blob]);
+
+  // A package named by blob that the store does not hold: given back, not scored.
+  auto lost = request_for(files, "c1/p2");
+  lost.files.clear();
+  lost.task_blob = kiln::sha256_hex("a package nobody put");
+  auto retried = f.handler->compile(lost);
+  CHECK(retried.outcome == kiln::messaging::Outcome::kRetry);
+  CHECK(retried.next.empty());
 }
 
 TEST_CASE("builds come from the cache the second time", "[compiler]") {

@@ -59,6 +59,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.broker.events_bind == defaults.broker.events_bind);
   CHECK(file.broker.max_message_bytes == defaults.broker.max_message_bytes);
   CHECK(file.broker.max_table_mb == defaults.broker.max_table_mb);
+  CHECK(file.broker.blob_store == defaults.broker.blob_store);
   CHECK(file.broker.lease_timeout_s == defaults.broker.lease_timeout_s);
   CHECK(file.compiler.nvcc == defaults.compiler.nvcc);
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
@@ -78,7 +79,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 80);
+  CHECK(leaves.size() == 81);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -140,6 +141,7 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
         "test.yaml: ingest.metrics_port: expected a port in 0..65535, got 70000");
   CHECK(parse_error("broker: {max_attempts: 0}\n") ==
         "test.yaml: broker.max_attempts: expected an integer >= 1, got 0");
+  CHECK(parse_error("broker: {blob_store: 2}\n") == "test.yaml: broker.blob_store: expected 0 or 1, got 2");
   CHECK(parse_error("compiler: {timeout_s: 0}\n") == "test.yaml: compiler.timeout_s: expected a number > 0, got 0");
   CHECK(parse_error("tester: {timeout_s: -1.5}\n") == "test.yaml: tester.timeout_s: expected a number > 0, got -1.5");
   CHECK(parse_error("tester: {timing: {mode: hot}}\n") ==
