@@ -453,6 +453,14 @@ void TestHandler::start_metrics(prometheus::Registry& registry) {
                        .Help("Wall time spent evaluating (correctness, timing, profiling), by device")
                        .Register(registry)
                        .Add({{"device", worker_.device_name}});
+  timing_seconds_ = &prometheus::BuildCounter()
+                         .Name("kiln_tester_timing_seconds_total")
+                         .Help(
+                             "Wall time of timing rounds (the device busy with a candidate and its reference, "
+                             "nothing else), by device: its rate over kiln_tester_busy_seconds_total's is the "
+                             "share of evaluation time spent measuring")
+                         .Register(registry)
+                         .Add({{"device", worker_.device_name}});
 }
 
 messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
@@ -470,6 +478,9 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   }
   if (evaluations_ != nullptr) {
     busy_seconds_->Increment(monotonic_s() - started);
+    if (report.is_ok())
+      for (const proto::CaseTiming& c : report->performance.cases)
+        timing_seconds_->Increment(std::max(c.timing_s, 0.0));
     std::string status = report.is_ok() ? report->status : "error";
     if (std::find(kCountedStatuses.begin(), kCountedStatuses.end(), status) == kCountedStatuses.end()) status = "other";
     evaluations_->Add({{"device", worker_.device_name}, {"status", status}}).Increment();

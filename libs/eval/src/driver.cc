@@ -306,6 +306,7 @@ class Protocol {
         KILN_RETURN_IF_ERROR(compare_round(round));
       }
     }
+    const double timing_s = seconds_since(start);
     std::string note;
     KILN_RETURN_IF_ERROR(device_.end_timing(samples, note));
     std::fprintf(stderr, "%s: %s: %zu rounds in %zu blocks, stop: %s%s%s\n", device_.log_prefix(), shape.c_str(),
@@ -315,6 +316,7 @@ class Protocol {
     for (size_t who = 2; who < n; ++who) baselines.push_back({device_.name(who), std::move(samples[who])});
     timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines, options_.bootstrap_seed,
                                     opt.warmup_iters, stop_reason, block_starts);
+    timing.timing_s = timing_s;
     const double cand_us = device_.reproducibility_us(timing.candidate.median_us);
     const double ref_us = device_.reproducibility_us(timing.reference.median_us);
     detail::widen_interval(timing, cand_us, ref_us);

@@ -223,6 +223,7 @@ TEST_CASE("the tester counts its evaluations by status and the time it spends on
   CHECK(value("kiln_tester_evaluations_total", "ok") == 0);  // present before the first evaluation
   CHECK(value("kiln_tester_evaluations_total", "crashed") == 0);
   CHECK(value("kiln_tester_busy_seconds_total", "") == 0);
+  CHECK(value("kiln_tester_timing_seconds_total", "") == 0);
   run_job(*handler, f.request(f.build("correct")));
   run_job(*handler, f.request(f.build("null_deref", "  *(volatile int*)nullptr = 1;\n")));
   auto req = f.request(f.build("correct"));
@@ -232,6 +233,9 @@ TEST_CASE("the tester counts its evaluations by status and the time it spends on
   CHECK(value("kiln_tester_evaluations_total", "crashed") == 1);
   CHECK(value("kiln_tester_evaluations_total", "error") == 1);
   CHECK(value("kiln_tester_busy_seconds_total", "") > 0.01);
+  // The timing rounds of the one measured candidate: part of the time spent evaluating.
+  CHECK(value("kiln_tester_timing_seconds_total", "") > 0);
+  CHECK(value("kiln_tester_timing_seconds_total", "") < value("kiln_tester_busy_seconds_total", ""));
 }
 
 TEST_CASE("a kernel that never returns is timed out", "[tester]") {

@@ -390,7 +390,10 @@ struct CaseTiming {
   double speedup_lo = 0;  // 95 % interval from the paired samples
   double speedup_hi = 0;
   int64_t warmup_iters = 0;
-  std::string stop_reason;  // noise | stalled | max_time
+  std::string stop_reason;  // noise | stalled | max_time | screened
+  // Optional (schema 3): wall time of the timing rounds of this case, from the first round to the last (the
+  // device is busy with the contestants, nothing else, meanwhile). 0 from an older evaluator.
+  double timing_s = 0;
   template <class V>
   void fields(V& v) {
     v("dims", dims);
@@ -402,6 +405,7 @@ struct CaseTiming {
     v("speedup_hi", speedup_hi);
     v("warmup_iters", warmup_iters);
     v("stop_reason", stop_reason);
+    v("timing_s", timing_s);
   }
 };
 

@@ -79,7 +79,8 @@ class TestHandler {
   // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
   // Counts on `registry`, per device: kiln_tester_evaluations_total{device, status} (every evaluation, by
-  // its status; "error" when it was given back) and kiln_tester_busy_seconds_total{device} (wall time spent
+  // its status; "error" when it was given back), kiln_tester_timing_seconds_total{device} (wall time of the
+  // timing rounds the reports say) and kiln_tester_busy_seconds_total{device} (wall time spent
   // evaluating: its rate is the fraction of time this tester's device is busy with Kiln).
   void start_metrics(prometheus::Registry& registry);
   // Where task packages and references named by blob come from (default: inline only). Set up before the
@@ -110,6 +111,7 @@ class TestHandler {
   cuda::GpuClaim gpu_claim_;          // cuda with gpu_claim_dir: held while this handler lives
   prometheus::Family<prometheus::Counter>* evaluations_ = nullptr;  // start_metrics
   prometheus::Counter* busy_seconds_ = nullptr;
+  prometheus::Counter* timing_seconds_ = nullptr;  // start_metrics
   std::shared_ptr<GpuMonitor> monitor_;
 };
 
