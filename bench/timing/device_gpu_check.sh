@@ -12,7 +12,9 @@ tar xJf build-gpu/kit.tar.xz
 # records the source folder in the kit).
 src=$(cat build-gpu/source_dir 2>/dev/null || echo "$root")
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
-mkdir -p "$root/build" && ln -sfn "$root/build-gpu/bin" "$root/build/bin"
+build=$(cat build-gpu/build_dir 2>/dev/null || echo build)
+mkdir -p "$root/$build" && ln -sfn "$root/build-gpu/bin" "$root/$build/bin"
+[ -e build/bin ] || { mkdir -p build && ln -sfn "$root/build-gpu/bin" build/bin; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH=$root/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH

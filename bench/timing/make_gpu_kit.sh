@@ -16,6 +16,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/build-gpu/bin"
 for b in "${bins[@]}"; do strip -o "$work/build-gpu/bin/$b" "$root/$build/bin/$b"; done
 grep -m1 '^CMAKE_HOME_DIRECTORY:INTERNAL=' "$root/$build/CMakeCache.txt" | cut -d= -f2 > "$work/build-gpu/source_dir"
+echo "$build" > "$work/build-gpu/build_dir"  # the tests look for their binaries in <source>/<build>/bin
 cp -a "$rt" "$work/.gpu-rt"
 mkdir -p "$root/build-gpu"
 (cd "$work" && tar cJf "$root/build-gpu/kit.tar.xz" .gpu-rt build-gpu)

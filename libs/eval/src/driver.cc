@@ -42,10 +42,16 @@ constexpr double kScreenConfidence = 0.995;
 constexpr int kScreenResamples = 1000;
 // Timed outputs are compared with the reference's after every one of a case's first rounds (a run cut
 // short by a loaded machine or by screening has few rounds, and a cheat must not get through them on the
-// luck of the draw), after the first round of every block (a cache the candidate filled while warming up
-// a fresh process serves a stale answer there), after about one round in four, unpredictably, and after
-// the last.
+// luck of the draw), after the first round of every block on fresh processes (a cache the candidate filled
+// while warming up a fresh process serves a stale answer there), after about one round in four,
+// unpredictably, and after
+// the last. The first rounds' comparisons are paid for out of a budget: free up to kFreeCompare_s in all,
+// then while comparing has taken at most kCompareShare of the timing's wall time. A case whose outputs take
+// long to read back and compare (hundreds of MiB on a GPU) would otherwise spend its time limit comparing and
+// be measured in a handful of rounds; small cases, and slow rounds on a loaded machine, compare every one.
 constexpr int64_t kCompareFirstRounds = 16;
+constexpr double kFreeCompare_s = 0.05;
+constexpr double kCompareShare = 0.25;
 
 double seconds_since(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
@@ -231,9 +237,11 @@ class Protocol {
       return true;
     };
     std::vector<size_t> block_starts;
+    bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
       const uint64_t block = block_starts.size();
       KILN_ASSIGN_OR_RETURN(Device::Block b, device_.begin_block(block));
+      fresh_block = block == 0 || b.fresh;
       if (!b.candidate_death.empty()) {
         f_.crashed = b.candidate_death + " (" + shape + ", timing block " + std::to_string(block) + ")";
         return false;
@@ -258,11 +266,16 @@ class Protocol {
     };
     TensorSet got = host, expected = host;
     int64_t compared = -1;  // the last round whose outputs were compared
+    double compare_s = 0;   // wall time spent comparing timed outputs
+    int64_t compares = 0;
     auto compare_round = [&](int64_t round) -> Status {
       compared = round;
+      const auto began = Clock::now();
       KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, false));
       KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
       detail::compare_outputs(spec_, got, expected, shape + ", timed round " + std::to_string(round), f_);
+      compare_s += seconds_since(began);
+      ++compares;
       return Status::ok();
     };
 
@@ -301,7 +314,9 @@ class Protocol {
       }
       stop_reason = rule.after_round(round + 1, seconds_since(start),
                                      std::max(running[kCandidate].cv(), running[kReference].cv()));
-      if (!stop_reason.empty() || round < kCompareFirstRounds || block_rounds == 0 ||
+      const bool early = round < kCompareFirstRounds &&
+                         (compare_s < kFreeCompare_s || compare_s <= kCompareShare * seconds_since(start));
+      if (!stop_reason.empty() || early || (block_rounds == 0 && fresh_block) ||
           detail::compare_after_round(static_cast<uint64_t>(round))) {
         KILN_RETURN_IF_ERROR(compare_round(round));
       }
@@ -309,9 +324,10 @@ class Protocol {
     const double timing_s = seconds_since(start);
     std::string note;
     KILN_RETURN_IF_ERROR(device_.end_timing(samples, note));
-    std::fprintf(stderr, "%s: %s: %zu rounds in %zu blocks, stop: %s%s%s\n", device_.log_prefix(), shape.c_str(),
-                 samples[kCandidate].size(), block_starts.size(), stop_reason.c_str(), note.empty() ? "" : "; ",
-                 note.c_str());
+    std::fprintf(
+        stderr, "%s: %s: %zu rounds in %zu blocks (%.2f s; outputs compared after %lld, %.2f s), stop: %s%s%s\n",
+        device_.log_prefix(), shape.c_str(), samples[kCandidate].size(), block_starts.size(), timing_s,
+        static_cast<long long>(compares), compare_s, stop_reason.c_str(), note.empty() ? "" : "; ", note.c_str());
     std::vector<detail::NamedSamples> baselines;
     for (size_t who = 2; who < n; ++who) baselines.push_back({device_.name(who), std::move(samples[who])});
     timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines, options_.bootstrap_seed,
