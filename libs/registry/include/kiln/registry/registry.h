@@ -18,7 +18,7 @@
 
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
-#include "kiln/registry/match.h"  // gpu_slug, the evidence levels
+#include "kiln/registry/vocabulary.h"  // gpu_slug, the evidence levels
 
 namespace kiln::registry {
 
