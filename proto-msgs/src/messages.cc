@@ -1,6 +1,7 @@
 // The schemas are header-only (fields() lists); this unit checks that every public header compiles
 // alone and instantiates each codec once so template errors surface here, not in a service.
 #include "kiln/core/compress.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 

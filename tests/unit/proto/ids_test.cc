@@ -1,0 +1,125 @@
+// Pins every string ids.h writes: these are wire formats (job ids the broker deduplicates on, stage and
+// backend words inside messages), so a change here is a protocol change.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "kiln/core/files.h"
+#include "kiln/proto/codec.h"
+#include "kiln/proto/ids.h"
+#include "kiln/proto/payloads.h"
+
+using namespace kiln::proto;
+
+TEST_CASE("backends are named and parsed", "[proto][ids]") {
+  CHECK(name(Backend::kCpu) == "cpu");
+  CHECK(name(Backend::kCuda) == "cuda");
+  for (Backend b : {Backend::kCpu, Backend::kCuda}) {
+    auto parsed = parse_backend(name(b));
+    REQUIRE(parsed.is_ok());
+    CHECK(*parsed == b);
+    CHECK(is_backend(name(b), b));
+  }
+  CHECK_FALSE(is_backend("cpu", Backend::kCuda));
+  CHECK(kernel_language(Backend::kCpu) == "cpp");
+  CHECK(kernel_language(Backend::kCuda) == "cuda");
+  CHECK(source_extension(Backend::kCpu) == "cpp");
+  CHECK(source_extension(Backend::kCuda) == "cu");
+
+  for (std::string bad : {"", "CUDA", "tpu", "cuda ", "test.cuda"}) {
+    auto parsed = parse_backend(bad);
+    REQUIRE_FALSE(parsed.is_ok());
+    CHECK(parsed.status().code() == kiln::StatusCode::kInvalidArgument);
+    CHECK(parsed.status().message() == "unknown backend \"" + bad + "\" (expected cpu or cuda)");
+    CHECK_FALSE(is_backend(bad, Backend::kCpu));
+  }
+}
+
+TEST_CASE("stages are named and parsed", "[proto][ids]") {
+  CHECK(name(Stage::kPropose) == "propose");
+  CHECK(name(Stage::kCompile) == "compile");
+  CHECK(name(Stage::kTest) == "test");
+  for (Stage s : {Stage::kPropose, Stage::kCompile, Stage::kTest}) {
+    auto parsed = parse_stage(name(s));
+    REQUIRE(parsed.is_ok());
+    CHECK(*parsed == s);
+    CHECK(is_stage(name(s), s));
+  }
+  CHECK_FALSE(is_stage("test", Stage::kCompile));
+  auto bad = parse_stage("score");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message() == "unknown stage \"score\" (expected propose, compile or test)");
+  CHECK_FALSE(parse_stage("").is_ok());
+}
+
+TEST_CASE("the golden ScoreResult's stage parses", "[proto][ids]") {
+  auto bytes = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/proto-msgs/golden/score_result.msgpack");
+  REQUIRE(bytes.is_ok());
+  auto r = decode<ScoreResult>(*bytes);
+  REQUIRE(r.is_ok());
+  auto stage = parse_stage(r->stage);
+  REQUIRE(stage.is_ok());
+  CHECK(*stage == Stage::kTest);
+}
+
+TEST_CASE("job ids of a candidate's steps", "[proto][ids]") {
+  CHECK(job_id::compile("c1/p3") == "c1/p3:compile");
+  CHECK(job_id::compile_confirm("c1/p3") == "c1/p3:compile-confirm");
+  CHECK(job_id::test("c1/p3") == "c1/p3:test");
+  CHECK(job_id::score("c1/p3") == "c1/p3:score");
+  CHECK(job_id::score_confirm("c1/p3") == "c1/p3:score-confirm");
+  CHECK(job_id::promote("c1/p3") == "c1/p3:promote");
+  CHECK(job_id::promoted("c1/p3") == "c1/p3:promoted");
+  // A confirmation's chain runs under the confirmation's program id.
+  CHECK(job_id::test(program_id::confirmation("c1/p3")) == "c1/p3#confirm:test");
+  CHECK(job_id::score_confirm(program_id::confirmation("c1/p3")) == "c1/p3#confirm:score-confirm");
+}
+
+TEST_CASE("job ids of campaigns and dead letters", "[proto][ids]") {
+  CHECK(job_id::dead_letter("c1/p3:test") == "dead:c1/p3:test");
+  CHECK(job_id::campaign_start("c1") == "campaign:c1:start");
+  CHECK(job_id::ingest("c1") == "ingest:c1");
+
+  CHECK(job_id::dead_letter_of("dead:c1/p3:test") == "c1/p3:test");
+  CHECK(job_id::dead_letter_of("dead:") == "");
+  CHECK_FALSE(job_id::dead_letter_of("c1/p3:test").has_value());
+  CHECK_FALSE(job_id::dead_letter_of("Dead:c1/p3:test").has_value());
+}
+
+TEST_CASE("a candidate's job id is taken apart", "[proto][ids]") {
+  using job_id::Step;
+  for (Step step : {Step::kCompile, Step::kCompileConfirm, Step::kTest, Step::kScore, Step::kScoreConfirm,
+                    Step::kPromote, Step::kPromoted}) {
+    const std::string id = job_id::of("c1/p3#confirm", step);
+    auto parsed = job_id::parse(id);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->program_id == "c1/p3#confirm");
+    CHECK(parsed->step == step);
+  }
+  CHECK(job_id::of("c1/p3", Step::kScoreConfirm) == "c1/p3:score-confirm");
+  CHECK_FALSE(job_id::parse("c1/p3").has_value());
+  CHECK_FALSE(job_id::parse(":score").has_value());
+  CHECK_FALSE(job_id::parse("c1/p3:scored").has_value());
+  CHECK_FALSE(job_id::parse("dead:c1/p3:test").has_value());
+  CHECK_FALSE(job_id::parse("campaign:c1:start").has_value());
+  CHECK_FALSE(job_id::parse("ingest:c1").has_value());
+}
+
+TEST_CASE("confirmation program ids", "[proto][ids]") {
+  CHECK(program_id::confirmation("c1/p3") == "c1/p3#confirm");
+  CHECK(program_id::confirmed("c1/p3#confirm") == "c1/p3");
+  CHECK_FALSE(program_id::confirmed("c1/p3").has_value());
+  CHECK_FALSE(program_id::confirmed("c1/p3#confirm:test").has_value());
+}
+
+TEST_CASE("a worker's own dead letter is recognised by its id", "[proto][ids]") {
+  ResultMsg r;
+  r.job_id = "c1/p3:test";
+  r.outcome = std::string(outcome::kFailed);
+  r.next.push_back(follow_up(svc::kScore, "dead:c1/p3:test", ""));
+  CHECK(is_worker_dead_letter(r));
+  r.next[0].job_id = "dead:c1/p3:compile";
+  CHECK_FALSE(is_worker_dead_letter(r));
+  r.next[0].job_id = "c1/p3:score";
+  CHECK_FALSE(is_worker_dead_letter(r));
+}
