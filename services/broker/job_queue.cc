@@ -8,6 +8,7 @@
 
 #include "kiln/core/strings.h"
 #include "kiln/core/time.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::broker {
@@ -209,7 +210,7 @@ void JobQueue::dead_letter(const LiveJob& job, const std::string& reason, bool w
     dl.reason = reason;
     dl.payload = proto::Bytes{job.payload};
     dl.worker_retry = worker_retry;
-    next.push_back(proto::FollowUp{std::string(proto::svc::kScore), proto::dead_letter_job_id(job.id),
+    next.push_back(proto::FollowUp{std::string(proto::svc::kScore), proto::job_id::dead_letter(job.id),
                                    proto::Bytes{proto::encode(dl)}, 0});
   }
   std::string why = "dead after " + std::to_string(job.attempt) + " attempts: " + reason;

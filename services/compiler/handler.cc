@@ -411,8 +411,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
     result.stage = std::string(stage);
     result.error = std::move(error);
     result.build = std::move(build);
-    return std::vector<proto::FollowUp>{
-        proto::FollowUp{std::string(proto::svc::kScore), cand.program_id + ":score", {proto::encode(result)}, 0}};
+    return std::vector<proto::FollowUp>{proto::FollowUp{
+        std::string(proto::svc::kScore), proto::job_id::score(cand.program_id), {proto::encode(result)}, 0}};
   };
   // Every early end is a Status that says whose fault it is, read by messaging::outcome_for: the candidate's
   // is scored (at `stage`, with `score_error` when the scorer should see more than the one line, e.g. the
@@ -476,8 +476,11 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   if (test.reference_blob.empty()) test.reference_so = proto::Bytes{std::move(reference->so)};
   proto::set_kernel_library(test, std::move(kernel->so));
   test.build = kernel->info;
-  return messaging::JobOutcome::ok({proto::FollowUp{
-      proto::test_service_for(backend), cand.program_id + ":test", {proto::encode(test)}, 0, request.avoid_tester}});
+  return messaging::JobOutcome::ok({proto::FollowUp{proto::test_service_for(backend),
+                                                    proto::job_id::test(cand.program_id),
+                                                    {proto::encode(test)},
+                                                    0,
+                                                    request.avoid_tester}});
 }
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {

@@ -4,6 +4,7 @@
 
 #include "kiln/llm_bridge/llm_proposer.h"
 #include "kiln/messaging/outcome.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
@@ -73,7 +74,8 @@ messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalReques
     r.error = fault.message();
     r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
     account(info, r.cand.metadata);
-    return std::vector<proto::FollowUp>{follow_up(proto::svc::kScore, req.program_id + ":score", proto::encode(r))};
+    return std::vector<proto::FollowUp>{
+        follow_up(proto::svc::kScore, proto::job_id::score(req.program_id), proto::encode(r))};
   };
   messaging::JobOutcome out = messaging::JobOutcome::from_status(fault.with_context("propose"), no_code);
   if (out.outcome != messaging::Outcome::kCandidateFault) {
@@ -128,7 +130,7 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.task_blob = (*package)->blob;
   if (compile.task_blob.empty()) compile.files = std::move(req.files);
   return messaging::JobOutcome::ok(
-      {follow_up(proto::svc::kCompile, req.program_id + ":compile", proto::encode(compile))});
+      {follow_up(proto::svc::kCompile, proto::job_id::compile(req.program_id), proto::encode(compile))});
 }
 
 Result<service::ServiceHandlers> make_propose_handlers(const service::ServiceContext& ctx) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "kiln/messaging/outcome.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::promoter {
@@ -43,7 +44,8 @@ messaging::JobOutcome PromoteHandler::handle(const proto::Job& job) {
   out.campaign_id = req->campaign_id;
   out.program_id = req->program_id;
   auto tell_scorer = [&] {
-    return std::vector<proto::FollowUp>{proto::FollowUp{std::string(proto::svc::kScore), req->program_id + ":promoted",
+    return std::vector<proto::FollowUp>{proto::FollowUp{std::string(proto::svc::kScore),
+                                                        proto::job_id::promoted(req->program_id),
                                                         proto::Bytes{proto::encode(out)}, 0}};
   };
 

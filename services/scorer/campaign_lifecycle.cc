@@ -63,7 +63,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   compile.backend = c.backend;
   compile.arch = arch_for(options_, c.backend);
   attach_package(options_, c, &compile.files, &compile.task_blob);
-  fx.next.push_back(follow_up(proto::svc::kCompile, p0.id + ":compile", proto::encode(compile)));
+  fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile(p0.id), proto::encode(compile)));
 
   // Proposals start at once, beside program 0, so the first wave does not wait for its score.
   while (c.proposing() && c.proposed < c.max_in_flight) KILN_RETURN_IF_ERROR(proposals_.issue(c, fx));

@@ -49,14 +49,14 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
 
   proto::CompileRequest compile;
   compile.cand = candidate_of(c, p, proposal_index);
-  compile.cand.program_id = p.id + std::string(kConfirmSuffix);
+  compile.cand.program_id = proto::program_id::confirmation(p.id);
   compile.backend = c.backend;
   compile.arch = arch_for(options_, c.backend);
   attach_package(options_, c, &compile.files, &compile.task_blob);
   // Measured again by another tester (another GPU) than the first time, when one is connected.
   KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, kEval));
   if (eval) compile.avoid_tester = eval->test.worker.worker_id;
-  fx.next.push_back(follow_up(proto::svc::kCompile, p.id + ":compile-confirm", proto::encode(compile)));
+  fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile_confirm(p.id), proto::encode(compile)));
   return Status::ok();
 }
 
@@ -78,7 +78,7 @@ Status Promotions::on_confirmation(std::string_view job_id, CampaignRow& c, cons
 
   proto::PromoteRequest req = promote_request(c, row->record, *eval, r);
   KILN_RETURN_IF_ERROR(store_.set_promotion(pid, promo::kPromoting, "", ""));
-  fx.next.push_back(follow_up(proto::svc::kPromote, pid + ":promote", proto::encode(req)));
+  fx.next.push_back(follow_up(proto::svc::kPromote, proto::job_id::promote(pid), proto::encode(req)));
   return Status::ok();
 }
 

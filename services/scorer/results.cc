@@ -15,14 +15,6 @@ namespace kiln::scorer {
 
 namespace {
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string strip_confirm(std::string_view program_id) {
-  return std::string(program_id.substr(0, program_id.size() - kConfirmSuffix.size()));
-}
-
 int64_t to_count(const std::map<std::string, std::string>& m, const std::string& key) {
   auto it = m.find(key);
   if (it == m.end()) return 0;
@@ -52,9 +44,9 @@ void keep_to_regions(const CampaignRow& c, proto::ScoreResult& r) {
 Result<Results::Subject> Results::subject_of(const proto::ScoreResult& r, Effects& fx) {
   const std::string& raw_id = r.cand.program_id;
   Subject s;
-  const bool suffixed = ends_with(raw_id, kConfirmSuffix);
-  s.pid = suffixed ? strip_confirm(raw_id) : raw_id;
-  s.confirm = suffixed || r.purpose == kConfirm;
+  const std::optional<std::string_view> confirmed = proto::program_id::confirmed(raw_id);
+  s.pid = confirmed ? std::string(*confirmed) : raw_id;
+  s.confirm = confirmed.has_value() || r.purpose == kConfirm;
   const std::string cid = campaign_of(s.pid);
   fx.campaign_id = cid;
   if (!r.cand.campaign_id.empty() && r.cand.campaign_id != cid)

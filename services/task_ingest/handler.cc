@@ -6,6 +6,7 @@
 
 #include "kiln/core/time.h"
 #include "kiln/messaging/outcome.h"
+#include "kiln/proto/ids.h"
 #include "kiln/task/task.h"
 
 namespace kiln::task_ingest {
@@ -32,8 +33,6 @@ bool is_proposer_name(const std::string& name) {
 }
 
 }  // namespace
-
-std::string campaign_start_job_id(const std::string& campaign_id) { return "campaign:" + campaign_id + ":start"; }
 
 IngestHandler::IngestHandler(IngestOptions options, std::shared_ptr<prometheus::Registry> metrics)
     : options_(options), metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
@@ -91,7 +90,7 @@ messaging::JobOutcome IngestHandler::answer(Result<proto::CampaignStart> start) 
                start->task_id.substr(0, 12), start->budget, start->proposer);
   std::string payload = proto::encode(*start);
   std::vector<proto::FollowUp> next{proto::FollowUp{
-      std::string(proto::svc::kScore), campaign_start_job_id(start->campaign_id), proto::Bytes{payload}, 0}};
+      std::string(proto::svc::kScore), proto::job_id::campaign_start(start->campaign_id), proto::Bytes{payload}, 0}};
   return messaging::JobOutcome::ok(std::move(next), std::move(payload));
 }
 

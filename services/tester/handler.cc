@@ -21,6 +21,7 @@
 #include "kiln/eval/host.h"
 #include "kiln/eval/tool.h"
 #include "kiln/messaging/outcome.h"
+#include "kiln/proto/ids.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
 
@@ -398,7 +399,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
 
   // A confirmation is measured in full; a first measurement may be screened.
   const std::string_view program_id = request.cand.program_id;
-  const bool confirmation = request.purpose == "confirm" || program_id.ends_with(proto::kConfirmSuffix);
+  const bool confirmation = request.purpose == "confirm" || proto::program_id::confirmed(program_id).has_value();
   const bool screen = !confirmation && options_.timing.screen_below > 0;
   if (screen) metadata["timing_screen_below"] = short_number(options_.timing.screen_below);
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen), options_.timeout_s);
@@ -496,11 +497,12 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
   result.purpose = request->purpose;
   result.build = request->build;
   result.test = std::move(report).value();
-  const std::string suffix = request->purpose == "confirm" ? ":score-confirm" : ":score";
+  const std::string& pid = request->cand.program_id;
+  std::string score_job = request->purpose == "confirm" ? proto::job_id::score_confirm(pid) : proto::job_id::score(pid);
   const std::string verdict = result.test.status;
   const std::string message = result.test.message;
   std::vector<proto::FollowUp> next{
-      proto::FollowUp{std::string(proto::svc::kScore), request->cand.program_id + suffix, {proto::encode(result)}, 0}};
+      proto::FollowUp{std::string(proto::svc::kScore), std::move(score_job), {proto::encode(result)}, 0}};
   if (verdict == proto::test_status::kOk) return messaging::JobOutcome::ok(std::move(next));
   // Wrong, crashed, too slow to finish, would not load: the candidate's own failure, scored against it.
   return messaging::JobOutcome::from_status(invalid_argument("test: " + (message.empty() ? verdict : message)),

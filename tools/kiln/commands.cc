@@ -13,6 +13,7 @@
 #include "kiln/core/time.h"
 #include "kiln/messaging/client.h"
 #include "kiln/messaging/endpoint.h"
+#include "kiln/proto/ids.h"
 #include "kiln/task/task.h"
 
 namespace kiln::cli {
@@ -123,7 +124,7 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
   req.patience = o.patience;
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
-  proto::Submit sub{std::string(proto::svc::kIngest), "ingest:" + cid, proto::Bytes{proto::encode(req)}, 0};
+  proto::Submit sub{std::string(proto::svc::kIngest), proto::job_id::ingest(cid), proto::Bytes{proto::encode(req)}, 0};
   auto ack = client.submit(sub, 10.0);
   if (!ack.is_ok()) return ack.status();
   if (!ack->accepted) return invalid_argument("broker refused the submission: " + ack->error);
@@ -140,7 +141,7 @@ int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, dou
   while (true) {
     // An ingest failure (a package the ingest service refused) ends the wait with its reason.
     for (const auto& id : ids) {
-      auto body = client.request("broker", "job", proto::encode(proto::JobStatusQuery{"ingest:" + id}), 5.0);
+      auto body = client.request("broker", "job", proto::encode(proto::JobStatusQuery{proto::job_id::ingest(id)}), 5.0);
       if (body.is_ok()) {
         auto js = proto::decode<proto::JobStatus>(*body);
         if (js.is_ok() && (js->state == "failed" || js->state == "dead")) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::messaging {
@@ -51,7 +52,7 @@ proto::ResultMsg to_result(const proto::Job& job, JobOutcome out) {
     dl.payload = job.payload;
     dl.worker_retry = true;
     r.next.push_back(proto::FollowUp{std::string(proto::svc::kScore),
-                                     proto::dead_letter_job_id(job.job_id),
+                                     proto::job_id::dead_letter(job.job_id),
                                      proto::Bytes{proto::encode(dl)},
                                      0,
                                      {}});

@@ -188,7 +188,7 @@ TEST_CASE("job queue: a job completed dead counts as dead, not as completed", "[
   dl.worker_retry = true;
   REQUIRE(f.queue
               ->complete("c1/p1:compile", JobState::kDead, "", "task package: no task.yaml",
-                         {proto::follow_up("score", proto::dead_letter_job_id("c1/p1:compile"), proto::encode(dl))})
+                         {proto::follow_up("score", proto::job_id::dead_letter("c1/p1:compile"), proto::encode(dl))})
               .is_ok());
   CHECK(f.state_of("c1/p1:compile") == JobState::kDead);
   CHECK(f.rec.saw("c1/p1:compile dead 1"));

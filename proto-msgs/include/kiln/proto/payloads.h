@@ -1,5 +1,5 @@
 // Job payloads that travel through the broker (DESIGN §1-§7). Job ids are deterministic:
-// "<program_id>:<stage>", so a duplicate follow-up is dropped by the broker.
+// "<program_id>:<step>", so a duplicate follow-up is dropped by the broker (ids.h builds them).
 //
 // Flow of one candidate:
 //   ingest (IngestRequest) -> score (CampaignStart)
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/proto/codec.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/wire.h"
 
 namespace kiln::proto {
@@ -571,18 +572,13 @@ struct DeadLetter {
   }
 };
 
-// The id of the "score" job that carries the DeadLetter for `job_id`: the same whoever dead-letters the job
-// (the broker past max_attempts, or the worker itself), so the scorer hears of one death once.
-inline std::string dead_letter_job_id(std::string_view job_id) { return "dead:" + std::string(job_id); }
-
 // Whether `result` is a worker dead-lettering its job itself (messaging::Outcome::kDeadLetter): "failed", with
 // the DeadLetter for its job among its follow-ups. Older workers send the same RESULT, so a broker reads it
 // from the words alone.
 inline bool is_worker_dead_letter(const ResultMsg& result) {
   if (result.outcome != outcome::kFailed) return false;
-  const std::string dead_id = dead_letter_job_id(result.job_id);
   for (const auto& f : result.next)
-    if (f.service == svc::kScore && f.job_id == dead_id) return true;
+    if (f.service == svc::kScore && job_id::dead_letter_of(f.job_id) == result.job_id) return true;
   return false;
 }
 

@@ -46,9 +46,6 @@ class IngestHandler {
   prometheus::Counter* rejected_ = nullptr;
 };
 
-// "campaign:<campaign_id>:start", the deterministic id of a campaign's first score job.
-std::string campaign_start_job_id(const std::string& campaign_id);
-
 // Handler factory for services/task_ingest/main.cc: defaults from scorer.default_budget and
 // scorer.max_in_flight; two slots (validation is quick and stateless).
 Result<service::ServiceHandlers> make_ingest_handlers(const service::ServiceContext& ctx);
