@@ -405,10 +405,10 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
 
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
   proto::Candidate cand = request.cand;
-  auto score_job = [&](std::string_view stage, std::string error, proto::BuildInfo build) {
+  auto score_job = [&](proto::Stage stage, std::string error, proto::BuildInfo build) {
     proto::ScoreResult result;
     result.cand = cand;
-    result.stage = std::string(stage);
+    result.stage = std::string(proto::name(stage));
     result.error = std::move(error);
     result.build = std::move(build);
     return std::vector<proto::FollowUp>{proto::FollowUp{
@@ -417,7 +417,7 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   // Every early end is a Status that says whose fault it is, read by messaging::outcome_for: the candidate's
   // is scored (at `stage`, with `score_error` when the scorer should see more than the one line, e.g. the
   // build log); a permanent fault of the task or the request is dead-lettered; this worker's is given back.
-  auto end = [&](const Status& fault, std::string_view stage = "compile", proto::BuildInfo build = {},
+  auto end = [&](const Status& fault, proto::Stage stage = proto::Stage::kCompile, proto::BuildInfo build = {},
                  std::string score_error = {}) {
     return messaging::JobOutcome::from_status(fault.with_context("compile"), [&](const Status&) {
       return score_job(stage, score_error.empty() ? fault.message() : std::move(score_error), std::move(build));
@@ -432,7 +432,7 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   // external bridge's compile job): the task's kernel outside the editable regions is Kiln's. A proposal
   // that changed it, or whose region bodies do not fit, is scored as no code (stage "propose").
   auto accepted = task::accept_proposal(files.at(spec->kernel_file).data, cand.code, cand.regions);
-  if (!accepted.is_ok()) return end(messaging::candidate_fault(accepted.status()), "propose");
+  if (!accepted.is_ok()) return end(messaging::candidate_fault(accepted.status()), proto::Stage::kPropose);
   cand.code = std::move(accepted).value();
   cand.regions.clear();
   const std::string& backend = spec->backend;
@@ -462,8 +462,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   auto kernel = build(backend, arch, files, spec->kernel_file, cand.code, cand.params);
   if (!kernel.is_ok()) return end(messaging::worker_fault(kernel.status().with_context("toolchain")));
   if (!kernel->info.ok) {
-    return end(invalid_argument("the candidate does not build: " + kernel->info.process.message), "compile",
-               kernel->info, kernel->info.log);
+    return end(invalid_argument("the candidate does not build: " + kernel->info.process.message),
+               proto::Stage::kCompile, kernel->info, kernel->info.log);
   }
 
   proto::TestRequest test;

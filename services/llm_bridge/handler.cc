@@ -70,7 +70,7 @@ messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalReques
     r.cand.generation = req.parent.generation + 1;
     r.cand.proposal_index = req.proposal_index;
     r.cand.proposer = req.proposer;
-    r.stage = "propose";
+    r.stage = std::string(proto::name(proto::Stage::kPropose));
     r.error = fault.message();
     r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
     account(info, r.cand.metadata);

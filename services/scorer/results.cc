@@ -28,12 +28,12 @@ int64_t to_count(const std::map<std::string, std::string>& m, const std::string&
 // external bridge writes itself; the campaign's own copy is the one Kiln trusts. A result whose code
 // changed anything outside the editable regions becomes a proposal without code (perf_score 0).
 void keep_to_regions(const CampaignRow& c, proto::ScoreResult& r) {
-  if (r.stage == "propose" || r.cand.code.empty()) return;
+  if (proto::is_stage(r.stage, proto::Stage::kPropose) || r.cand.code.empty()) return;
   auto spec = task::parse_task(c.files);
   if (!spec.is_ok()) return;  // stored at the campaign's start, after the same validation
   Status st = task::check_regions_only(c.files.at(spec->kernel_file).data, r.cand.code);
   if (st.is_ok()) return;
-  r.stage = "propose";
+  r.stage = std::string(proto::name(proto::Stage::kPropose));
   r.error = st.message();
   r.build = {};
   r.test = {};

@@ -493,7 +493,7 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
 
   proto::ScoreResult result;
   result.cand = request->cand;
-  result.stage = "test";
+  result.stage = std::string(proto::name(proto::Stage::kTest));
   result.purpose = request->purpose;
   result.build = request->build;
   result.test = std::move(report).value();

@@ -530,7 +530,7 @@ struct TestReport {
 struct ScoreResult {
   std::string kind = std::string(kind::kResult);
   Candidate cand;
-  std::string stage;             // propose | compile | test
+  std::string stage;             // name(Stage): propose | compile | test
   std::string purpose = "eval";  // eval | confirm
   std::string error;             // propose/compile failure text
   BuildInfo build;
