@@ -76,7 +76,9 @@ int tester_metrics_base() {
 }
 
 std::vector<std::string> task_dirs(const Options& o) {
-  auto dirs = task::package_dirs(o.tasks_dir, o.backend);
+  auto backend = proto::parse_backend(o.backend);
+  if (!backend.is_ok()) fail(backend.status().message());
+  auto dirs = task::package_dirs(o.tasks_dir, *backend);
   if (dirs.empty()) fail("no " + o.backend + " tasks under " + o.tasks_dir);
   return dirs;
 }

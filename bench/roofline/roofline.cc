@@ -386,7 +386,7 @@ json tester_overhead(kiln::compiler::CompileHandler& compiler, const std::string
   auto test = kiln::proto::decode<kiln::proto::TestRequest>(built.next[0].payload.data);
   check(test.status(), "decode");
   kiln::tester::TesterOptions o;
-  o.backend = "cuda";
+  o.backend = kiln::proto::Backend::kCuda;
   o.eval_binary = eval_binary;
   o.timing.min_samples = 1;
   o.timing.min_time_s = 0;

@@ -234,7 +234,7 @@ double load_ms(const std::string& kernel_so, const std::string& reference_so) {
 json run(const Options& o) {
   auto files = value_or_fail(kiln::task::load_package(o.task_dir), "task " + o.task_dir);
   auto spec = value_or_fail(kiln::task::parse_task(files), "task " + o.task_dir);
-  if (spec.backend != "cpu") fail("task '" + spec.name + "' is not a cpu task");
+  if (spec.backend != kiln::proto::Backend::kCpu) fail("task '" + spec.name + "' is not a cpu task");
   kiln::TempDir build("kiln-bench-timing-build");
   const std::string kernel_so = compile(o, build.path(), spec.kernel_file);
   const std::string reference_so = compile(o, build.path(), spec.reference_file);

@@ -59,7 +59,7 @@ Measured measure(compiler::CompileHandler& cc, tester::TestHandler& tt, const pr
   req.cand.program_id = "bench/p" + std::to_string(index);
   req.cand.code = files.at(spec.kernel_file).data;
   req.cand.params = params;
-  req.backend = spec.backend;
+  req.backend = std::string(kiln::proto::name(spec.backend));
   req.arch = "native";
   req.files = files;
   messaging::JobOutcome built = cc.compile(req);
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
 
   proto::FileMap files = value_or_die(task::load_package(task_dir), "task " + task_dir);
   task::TaskSpec spec = value_or_die(task::parse_task(files), "task " + task_dir);
-  if (spec.backend != "cpu") die("task " + spec.name + ": the benchmark runs CPU tasks");
+  if (spec.backend != kiln::proto::Backend::kCpu) die("task " + spec.name + ": the benchmark runs CPU tasks");
   llm_bridge::ParamSpace space = value_or_die(llm_bridge::ParamSpace::make(spec.params), "parameters");
   constexpr uint64_t kMaxExhaustive = 512;  // every combination is compiled and timed once
   if (space.size() > kMaxExhaustive)

@@ -65,10 +65,10 @@ std::string cuda_gencode(const std::string& arch) {
 
 namespace {
 
-std::vector<std::string> compile_flags(const std::string& backend, const std::string& arch,
+std::vector<std::string> compile_flags(proto::Backend backend, const std::string& arch,
                                        const std::map<std::string, std::string>& defines) {
   std::vector<std::string> flags;
-  if (backend == "cuda") {
+  if (backend == proto::Backend::kCuda) {
     // Machine code for the target and its PTX embedded beside it, so a newer GPU can still JIT the kernel;
     // the shared runtime, so that the kernel and kiln-eval-cuda share one runtime and its error state.
     flags = {"-O3",     "-shared", "-Xcompiler", "-fPIC", "-gencode", cuda_gencode(arch),
@@ -250,12 +250,12 @@ Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOpt
   return std::unique_ptr<CompileHandler>(new CompileHandler(options, std::move(metrics)));
 }
 
-Result<std::string> CompileHandler::toolchain(const std::string& backend) {
+Result<std::string> CompileHandler::toolchain(proto::Backend backend) {
   {
     std::lock_guard<std::mutex> lock(toolchain_mu_);
     if (auto it = toolchains_.find(backend); it != toolchains_.end()) return it->second;
   }
-  const std::string compiler = backend == "cuda" ? options_.nvcc : options_.cxx;
+  const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
   TempDir scratch("kiln-compile");
   sandbox::SandboxOptions run;
   run.argv = {compiler, "--version"};
@@ -276,7 +276,7 @@ Result<std::string> CompileHandler::toolchain(const std::string& backend) {
   // g++ names itself on the first line; nvcc says "Cuda compilation tools, release 13.0, V13.0.88" on the
   // line before its build tag, which is the one a person recognizes.
   std::string version = lines.front();
-  if (backend == "cuda") {
+  if (backend == proto::Backend::kCuda) {
     version = lines.back();
     for (const auto& line : lines) {
       if (line.find("release") != std::string::npos) version = line;
@@ -290,17 +290,17 @@ Result<std::string> CompileHandler::toolchain(const std::string& backend) {
 proto::Capabilities CompileHandler::capabilities() {
   proto::Capabilities caps;
   caps.arch = host_arch();
-  auto cxx = toolchain("cpu");
+  auto cxx = toolchain(proto::Backend::kCpu);
   caps.toolchain = cxx.is_ok() ? *cxx : "";
   return caps;
 }
 
-Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, const std::string& arch,
+Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, const std::string& arch,
                                                     const proto::FileMap& files, const std::string& source_name,
                                                     const std::string& source,
                                                     const std::map<std::string, std::string>& defines) {
   KILN_ASSIGN_OR_RETURN(std::string version, toolchain(backend));
-  const std::string compiler = backend == "cuda" ? options_.nvcc : options_.cxx;
+  const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
   const std::vector<std::string> flags = compile_flags(backend, arch, defines);
   const std::string flags_text = join(flags);
 
@@ -311,7 +311,7 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
   sources.erase("instructions.md");
   sources[source_name] = proto::Bytes{source};
   Sha256 key_hash;
-  for (std::string_view part : {kCacheVersion, std::string_view(backend), std::string_view(compiler),
+  for (std::string_view part : {kCacheVersion, proto::name(backend), std::string_view(compiler),
                                 std::string_view(flags_text), std::string_view(version), kernel_abi_header()}) {
     key_hash.update_field(part);
   }
@@ -368,14 +368,14 @@ Result<CompileHandler::Build> CompileHandler::build(const std::string& backend, 
   out.info.process.stdout_text = trim_log(out_text, out_budget);
   out.info.process.stderr_text = trim_log(err_text, err_budget);
   if (!result.succeeded()) out.info.process.message = result.describe(run.timeout_s);
-  out.info.compiler = backend == "cuda" ? "nvcc" : "g++";
+  out.info.compiler = backend == proto::Backend::kCuda ? "nvcc" : "g++";
   out.info.flags = flags_text;
   out.info.toolchain = version;
   out.info.duration_s = result.wall_s;
   out.timed_out = result.timed_out;
   if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(run.timeout_s) + "\n" + log;
   out.info.log = trim_log(log, max_log);
-  if (backend == "cuda") {
+  if (backend == proto::Backend::kCuda) {
     PtxasUsage usage = parse_ptxas_usage(log);
     out.info.registers = usage.registers;
     out.info.shared_bytes = usage.shared_bytes;
@@ -435,10 +435,10 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   if (!accepted.is_ok()) return end(messaging::candidate_fault(accepted.status()), proto::Stage::kPropose);
   cand.code = std::move(accepted).value();
   cand.regions.clear();
-  const std::string& backend = spec->backend;
-  if (!request.backend.empty() && request.backend != backend) {
+  const proto::Backend backend = spec->backend;
+  if (!request.backend.empty() && !proto::is_backend(request.backend, backend)) {
     return end(failed_precondition("the request is for backend '" + request.backend + "' but the task's is '" +
-                                   backend + "'"));
+                                   std::string(proto::name(backend)) + "'"));
   }
   for (const auto& [name, value] : cand.params) {
     if (!is_identifier(name)) return end(invalid_argument("parameter '" + name + "': not an identifier"));
@@ -446,8 +446,9 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
       return end(invalid_argument("parameter " + name + ": value '" + value + "' is not allowed"));
     }
   }
-  const std::string arch =
-      backend == "cuda" && !request.arch.empty() && request.arch != "native" ? request.arch : options_.cuda_arch;
+  const std::string arch = backend == proto::Backend::kCuda && !request.arch.empty() && request.arch != "native"
+                               ? request.arch
+                               : options_.cuda_arch;
 
   // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
   // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy

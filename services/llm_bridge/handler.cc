@@ -124,8 +124,8 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.cand.program_id = req.program_id;
   compile.cand.campaign_id = campaign_of(req);
   compile.cand.proposal_index = req.proposal_index;
-  compile.backend = spec->backend;
-  compile.arch = spec->backend == "cuda" ? options_.cuda_arch : std::string("native");
+  compile.backend = std::string(proto::name(spec->backend));
+  compile.arch = spec->backend == proto::Backend::kCuda ? options_.cuda_arch : std::string("native");
   // A package that came by name goes on by name.
   compile.task_blob = (*package)->blob;
   if (compile.task_blob.empty()) compile.files = std::move(req.files);

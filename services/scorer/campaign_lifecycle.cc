@@ -31,7 +31,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   c.id = start.campaign_id;
   c.task_id = start.task_id.empty() ? task::task_id(start.files) : start.task_id;
   c.task_name = start.task_name.empty() ? spec->name : start.task_name;
-  c.backend = spec->backend;
+  c.backend = std::string(proto::name(spec->backend));
   c.op = spec->op;
   c.dtype = spec->dtype;
   c.files = start.files;
@@ -50,7 +50,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   p0.id = program_id_for(c.id, 0);
   p0.code = c.files.at(spec->kernel_file).data;
   p0.is_program0 = true;
-  p0.language = c.backend == "cuda" ? "cuda" : "cpp";
+  p0.language = std::string(proto::kernel_language(spec->backend));
   for (const auto& [name, values] : spec->params) p0.template_parameters[name] = values.front();
   p0.is_templated = !spec->params.empty();
   p0.task = task_ref(c);
@@ -61,7 +61,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   proto::CompileRequest compile;
   compile.cand = candidate_of(c, p0, 0);
   compile.backend = c.backend;
-  compile.arch = arch_for(options_, c.backend);
+  compile.arch = arch_for(options_, spec->backend);
   attach_package(options_, c, &compile.files, &compile.task_blob);
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile(p0.id), proto::encode(compile)));
 

@@ -9,8 +9,12 @@ Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx) {
   return store.add_duplicate(c);
 }
 
-std::string arch_for(const EngineOptions& options, std::string_view backend) {
-  return backend == "cuda" ? options.cuda_arch : std::string("native");
+proto::Backend backend_of(const CampaignRow& c) {
+  return proto::is_backend(c.backend, proto::Backend::kCuda) ? proto::Backend::kCuda : proto::Backend::kCpu;
+}
+
+std::string arch_for(const EngineOptions& options, proto::Backend backend) {
+  return backend == proto::Backend::kCuda ? options.cuda_arch : std::string("native");
 }
 
 void attach_package(const EngineOptions& options, const CampaignRow& c, proto::FileMap* files, std::string* blob) {

@@ -9,6 +9,7 @@
 
 #include "campaign_store.h"
 #include "kiln/core/status.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/scorer/engine.h"
@@ -27,8 +28,12 @@ using proto::follow_up;
 // A repeated result or start: counted against the campaign, answered without follow-ups.
 Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx);
 
+// A campaign's backend, named in its row since its task was validated at the start: anything but "cuda"
+// is read as the CPU.
+proto::Backend backend_of(const CampaignRow& c);
+
 // The compile target of a campaign's backend: the configured CUDA arch, or "native" for the CPU.
-std::string arch_for(const EngineOptions& options, std::string_view backend);
+std::string arch_for(const EngineOptions& options, proto::Backend backend);
 
 // A job's task package: the blob's name when options.tasks can publish it, else the files themselves.
 void attach_package(const EngineOptions& options, const CampaignRow& c, proto::FileMap* files, std::string* blob);

@@ -22,7 +22,7 @@ proto::PromoteRequest promote_request(const CampaignRow& c, const proto::Program
     if (!spec->benchmark_cases.empty()) req.shape = spec->benchmark_cases.front();
   }
   req.source = p.code;
-  req.source_ext = c.backend == "cuda" ? "cu" : "cpp";
+  req.source_ext = std::string(proto::source_extension(backend_of(c)));
   req.params = p.template_parameters;
   req.verification = eval.test.correctness;
   // Both measurements cleared speedup_shortfall on every case, so both have a first case. The Forge
@@ -51,7 +51,7 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
   compile.cand = candidate_of(c, p, proposal_index);
   compile.cand.program_id = proto::program_id::confirmation(p.id);
   compile.backend = c.backend;
-  compile.arch = arch_for(options_, c.backend);
+  compile.arch = arch_for(options_, backend_of(c));
   attach_package(options_, c, &compile.files, &compile.task_blob);
   // Measured again by another tester (another GPU) than the first time, when one is connected.
   KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, kEval));

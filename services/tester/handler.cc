@@ -134,9 +134,11 @@ void append_log_line(proto::TestReport& report, const std::string& line) {
 
 }  // namespace
 
-TesterOptions options_from_config(const config::TesterConfig& config) {
+Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   TesterOptions o;
-  o.backend = config.backend;
+  auto backend = proto::parse_backend(config.backend);
+  if (!backend.is_ok()) return invalid_argument("tester: unknown backend '" + config.backend + "' (cpu | cuda)");
+  o.backend = *backend;
   o.gpu_index = config.gpu_index;
   o.gpu_claim_dir = config.gpu_claim_dir;
   o.timeout_s = config.timeout_s;
@@ -150,11 +152,11 @@ TesterOptions options_from_config(const config::TesterConfig& config) {
   return o;
 }
 
-Result<std::string> default_eval_binary(const std::string& backend) {
+Result<std::string> default_eval_binary(proto::Backend backend) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return not_found("tester: cannot read /proc/self/exe: " + ec.message());
-  return (self.parent_path() / (backend == "cuda" ? "kiln-eval-cuda" : "kiln-eval")).string();
+  return (self.parent_path() / (backend == proto::Backend::kCuda ? "kiln-eval-cuda" : "kiln-eval")).string();
 }
 
 TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml,
@@ -184,18 +186,16 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
 }
 
 Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
-  if (options.backend != "cpu" && options.backend != "cuda") {
-    return invalid_argument("tester: unknown backend '" + options.backend + "' (cpu | cuda)");
-  }
   if (!(options.timeout_s > 0)) return invalid_argument("tester: timeout_s must be positive");
   if (options.eval_binary.empty()) {
     KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary(options.backend));
   }
   if (access(options.eval_binary.c_str(), X_OK) != 0) {
-    return not_found("tester: no evaluation child at " + options.eval_binary +
-                     (options.backend == "cuda" ? " (was this build made without the CUDA toolkit?)" : ""));
+    return not_found(
+        "tester: no evaluation child at " + options.eval_binary +
+        (options.backend == proto::Backend::kCuda ? " (was this build made without the CUDA toolkit?)" : ""));
   }
-  if (options.backend == "cpu") {
+  if (options.backend == proto::Backend::kCpu) {
     return std::unique_ptr<TestHandler>(new TestHandler(std::move(options), eval::cpu_worker_info(), nullptr, {}));
   }
   // A CUDA tester needs a GPU it can name; without one it must not register for test.cuda.
@@ -219,7 +219,7 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   }
   if (!gpu.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpu.status().message());
   proto::WorkerInfo worker;
-  worker.backend = "cuda";
+  worker.backend = std::string(proto::name(proto::Backend::kCuda));
   worker.host = eval::host_name();
   worker.device_name = gpu->name;
   worker.gpu_uuid = gpu->uuid;
@@ -230,10 +230,10 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
 
 proto::Capabilities TestHandler::capabilities() const {
   proto::Capabilities caps;
-  caps.backend = options_.backend;
+  caps.backend = std::string(proto::name(options_.backend));
   caps.gpu_name = worker_.device_name;  // the device this tester measures on: the GPU, or the CPU model
   caps.gpu_uuid = worker_.gpu_uuid;
-  caps.arch = options_.backend == "cuda" ? gpu_.arch() : host_arch();
+  caps.arch = options_.backend == proto::Backend::kCuda ? gpu_.arch() : host_arch();
   caps.host = worker_.host;
   return caps;
 }
@@ -287,7 +287,7 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   }
   run.timeout_s = timeout_s;
   run.cpu_time_s = options_.cpu_time_limit_s;
-  if (options_.backend == "cuda") {
+  if (options_.backend == proto::Backend::kCuda) {
     // The child sees exactly this tester's GPU, by uuid (indices differ between NVML and CUDA orderings).
     run.env.push_back("CUDA_VISIBLE_DEVICES=" + gpu_.uuid);
   } else if (options_.memory_limit_mb > 0) {
@@ -302,14 +302,16 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   // rather than here. The CPU child may not write outside its scratch directory; the CUDA child keeps a
   // writable root, because under a read-only one the CUDA runtime fails to initialize
   // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
-  run.readonly_root = options_.readonly_root.value_or(options_.backend == "cpu");
+  run.readonly_root = options_.readonly_root.value_or(options_.backend == proto::Backend::kCpu);
   run.deny_process_creation = options_.deny_process_creation.value_or(false);
   for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
   return run;
 }
 
 void TestHandler::profile(const std::string& scratch, proto::TestReport& report) const {
-  if (options_.backend != "cuda" || options_.profile != "ncu" || report.status != proto::test_status::kOk) return;
+  if (options_.backend != proto::Backend::kCuda || options_.profile != "ncu" ||
+      report.status != proto::test_status::kOk)
+    return;
   const double start = monotonic_s();
   auto skipped = [&](const std::string& why) {
     report.profile_summary = "profiling skipped: " + why;
@@ -384,8 +386,8 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   if (!kernel_so.is_ok()) return messaging::job_fault(kernel_so.status()).with_context("tester: kernel library");
   const task::TaskSpec* spec = &package->spec;
   if (spec->backend != options_.backend) {
-    return failed_precondition("tester: the task's backend is " + spec->backend + ", this tester runs " +
-                               options_.backend);
+    return failed_precondition("tester: the task's backend is " + std::string(proto::name(spec->backend)) +
+                               ", this tester runs " + std::string(proto::name(options_.backend)));
   }
 
   TempDir scratch("kiln-test");
@@ -511,7 +513,7 @@ messaging::JobOutcome TestHandler::handle(const proto::Job& job) {
 
 Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContext& ctx) {
   if (!ctx.config) return invalid_argument("tester: no config");
-  TesterOptions options = options_from_config(ctx.config->tester);
+  KILN_ASSIGN_OR_RETURN(TesterOptions options, options_from_config(ctx.config->tester));
   options.worker_id = ctx.worker_id;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
   if (ctx.tasks) handler->set_task_source(ctx.tasks);

@@ -257,7 +257,7 @@ TEST_CASE("CUDA testers sharing a claim folder take distinct GPUs; with every GP
   REQUIRE(!gpus->empty());
   kiln::TempDir claims("kiln-gpu-claims");
   kiln::tester::TesterOptions t;
-  t.backend = "cuda";
+  t.backend = kiln::proto::Backend::kCuda;
   t.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval-cuda";
   t.profile = "off";
   t.gpu_claim_dir = claims.path();

@@ -52,7 +52,7 @@ struct Rig {
     REQUIRE(ch.is_ok());
     compiler = std::move(ch).value();
     kiln::tester::TesterOptions t;
-    t.backend = "cuda";
+    t.backend = kiln::proto::Backend::kCuda;
     t.eval_binary = KILN_BINARY_DIR "/bin/kiln-eval-cuda";
     t.timeout_s = timeout_s;
     t.timing.min_time_s = min_time_s;

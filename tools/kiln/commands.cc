@@ -380,7 +380,7 @@ int cmd_task_validate(const Common& c, const std::string& dir) {
     std::printf("%s\n", json{{"valid", true},
                              {"name", spec->name},
                              {"op", spec->op},
-                             {"backend", spec->backend},
+                             {"backend", std::string(proto::name(spec->backend))},
                              {"dtype", spec->dtype},
                              {"task_id", task::task_id(*files)},
                              {"correctness_cases", spec->correctness_cases.size()},
@@ -392,8 +392,9 @@ int cmd_task_validate(const Common& c, const std::string& dir) {
     std::printf(
         "%s: valid task '%s' (op %s, %s, %s): %zu correctness case(s) x %lld seed(s), %zu benchmark case(s), "
         "%zu parameter combination(s)\n",
-        dir.c_str(), spec->name.c_str(), spec->op.c_str(), spec->backend.c_str(), spec->dtype.c_str(),
-        spec->correctness_cases.size(), (long long)spec->seeds, spec->benchmark_cases.size(), space);
+        dir.c_str(), spec->name.c_str(), spec->op.c_str(), std::string(proto::name(spec->backend)).c_str(),
+        spec->dtype.c_str(), spec->correctness_cases.size(), (long long)spec->seeds, spec->benchmark_cases.size(),
+        space);
   }
   return 0;
 }

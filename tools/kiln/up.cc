@@ -11,6 +11,7 @@
 #include "kiln/core/files.h"
 #include "kiln/core/signals.h"
 #include "kiln/messaging/client.h"
+#include "kiln/proto/ids.h"
 #include "kiln/task/task.h"
 #include "supervisor.h"
 
@@ -70,7 +71,7 @@ int cmd_up(const Common& c, const UpOptions& o) {
   for (int i = 0; i < cfg.up.testers; ++i) {
     add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false);
     // One tester per GPU: tester i takes GPU i unless the config pins one index for all.
-    if (cfg.tester.backend == "cuda" && cfg.tester.gpu_index < 0)
+    if (proto::is_backend(cfg.tester.backend, proto::Backend::kCuda) && cfg.tester.gpu_index < 0)
       specs.back().env.emplace_back("KILN_TESTER_GPU_INDEX", std::to_string(i));
   }
   add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
@@ -124,7 +125,13 @@ int cmd_up(const Common& c, const UpOptions& o) {
 
   // --demo: submit the bundled tasks, show progress, print the results table.
   // Only the tasks this machine's testers can run: CUDA tasks wait forever without a GPU tester.
-  std::vector<std::string> dirs = task::package_dirs(o.tasks_dir, cfg.tester.backend);
+  auto backend = proto::parse_backend(cfg.tester.backend);
+  if (!backend.is_ok()) {
+    std::fprintf(stderr, "kiln: tester.backend: %s\n", backend.status().message().c_str());
+    sup.stop();
+    return 1;
+  }
+  std::vector<std::string> dirs = task::package_dirs(o.tasks_dir, *backend);
   if (dirs.empty()) {
     std::fprintf(stderr, "kiln: no %s tasks under %s\n", cfg.tester.backend.c_str(), o.tasks_dir.c_str());
     sup.stop();

@@ -10,6 +10,7 @@
 #include "cuda_device.h"
 #include "kiln/cuda/nvml.h"
 #include "kiln/eval/device.h"
+#include "kiln/proto/ids.h"
 
 namespace kiln::cuda {
 namespace {
@@ -18,8 +19,9 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
                                              const eval::Candidate& reference, const eval::EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
     return invalid_argument("evaluate: missing kernel entry point");
-  if (spec.backend != "cuda")
-    return invalid_argument("this evaluator runs the cuda backend, the task is " + spec.backend);
+  if (spec.backend != proto::Backend::kCuda)
+    return invalid_argument("this evaluator runs the cuda backend, the task is " +
+                            std::string(proto::name(spec.backend)));
   for (const auto& b : spec.baselines) {
     if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
   }
@@ -44,7 +46,7 @@ bool is_known_baseline(const std::string& name) { return name == "cublas_sgemm";
 
 proto::WorkerInfo cuda_worker_info() {
   proto::WorkerInfo w;
-  w.backend = "cuda";
+  w.backend = std::string(proto::name(proto::Backend::kCuda));
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) w.host = host;
   int device = 0, driver = 0, runtime = 0;

@@ -8,6 +8,7 @@
 #include "baselines.h"
 #include "cpu_device.h"
 #include "kiln/eval/device.h"
+#include "kiln/proto/ids.h"
 
 namespace kiln::eval {
 namespace {
@@ -16,8 +17,9 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
                                              KernelEntry reference, const EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || !reference)
     return invalid_argument("evaluate: missing kernel entry point");
-  if (spec.backend != "cpu")
-    return invalid_argument("this evaluator runs the cpu backend, the task is " + spec.backend);
+  if (spec.backend != proto::Backend::kCpu)
+    return invalid_argument("this evaluator runs the cpu backend, the task is " +
+                            std::string(proto::name(spec.backend)));
   if (options.profile_run) return invalid_argument("profiling runs are for the cuda backend");
   for (const auto& b : spec.baselines) {
     if (!detail::find_baseline(b)) {

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 
+#include "kiln/proto/ids.h"
+
 namespace kiln::eval {
 namespace {
 
@@ -124,7 +126,7 @@ std::string host_name() {
 
 proto::WorkerInfo cpu_worker_info() {
   proto::WorkerInfo w;
-  w.backend = "cpu";
+  w.backend = std::string(proto::name(proto::Backend::kCpu));
   w.device_name = cpu_model_name();
   w.clock_hz = cpu_clock_hz();
   w.host = host_name();

@@ -65,8 +65,8 @@ CpuSpec local_cpu() {
   return cpu;
 }
 
-std::string hardware_summary(std::string_view backend, std::string_view gpu_name) {
-  if (backend != "cuda") {
+std::string hardware_summary(proto::Backend backend, std::string_view gpu_name) {
+  if (backend != proto::Backend::kCuda) {
     CpuSpec cpu = local_cpu();
     return "CPU: " + cpu.model + ", " + std::to_string(cpu.cores) +
            " logical cores; the kernel is built with g++ -O3 -march=native -fopenmp.\n";

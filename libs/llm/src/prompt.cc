@@ -22,8 +22,6 @@ std::string capped(const std::string& text, size_t max_bytes) {
   return text.substr(0, max_bytes) + "\n... [truncated]\n";
 }
 
-std::string fence_tag(const std::string& backend) { return backend == "cuda" ? "cuda" : "cpp"; }
-
 std::string shape_string(const task::TensorSpec& t) {
   std::string s = "[";
   for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + t.shape[i];
@@ -68,8 +66,8 @@ std::string strategy_id(const std::string& text) { return "s-" + sha256_hex(text
 Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req, const std::string& strategy,
                                                const PromptContext& ctx) {
   KILN_ASSIGN_OR_RETURN(task::TaskSpec spec, task::parse_task(req.files));
-  const std::string tag = fence_tag(spec.backend);
-  const std::string lang = spec.backend == "cuda" ? "CUDA C++" : "C++ (OpenMP available)";
+  const std::string tag(proto::kernel_language(spec.backend));
+  const std::string lang = spec.backend == proto::Backend::kCuda ? "CUDA C++" : "C++ (OpenMP available)";
 
   // Every region is asked for: the reply's bodies replace all of them (extract.h).
   const std::string& kernel = req.files.at(spec.kernel_file).data;
@@ -98,8 +96,8 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
       "Answer with a short explanation and then exactly one fenced ```" +
       tag + " code block " + answer + "\n\n" + capped(strategy, kMaxStrategyBytes);
 
-  std::string user = "# Task: " + spec.name + " (op " + spec.op + ", backend " + spec.backend + ", dtype " +
-                     spec.dtype + ")\n\n## Tensors\n";
+  std::string user = "# Task: " + spec.name + " (op " + spec.op + ", backend " +
+                     std::string(proto::name(spec.backend)) + ", dtype " + spec.dtype + ")\n\n## Tensors\n";
   for (const auto& t : spec.inputs)
     user += "- input " + t.name + ": " + std::string(task::dtype_name(t.dtype)) + " " + shape_string(t) + "\n";
   for (const auto& t : spec.outputs)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/core/time.h"
+#include "kiln/proto/ids.h"
 
 namespace kiln::registry {
 namespace {
@@ -94,11 +95,11 @@ Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w,
 namespace detail {
 
 Status check_request(const proto::PromoteRequest& r) {
-  if (r.backend != "cuda" && r.backend != "cpu")
-    return invalid_argument("backend must be cuda or cpu, got \"" + r.backend + "\"");
+  auto backend = proto::parse_backend(r.backend);
+  if (!backend.is_ok()) return invalid_argument("backend must be cuda or cpu, got \"" + r.backend + "\"");
   if (!is_lower_name(r.op)) return invalid_argument("op must match [a-z0-9_]+, got \"" + r.op + "\"");
   if (!is_lower_name(r.dtype)) return invalid_argument("dtype must match [a-z0-9_]+, got \"" + r.dtype + "\"");
-  std::string expected_ext = r.backend == "cuda" ? "cu" : "cpp";
+  const std::string expected_ext(proto::source_extension(*backend));
   if (!r.source_ext.empty() && r.source_ext != expected_ext)
     return invalid_argument("source_ext must be " + expected_ext + " for backend " + r.backend + ", got \"" +
                             r.source_ext + "\"");

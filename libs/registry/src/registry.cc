@@ -12,6 +12,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/proto/ids.h"
 #include "promotion.h"
 
 namespace kiln::registry {
@@ -197,8 +198,9 @@ Status Registry::verify(std::vector<std::string>* warnings) const {
 Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min_speedup) const {
   KILN_RETURN_IF_ERROR(detail::check_request(r));
   KILN_RETURN_IF_ERROR(detail::check_rules(r, min_speedup));
-  const std::string language = r.backend == "cuda" ? "cuda" : "cpp";
-  const std::string ext = r.backend == "cuda" ? "cu" : "cpp";
+  KILN_ASSIGN_OR_RETURN(const proto::Backend backend, proto::parse_backend(r.backend));  // checked above
+  const std::string language(proto::kernel_language(backend));
+  const std::string ext(proto::source_extension(backend));
   const std::string source = effective_source(r);
   const std::string sha = sha256_hex(source);
   const std::map<std::string, int64_t>& shape = r.shape.empty() ? r.confirmation.dims : r.shape;

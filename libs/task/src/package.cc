@@ -218,7 +218,7 @@ Result<proto::FileMap> load_package(const std::string& path) {
   return files;
 }
 
-std::vector<std::string> package_dirs(const std::string& root, const std::string& backend) {
+std::vector<std::string> package_dirs(const std::string& root, proto::Backend backend) {
   std::vector<std::string> dirs;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {

@@ -351,9 +351,10 @@ TaskSpec parse_yaml(const std::string& text) {
     spec.op = get_string(*op, "op");
     if (!is_lower_name(spec.op)) fail("op", "expected [a-z0-9_]+, got " + quote(spec.op));
   }
-  spec.backend = get_string(*find(top, "backend"), "backend");
-  if (spec.backend != "cuda" && spec.backend != "cpu")
-    fail("backend", "expected cuda or cpu, got " + quote(spec.backend));
+  const std::string backend = get_string(*find(top, "backend"), "backend");
+  auto parsed_backend = proto::parse_backend(backend);
+  if (!parsed_backend.is_ok()) fail("backend", "expected cuda or cpu, got " + quote(backend));
+  spec.backend = *parsed_backend;
   spec.dtype = std::string(dtype_name(get_dtype(*find(top, "dtype"), "dtype")));
 
   spec.inputs = parse_tensors(*find(top, "inputs"), "inputs", true);
@@ -468,11 +469,12 @@ Result<TaskSpec> parse_task(const proto::FileMap& files) {
     return invalid_argument(std::string(kTaskFile) + ": " + e.msg);
   }
 
-  const std::string ext = spec.backend == "cuda" ? ".cu" : ".cpp";
+  const std::string ext = "." + std::string(proto::source_extension(spec.backend));
   spec.reference_file = "reference" + ext;
   spec.kernel_file = "kernel" + ext;
   for (const std::string& f : {spec.reference_file, spec.kernel_file})
-    if (!files.count(f)) return invalid_argument(f + ": missing (required for backend " + spec.backend + ")");
+    if (!files.count(f))
+      return invalid_argument(f + ": missing (required for backend " + std::string(proto::name(spec.backend)) + ")");
 
   auto regions = find_regions(files.at(spec.kernel_file).data);
   if (!regions.is_ok()) return invalid_argument(spec.kernel_file + ": " + regions.status().message());

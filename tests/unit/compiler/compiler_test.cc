@@ -324,7 +324,7 @@ TEST_CASE("a compiler that takes too long is stopped: the candidate's failure, o
   auto created = CompileHandler::create(options, nullptr);
   REQUIRE(created.is_ok());
   CompileHandler& quick = **created;
-  REQUIRE(quick.toolchain("cpu").is_ok());  // the version query has its own, longer limit
+  REQUIRE(quick.toolchain(kiln::proto::Backend::kCpu).is_ok());  // the version query has its own, longer limit
 
   auto req = request_for(files, "c1/p8");
   req.cand.params = {{"THREADS", "3"}};  // a build the cache does not have

@@ -37,7 +37,7 @@ TEST_CASE("bundled CPU tasks are correct for program 0 and a tuned choice", "[ev
     INFO(t.name);
     kiln::proto::FileMap files;
     auto spec = load(t.name, files);
-    CHECK(spec.backend == "cpu");
+    CHECK(spec.backend == kiln::proto::Backend::kCpu);
     CHECK(spec.dtype == "fp32");
     CHECK_FALSE(spec.params.empty());
     CHECK_FALSE(spec.instructions.empty());
@@ -109,7 +109,7 @@ TEST_CASE("bundled CUDA task packages parse and are sized for a GPU", "[eval][ta
     INFO(name);
     kiln::proto::FileMap files;
     auto spec = load(name, files);
-    CHECK(spec.backend == "cuda");
+    CHECK(spec.backend == kiln::proto::Backend::kCuda);
     CHECK(spec.kernel_file == "kernel.cu");
     CHECK(spec.reference_file == "reference.cu");
     const std::string& kernel = files.at("kernel.cu").data;

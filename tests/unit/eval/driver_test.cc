@@ -28,7 +28,7 @@ TaskSpec double_task() {
   TaskSpec spec;
   spec.name = "double";
   spec.op = "double";
-  spec.backend = "cpu";
+  spec.backend = kiln::proto::Backend::kCpu;
   spec.dtype = "fp32";
   spec.inputs = {{"x", DType::kF32, {"N"}, InitKind::kNormal, 0, 1}};
   spec.outputs = {{"y", DType::kF32, {"N"}, InitKind::kZeros, 0, 0}};

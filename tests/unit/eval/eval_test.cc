@@ -20,7 +20,7 @@ TaskSpec axpy_task() {
   TaskSpec spec;
   spec.name = "axpy";
   spec.op = "axpy";
-  spec.backend = "cpu";
+  spec.backend = kiln::proto::Backend::kCpu;
   spec.dtype = "fp32";
   spec.inputs = {{"x", DType::kF32, {"N"}, InitKind::kNormal, 0, 1},
                  {"w", DType::kF32, {"N"}, InitKind::kUniform, -1, 1}};

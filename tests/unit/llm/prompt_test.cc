@@ -23,7 +23,7 @@ TEST_CASE("a proposal prompt carries task, hardware, parent, feedback, inspirati
   insp.combined_score = 6.5;
   req.inspirations.push_back(insp);
 
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cpu", ""});
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCpu, ""});
   REQUIRE(msgs.is_ok());
   REQUIRE(msgs->size() == 2);
   const std::string& system = (*msgs)[0].content;
@@ -48,7 +48,7 @@ TEST_CASE("a kernel with two regions is asked for both", "[llm][regions]") {
   insp.cand.code = kernel;
   req.inspirations.push_back(insp);
 
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cpu", ""});
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCpu, ""});
   REQUIRE(msgs.is_ok());
   const std::string& system = (*msgs)[0].content;
   const std::string& user = (*msgs)[1].content;
@@ -61,7 +61,7 @@ TEST_CASE("a kernel with two regions is asked for both", "[llm][regions]") {
 
   proto::ProposalRequest single;
   single.files = kiln::testing::task_files();
-  auto one = llm::proposal_messages(single, llm::default_strategy(), {"cpu", ""});
+  auto one = llm::proposal_messages(single, llm::default_strategy(), {proto::Backend::kCpu, ""});
   REQUIRE(one.is_ok());
   CHECK((*one)[0].content.find("editable regions") == std::string::npos);
   CHECK((*one)[1].content.find("Write the new editable region now.") != std::string::npos);
@@ -74,8 +74,8 @@ TEST_CASE("GPU figures come from a table keyed by name", "[llm]") {
   CHECK(h200->shared_bytes_per_sm == 228 * 1024);
   CHECK(llm::gpu_spec("nvidia-h100-pcie")->sm_count == 114);
   CHECK_FALSE(llm::gpu_spec("Imaginary 9000"));
-  CHECK(llm::hardware_summary("cuda", "NVIDIA H200").find("132 SMs") != std::string::npos);
-  CHECK(llm::hardware_summary("cuda", "Imaginary 9000").find("no figures") != std::string::npos);
+  CHECK(llm::hardware_summary(proto::Backend::kCuda, "NVIDIA H200").find("132 SMs") != std::string::npos);
+  CHECK(llm::hardware_summary(proto::Backend::kCuda, "Imaginary 9000").find("no figures") != std::string::npos);
 }
 
 TEST_CASE("strategy rewrites ask with the fitness history and take the fenced section", "[llm]") {
@@ -110,7 +110,7 @@ TEST_CASE("the parent's Nsight Compute profile reaches the next proposal's promp
   req.parent.program_id = "c1/p3";
   req.parent.code = req.files["kernel.cpp"].data;
   req.parent_eval_log = archive::evaluate(scored).eval_log;  // what the scorer stores and sends
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {"cuda", "NVIDIA H200"});
+  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCuda, "NVIDIA H200"});
   REQUIRE(msgs.is_ok());
   CHECK((*msgs)[1].content.find(scored.test.profile_summary) != std::string::npos);
 }

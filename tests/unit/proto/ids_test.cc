@@ -25,6 +25,10 @@ TEST_CASE("backends are named and parsed", "[proto][ids]") {
   CHECK(kernel_language(Backend::kCuda) == "cuda");
   CHECK(source_extension(Backend::kCpu) == "cpp");
   CHECK(source_extension(Backend::kCuda) == "cu");
+  CHECK(test_service_for(Backend::kCpu) == "test.cpu");
+  CHECK(test_service_for(Backend::kCuda) == "test.cuda");
+  CHECK(test_service_for(Backend::kCpu) == svc::kTestCpu);
+  CHECK(test_service_for(Backend::kCuda) == svc::kTestCuda);
 
   for (std::string bad : {"", "CUDA", "tpu", "cuda ", "test.cuda"}) {
     auto parsed = parse_backend(bad);

@@ -87,7 +87,7 @@ TEST_CASE("the good CPU package loads and validates", "[task]") {
   REQUIRE(spec.is_ok());
   CHECK(spec->name == "rmsnorm_cpu");
   CHECK(spec->op == "rmsnorm");
-  CHECK(spec->backend == "cpu");
+  CHECK(spec->backend == kiln::proto::Backend::kCpu);
   CHECK(spec->dtype == "fp32");
   REQUIRE(spec->inputs.size() == 2);
   CHECK(spec->inputs[0].shape == std::vector<std::string>{"B", "H"});

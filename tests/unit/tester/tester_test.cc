@@ -362,7 +362,7 @@ TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
   CHECK(dead_lettered(*handler, req).rfind("test: tester: task: ", 0) == 0);
 
   auto cuda = quick_options();
-  cuda.backend = "cuda";
+  cuda.backend = kiln::proto::Backend::kCuda;
   CHECK_FALSE(TestHandler::create(cuda).is_ok());
   auto missing = quick_options();
   missing.eval_binary = "/nonexistent/kiln-eval";
@@ -376,7 +376,7 @@ TEST_CASE("a cuda tester without a GPU refuses to start, naming why, so it never
     return;
   }
   TesterOptions cuda;
-  cuda.backend = "cuda";
+  cuda.backend = kiln::proto::Backend::kCuda;
   // The CUDA evaluation child, when this build has one; else any executable: the GPU check must still fail.
   cuda.eval_binary = access(KILN_BINARY_DIR "/bin/kiln-eval-cuda", X_OK) == 0 ? KILN_BINARY_DIR "/bin/kiln-eval-cuda"
                                                                               : KILN_BINARY_DIR "/bin/kiln-eval";
@@ -386,8 +386,8 @@ TEST_CASE("a cuda tester without a GPU refuses to start, naming why, so it never
 }
 
 TEST_CASE("the evaluation child is chosen by backend", "[tester][cuda]") {
-  auto cpu = kiln::tester::default_eval_binary("cpu");
-  auto cuda = kiln::tester::default_eval_binary("cuda");
+  auto cpu = kiln::tester::default_eval_binary(kiln::proto::Backend::kCpu);
+  auto cuda = kiln::tester::default_eval_binary(kiln::proto::Backend::kCuda);
   REQUIRE(cpu.is_ok());
   REQUIRE(cuda.is_ok());
   CHECK(cpu->size() > 9);

@@ -44,8 +44,8 @@ inline constexpr std::string_view kScore = "score";
 inline constexpr std::string_view kPromote = "promote";
 }  // namespace svc
 
-// "test.cpu" / "test.cuda" for a task backend.
-inline std::string test_service_for(std::string_view backend) { return "test." + std::string(backend); }
+// "test.cpu" / "test.cuda": the service that tests a backend's candidates.
+inline std::string test_service_for(Backend backend) { return "test." + std::string(name(backend)); }
 
 struct IngestRequest {
   std::string campaign_id;

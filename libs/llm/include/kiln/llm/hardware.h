@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/proto/ids.h"
+
 namespace kiln::llm {
 
 struct GpuSpec {
@@ -32,6 +34,6 @@ CpuSpec local_cpu();
 
 // A few lines for the prompt: for CUDA the GPU's figures (or its name alone when unknown), for the
 // CPU backend the model and cores.
-std::string hardware_summary(std::string_view backend, std::string_view gpu_name);
+std::string hardware_summary(proto::Backend backend, std::string_view gpu_name);
 
 }  // namespace kiln::llm

@@ -22,8 +22,8 @@ const std::string& default_strategy();
 std::string strategy_id(const std::string& text);
 
 struct PromptContext {
-  std::string backend;   // cuda | cpu (from the task)
-  std::string gpu_name;  // CUDA: the target GPU's name (hardware table key)
+  proto::Backend backend = proto::Backend::kCpu;  // the task's
+  std::string gpu_name;                           // CUDA: the target GPU's name (hardware table key)
 };
 
 // The messages for one proposal. Fails only when the task package does not parse.

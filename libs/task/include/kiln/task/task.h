@@ -10,6 +10,7 @@
 
 #include "kiln/core/status.h"
 #include "kiln/proto/codec.h"
+#include "kiln/proto/ids.h"
 
 namespace kiln::task {
 
@@ -34,8 +35,8 @@ using Dims = std::map<std::string, int64_t>;  // one case: dim name -> size
 struct TaskSpec {
   std::string name;  // [a-z0-9_]+
   std::string op;
-  std::string backend;  // cuda | cpu
-  std::string dtype;    // main dtype name, used in the kernel id
+  proto::Backend backend = proto::Backend::kCpu;
+  std::string dtype;  // main dtype name, used in the kernel id
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<std::pair<std::string, double>> scalars;  // in file order
@@ -54,7 +55,7 @@ struct TaskSpec {
 Result<proto::FileMap> load_package(const std::string& path);
 
 // The package folders directly under `root` whose task is valid and runs on `backend`, sorted by path.
-std::vector<std::string> package_dirs(const std::string& root, const std::string& backend);
+std::vector<std::string> package_dirs(const std::string& root, proto::Backend backend);
 
 // Validates a package and returns its normalized spec. Errors name the file, the key path and what
 // was expected: "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\"".

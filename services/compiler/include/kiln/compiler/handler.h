@@ -22,6 +22,7 @@
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/service/service.h"
@@ -72,7 +73,7 @@ class CompileHandler {
   messaging::JobOutcome compile(const proto::CompileRequest& request);
 
   // "g++ (Debian 12.2.0-14) 12.2.0" for cpu, nvcc's last version line for cuda; asked once, then cached.
-  Result<std::string> toolchain(const std::string& backend);
+  Result<std::string> toolchain(proto::Backend backend);
   proto::Capabilities capabilities();
   // Where task packages named by blob come from, and where built references are put (default: inline
   // only). Set up before the first job.
@@ -82,7 +83,7 @@ class CompileHandler {
   CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics);
 
   struct Build;
-  Result<Build> build(const std::string& backend, const std::string& arch, const proto::FileMap& files,
+  Result<Build> build(proto::Backend backend, const std::string& arch, const proto::FileMap& files,
                       const std::string& source_name, const std::string& source,
                       const std::map<std::string, std::string>& defines);
 
@@ -91,7 +92,7 @@ class CompileHandler {
   std::shared_ptr<prometheus::Registry> metrics_;
   prometheus::Counter* cache_hits_ = nullptr;  // kiln_compile_cache_hits_total
   std::mutex toolchain_mu_;
-  std::map<std::string, std::string> toolchains_;  // backend -> version line
+  std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
 };
 
 // Handler factory for services/compiler/main.cc: compiler.* from the config, compiler.slots slots.

@@ -22,6 +22,7 @@
 #include "kiln/messaging/handler.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/sandbox/sandbox.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/wire.h"
 #include "kiln/service/service.h"
 #include <prometheus/counter.h>
@@ -31,11 +32,11 @@
 namespace kiln::tester {
 
 struct TesterOptions {
-  std::string backend = "cpu";  // the service is "test.<backend>"
-  std::string eval_binary;      // kiln-eval (cpu) or kiln-eval-cuda (cuda); empty: the one beside this executable
-  int64_t gpu_index = -1;       // cuda: NVML index; -1: from CUDA_VISIBLE_DEVICES, else 0
-  std::string gpu_claim_dir;    // cuda, gpu_index -1: claim the first free visible GPU there (gpu_claim.h)
-  double timeout_s = 120;       // per evaluation child
+  proto::Backend backend = proto::Backend::kCpu;  // the service is "test.<backend>"
+  std::string eval_binary;    // kiln-eval (cpu) or kiln-eval-cuda (cuda); empty: the one beside this executable
+  int64_t gpu_index = -1;     // cuda: NVML index; -1: from CUDA_VISIBLE_DEVICES, else 0
+  std::string gpu_claim_dir;  // cuda, gpu_index -1: claim the first free visible GPU there (gpu_claim.h)
+  double timeout_s = 120;     // per evaluation child
   int64_t cpu_time_limit_s = 300;
   int64_t memory_limit_mb =
       8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
@@ -54,16 +55,16 @@ struct TesterOptions {
   double profile_timeout_s = 120;
 };
 
-// tester.* from the config.
-TesterOptions options_from_config(const config::TesterConfig& config);
+// tester.* from the config. Fails for a backend other than cpu or cuda.
+Result<TesterOptions> options_from_config(const config::TesterConfig& config);
 
 // The evaluation child for `backend` (kiln-eval, or kiln-eval-cuda for cuda) in the directory of the
 // running executable (/proc/self/exe).
-Result<std::string> default_eval_binary(const std::string& backend = "cpu");
+Result<std::string> default_eval_binary(proto::Backend backend = proto::Backend::kCpu);
 
 class TestHandler {
  public:
-  // Fails for an unknown backend, an evaluation child that is not there, or (cuda) no GPU to serve: such a
+  // Fails for an evaluation child that is not there, or (cuda) no GPU to serve: such a
   // tester must not register for test.cuda, so CUDA jobs wait visibly in the queue.
   static Result<std::unique_ptr<TestHandler>> create(TesterOptions options);
 
