@@ -119,10 +119,11 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
                     .Name("kiln_broker_bytes_total")
                     .Help("Message bodies through the broker's sockets, by direction (in, out) and command")
                     .Register(registry);
-  for (std::string_view command : kCommands)
-    for (const char* direction : {"in", "out"})
-      bytes_[{direction, std::string(command)}] =
-          &bytes.Add({{"direction", direction}, {"command", std::string(command)}});
+  for (std::string_view command : kCommands) {
+    const std::string name(command);
+    bytes_in_[name] = &bytes.Add({{"direction", "in"}, {"command", name}});
+    bytes_out_[name] = &bytes.Add({{"direction", "out"}, {"command", name}});
+  }
   blob_bytes_ = &BuildCounter()
                      .Name("kiln_broker_blob_bytes_total")
                      .Help("Blob-store requests and their replies (a part of kiln_broker_bytes_total)")
@@ -137,14 +138,12 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
 
 void BrokerMetrics::bytes_received(std::string_view command, size_t bytes) {
   counters_.bytes_in += static_cast<int64_t>(bytes);
-  if (auto it = bytes_.find({"in", std::string(command)}); it != bytes_.end())
-    it->second->Increment(static_cast<double>(bytes));
+  if (auto it = bytes_in_.find(command); it != bytes_in_.end()) it->second->Increment(static_cast<double>(bytes));
 }
 
 void BrokerMetrics::bytes_sent(std::string_view command, size_t bytes) {
   counters_.bytes_out += static_cast<int64_t>(bytes);
-  if (auto it = bytes_.find({"out", std::string(command)}); it != bytes_.end())
-    it->second->Increment(static_cast<double>(bytes));
+  if (auto it = bytes_out_.find(command); it != bytes_out_.end()) it->second->Increment(static_cast<double>(bytes));
 }
 
 void BrokerMetrics::blob_bytes(size_t bytes) {

@@ -56,27 +56,38 @@ bool is_sha256_hex(std::string_view s) {
   return true;
 }
 
+// The name a blob request is about: a lowercase hex sha256, or an error that says which method got what.
+Status check_name(const proto::Request& req, const std::string& name) {
+  if (is_sha256_hex(name)) return Status::ok();
+  return invalid_argument(req.method + ": the name is not a lowercase hex sha256");
+}
+
 // "blob.put": the name must be the content's sha256, so nobody can plant content under another's name.
 Status put_blob(const proto::Request& req, JobTable& table) {
   KILN_ASSIGN_OR_RETURN(proto::Blob blob, proto::decode<proto::Blob>(req.body.data));
-  if (!is_sha256_hex(blob.sha256)) return invalid_argument("blob.put: the name is not a lowercase hex sha256");
+  KILN_RETURN_IF_ERROR(check_name(req, blob.sha256));
   if (sha256_hex(blob.data.data) != blob.sha256)
     return invalid_argument("blob.put: the content does not hash to " + blob.sha256);
   return table.put_blob(blob.sha256, blob.data.data);
 }
 
-Result<std::string> get_blob(const proto::Request& req, JobTable& table) {
+// "blob.get" and "blob.has": a BlobQuery with a valid name.
+Result<std::string> queried_name(const proto::Request& req) {
   KILN_ASSIGN_OR_RETURN(proto::BlobQuery q, proto::decode<proto::BlobQuery>(req.body.data));
-  if (!is_sha256_hex(q.sha256)) return invalid_argument("blob.get: the name is not a lowercase hex sha256");
-  KILN_ASSIGN_OR_RETURN(std::string data, table.get_blob(q.sha256));
-  return proto::encode(proto::Blob{q.sha256, proto::Bytes{std::move(data)}});
+  KILN_RETURN_IF_ERROR(check_name(req, q.sha256));
+  return q.sha256;
+}
+
+Result<std::string> get_blob(const proto::Request& req, JobTable& table) {
+  KILN_ASSIGN_OR_RETURN(std::string name, queried_name(req));
+  KILN_ASSIGN_OR_RETURN(std::string data, table.get_blob(name));
+  return proto::encode(proto::Blob{name, proto::Bytes{std::move(data)}});
 }
 
 Status has_blob(const proto::Request& req, JobTable& table) {
-  KILN_ASSIGN_OR_RETURN(proto::BlobQuery q, proto::decode<proto::BlobQuery>(req.body.data));
-  if (!is_sha256_hex(q.sha256)) return invalid_argument("blob.has: the name is not a lowercase hex sha256");
-  KILN_ASSIGN_OR_RETURN(bool held, table.has_blob(q.sha256));
-  return held ? Status::ok() : not_found("no blob " + q.sha256);
+  KILN_ASSIGN_OR_RETURN(std::string name, queried_name(req));
+  KILN_ASSIGN_OR_RETURN(bool held, table.has_blob(name));
+  return held ? Status::ok() : not_found("no blob " + name);
 }
 
 }  // namespace

@@ -17,15 +17,6 @@ std::string arch_for(const EngineOptions& options, proto::Backend backend) {
   return backend == proto::Backend::kCuda ? options.cuda_arch : std::string("native");
 }
 
-void attach_package(const EngineOptions& options, const CampaignRow& c, proto::FileMap* files, std::string* blob) {
-  if (options.tasks) {
-    service::attach_task(*options.tasks, c.files, files, blob);
-  } else {
-    *files = c.files;
-    blob->clear();
-  }
-}
-
 proto::TaskRef task_ref(const CampaignRow& c) {
   proto::TaskRef t;
   t.task_id = c.task_id;

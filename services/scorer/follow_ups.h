@@ -35,9 +35,6 @@ proto::Backend backend_of(const CampaignRow& c);
 // The compile target of a campaign's backend: the configured CUDA arch, or "native" for the CPU.
 std::string arch_for(const EngineOptions& options, proto::Backend backend);
 
-// A job's task package: the blob's name when options.tasks can publish it, else the files themselves.
-void attach_package(const EngineOptions& options, const CampaignRow& c, proto::FileMap* files, std::string* blob);
-
 proto::TaskRef task_ref(const CampaignRow& c);
 // The candidate a program is sent out as (proposal parent, inspiration, compile request).
 proto::Candidate candidate_of(const CampaignRow& c, const proto::Program& p, int64_t proposal_index);

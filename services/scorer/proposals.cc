@@ -53,7 +53,7 @@ Status Proposals::issue(CampaignRow& c, Effects& fx) {
   if (c.proposer == proposer::kExternal)
     req.files = c.files;
   else
-    attach_package(options_, c, &req.files, &req.task_blob);
+    service::attach_task(*options_.tasks, c.files, &req.files, &req.task_blob);
   req.island = island;
   req.budget = c.budget;
   req.tuner_blocks = options_.tuner_blocks;

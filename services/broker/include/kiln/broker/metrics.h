@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -126,7 +127,8 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* bridge_messages_;
   prometheus::Counter* bridge_auth_failures_;
-  std::map<std::pair<std::string, std::string>, prometheus::Counter*> bytes_;  // by (direction, command)
+  // By command; looked up with the received command's view, no string made per message.
+  std::map<std::string, prometheus::Counter*, std::less<>> bytes_in_, bytes_out_;
   prometheus::Counter* blob_bytes_;
   prometheus::Gauge* bridge_keys_;
 };

@@ -52,9 +52,10 @@ struct EngineOptions {
   // Tuner campaigns: block sampling nearer the best (ProposalRequest.tuner_blocks); off by default, as
   // kiln-bench-tuner found it helps some spaces and hurts others.
   bool tuner_blocks = false;
-  // Names task packages for the jobs the engine makes (the broker's blob store). Null: jobs carry the
-  // packages. Proposals of "external" campaigns always carry theirs (bridges read them, DESIGN §9).
-  std::shared_ptr<service::TaskSource> tasks;
+  // Names task packages for the jobs the engine makes (the broker's blob store); the default, without a
+  // store, leaves the packages in the jobs. Proposals of "external" campaigns always carry theirs (bridges
+  // read them, DESIGN §9).
+  std::shared_ptr<service::TaskSource> tasks = std::make_shared<service::TaskSource>();
 };
 
 struct Handled {
