@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -54,6 +55,7 @@ struct Options {
   double timing_min_time_s = 0.3;
   double timing_max_time_s = 2.0;
   std::string out;
+  std::string keep;  // a folder: each run's logs, registry and config are copied to <keep>/testers-N
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
@@ -341,6 +343,20 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
     r["supervisor_restarted_a_tester"] =
         log.is_ok() && log->find("service tester-") != std::string::npos && log->find("restarted") != std::string::npos;
   }
+  if (!o.keep.empty()) {
+    // What a later look needs (the testers' logs, the promoted kernels for an independent re-measure).
+    namespace fs = std::filesystem;
+    const fs::path to = fs::path(o.keep) / ("testers-" + std::to_string(testers) + (kill ? "-kill" : ""));
+    std::error_code ec;
+    fs::create_directories(to, ec);
+    for (const char* what : {"state/logs", "registry", "up.log", "kiln.yaml"}) {
+      const fs::path from = fs::path(dir.path()) / what;
+      if (fs::exists(from, ec))
+        fs::copy(from, to / fs::path(what).filename(),
+                 fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+    }
+    r["kept"] = to.string();
+  }
   return r;
 }
 
@@ -361,6 +377,7 @@ int main(int argc, char** argv) {
   app.add_option("--timing-min-time", o.timing_min_time_s, "tester.timing.min_time_s");
   app.add_option("--timing-max-time", o.timing_max_time_s, "tester.timing.max_time_s");
   app.add_option("--out", o.out, "also write the JSON here");
+  app.add_option("--keep", o.keep, "copy each run's logs, registry and config to this folder");
   CLI11_PARSE(app, argc, argv);
   try {
     auto dirs = task_dirs(o);

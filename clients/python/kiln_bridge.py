@@ -287,6 +287,8 @@ def compile_follow_up(req: ProposalRequest, proposal: Union[Proposal, str], cuda
         "backend": backend,
         "arch": cuda_arch if backend == "cuda" else "native",
         "files": req.files,
+        # The campaign's screening bar for the candidate's first measurement, passed on as given.
+        "screen_below": float(req.raw.get("screen_below", 0) or 0),
     }
     return follow_up("compile", req.program_id + ":compile", pack(compile_request))
 

@@ -477,6 +477,7 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   if (test.reference_blob.empty()) test.reference_so = proto::Bytes{std::move(reference->so)};
   proto::set_kernel_library(test, std::move(kernel->so));
   test.build = kernel->info;
+  test.screen_below = request.screen_below;
   return messaging::JobOutcome::ok({proto::FollowUp{proto::test_service_for(backend),
                                                     proto::job_id::test(cand.program_id),
                                                     {proto::encode(test)},

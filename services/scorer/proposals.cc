@@ -1,11 +1,19 @@
 #include "proposals.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
 
 namespace kiln::scorer {
+
+double screening_bar(const std::optional<proto::Program>& best) {
+  if (!best) return 0;
+  const auto lo = best->eval.runtime_stats.find("min_speedup_lo");
+  if (lo == best->eval.runtime_stats.end() || !std::isfinite(lo->second) || lo->second <= 0) return 0;
+  return lo->second;
+}
 
 Status Proposals::issue(CampaignRow& c, Effects& fx) {
   const int64_t index = c.proposed + 1;
@@ -57,6 +65,7 @@ Status Proposals::issue(CampaignRow& c, Effects& fx) {
   req.island = island;
   req.budget = c.budget;
   req.tuner_blocks = options_.tuner_blocks;
+  req.screen_below = screening_bar(archive->best());
   req.parent_cell = sel.parent_cell;
   req.target_cell = sel.target_cell;
   for (const proto::Program& insp : sel.inspirations) {

@@ -5,6 +5,8 @@
 // job for the proposer's service.
 #pragma once
 
+#include <optional>
+
 #include "campaign_archives.h"
 #include "campaign_store.h"
 #include "follow_ups.h"
@@ -13,6 +15,12 @@
 #include "prompt_book.h"
 
 namespace kiln::scorer {
+
+// The screening bar a new candidate's first measurement gets (ProposalRequest.screen_below): the lowest
+// per-case lower bound of the campaign's best program, 0 while there is none. A candidate whose interval
+// lies below it on a case cannot overtake that program, so it cannot be confirmed and promoted either
+// (only a new best is); measuring it to full precision buys nothing.
+double screening_bar(const std::optional<proto::Program>& best);
 
 class Proposals {
  public:

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -242,7 +243,7 @@ void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> regist
   if (nvml_ && registry && !monitor_) monitor_ = std::make_shared<GpuMonitor>(nvml_, gpu_, std::move(registry));
 }
 
-std::vector<std::string> TestHandler::eval_argv(const char* result_file, bool screen) const {
+std::vector<std::string> TestHandler::eval_argv(const char* result_file, double screen_below) const {
   const auto& t = options_.timing;
   std::vector<std::string> argv = {options_.eval_binary,
                                    "--task",
@@ -267,9 +268,9 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, bool sc
                                    std::to_string(t.warmup_iters),
                                    "--report-key",
                                    kReportKeyFile};
-  if (screen && t.screen_below > 0) {
+  if (screen_below > 0) {
     argv.push_back("--screen-below");
-    argv.push_back(number(t.screen_below));
+    argv.push_back(number(screen_below));
   }
   return argv;
 }
@@ -317,6 +318,10 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
     report.profile_summary = "profiling skipped: " + why;
     append_log_line(report, report.profile_summary);
   };
+  // A screened-out candidate is no contender: a profile (seconds of replays) would only slow the campaign.
+  for (const auto& c : report.performance.cases) {
+    if (c.stop_reason == "screened") return skipped("screened out");
+  }
   if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
   // Only a report the child signed is read for the profiled process.
   auto key = write_report_key(scratch);
@@ -402,9 +407,17 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   // A confirmation is measured in full; a first measurement may be screened.
   const std::string_view program_id = request.cand.program_id;
   const bool confirmation = request.purpose == "confirm" || proto::program_id::confirmed(program_id).has_value();
-  const bool screen = !confirmation && options_.timing.screen_below > 0;
-  if (screen) metadata["timing_screen_below"] = short_number(options_.timing.screen_below);
-  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen), options_.timeout_s);
+  // The bar is the higher of this tester's (the promotion bar at most) and the campaign's (its best so far).
+  if (!std::isfinite(request.screen_below) || request.screen_below < 0) {
+    return messaging::job_fault(
+        invalid_argument("tester: screen_below must be a finite number >= 0, got " + number(request.screen_below)));
+  }
+  const double screen_below = confirmation ? 0 : std::max(options_.timing.screen_below, request.screen_below);
+  if (screen_below > 0) {
+    metadata["timing_screen_below"] = short_number(screen_below);
+    metadata["timing_screen_by"] = request.screen_below > options_.timing.screen_below ? "campaign best" : "tester";
+  }
+  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s);
   auto ran = sandbox::run_sandboxed(run);
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   sandbox::SandboxResult child = std::move(ran).value();

@@ -36,7 +36,11 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   llm_bridge::ProposeHandler handler({"sm_90"}, registry);
   handler.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
 
-  messaging::JobOutcome out = handler.handle(propose_job("c1", 1));
+  proto::Job job = propose_job("c1", 1);
+  auto proposal = decode_or_die<proto::ProposalRequest>(job.payload.data);
+  proposal.screen_below = 3.25;  // the campaign's screening bar, carried to the test job
+  job.payload.data = proto::encode(proposal);
+  messaging::JobOutcome out = handler.handle(job);
   REQUIRE(out.outcome == messaging::Outcome::kDone);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "compile");
@@ -49,6 +53,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   CHECK(req.backend == "cpu");
   CHECK(req.arch == "native");
   CHECK(req.files.count("task.yaml"));
+  CHECK(req.screen_below == 3.25);
 
   SECTION("CUDA tasks compile for the configured arch") {
     messaging::JobOutcome cuda = handler.handle(propose_job("c2", 1, "tuner", kiln::testing::task_files("cuda")));

@@ -247,6 +247,35 @@ TEST_CASE("parents come from the archive once programs are scored", "[scorer][en
   CHECK(parents.size() > 1);
 }
 
+TEST_CASE("proposals carry the campaign best's lowest lower bound as the screening bar, confirmations none",
+          "[scorer][engine]") {
+  Fixture f;
+  // Each candidate faster than the last: the best, and with it the bar, rises as the campaign goes.
+  Driver d = f.driver([&](const proto::Candidate& c, bool) {
+    const double x = 1.0 + 0.25 * static_cast<double>(c.proposal_index);
+    return correct(c, x, x - 0.1, x + 0.1);
+  });
+  d.submit("c1:start", start_payload("c1", 6, 1));
+  d.run();
+  std::vector<double> bars;
+  for (const auto& fu : d.trace.followups) {
+    if (fu.service == "propose") bars.push_back(decode_or_die<proto::ProposalRequest>(fu.payload.data).screen_below);
+    if (fu.service == "compile" && fu.job_id.find("confirm") != std::string::npos)
+      CHECK(decode_or_die<proto::CompileRequest>(fu.payload.data).screen_below == 0);
+  }
+  REQUIRE(bars.size() == 6);
+  CHECK(bars.front() == 0);  // nothing was scored yet
+  for (size_t i = 1; i < bars.size(); ++i) {
+    CHECK(bars[i] >= bars[i - 1]);
+    // Always some scored program's lower bound: 0.9 (program 0), 1.15, 1.4, ...
+    const double k = (bars[i] - 0.9) / 0.25;
+    CHECK(k == Approx(std::round(k)).margin(1e-9));
+  }
+  // With one in flight, each proposal after the first is issued once the one before it is scored: proposal 6
+  // gets proposal 5's lower bound.
+  CHECK(bars.back() == Approx(2.15));
+}
+
 TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));

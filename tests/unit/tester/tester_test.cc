@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <prometheus/registry.h>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -189,6 +190,47 @@ TEST_CASE("a confirming measurement goes to its own score job", "[tester]") {
   auto score = run_job(*handler, f.request(f.build("correct"), "confirm"), "c1/p1:score-confirm");
   CHECK(score.purpose == "confirm");
   CHECK(score.test.status == status::kOk);
+}
+
+TEST_CASE("the campaign's bar screens a first measurement, never a confirmation", "[tester]") {
+  Fixture f;
+  TesterOptions o = quick_options();
+  // Blocks of 20 ms: screening looks from the fifth block on, well before min_time ends the timing.
+  o.timing.min_time_s = 0.2;
+  o.timing.max_time_s = 2;
+  o.timing.screen_below = 1.1;  // the tester's own bar (the promotion bar)
+  auto handler = make(o);
+  auto req = f.request(f.build("correct"));
+  req.screen_below = 50;  // the campaign's best is 50x the reference: program 0 cannot get there
+  auto first = run_job(*handler, req);
+  INFO(first.test.message << "\n" << first.test.log);
+  CHECK(first.test.status == status::kOk);
+  REQUIRE(first.test.performance.cases.size() == 1);
+  CHECK(first.test.performance.cases[0].stop_reason == "screened");
+  CHECK(first.test.message.find("cannot reach 50x") != std::string::npos);
+  CHECK(first.test.metadata.at("timing_screen_below") == "50");
+  CHECK(first.test.metadata.at("timing_screen_by") == "campaign best");
+
+  // Below the tester's own bar, the tester's bar holds.
+  req.screen_below = 0.5;
+  auto own = run_job(*handler, req);
+  CHECK(own.test.metadata.at("timing_screen_below") == "1.1");
+  CHECK(own.test.metadata.at("timing_screen_by") == "tester");
+
+  // A confirmation is measured in full whatever the bar.
+  req.screen_below = 50;
+  req.purpose = "confirm";
+  auto confirm = run_job(*handler, req, "c1/p1:score-confirm");
+  REQUIRE(confirm.test.performance.cases.size() == 1);
+  CHECK(confirm.test.performance.cases[0].stop_reason != "screened");
+  CHECK(confirm.test.metadata.count("timing_screen_below") == 0);
+
+  // A bar that is not a number is the job's fault.
+  req.purpose = "eval";
+  req.screen_below = std::nan("");
+  CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
+  req.screen_below = -1;
+  CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
 }
 
 TEST_CASE("a crashing kernel is a result and the tester keeps serving", "[tester]") {

@@ -204,6 +204,10 @@ struct ProposalRequest {
   bool evolve_prompt = false;
   int64_t budget = 0;         // the campaign's proposals (0 = unknown)
   bool tuner_blocks = false;  // the tuner samples blocks sized by `budget` (llm_bridge/proposer.h)
+  // Optional (schema 3): the screening bar of the candidate's first measurement, from the campaign as it
+  // stood (its best program's lowest per-case lower bound; 0 = none): carried on to the compile and test
+  // jobs. A candidate whose interval cannot reach it cannot become the campaign's best.
+  double screen_below = 0;
   template <class V>
   void fields(V& v) {
     v("parent", parent);
@@ -222,6 +226,7 @@ struct ProposalRequest {
     v("budget", budget);
     v("tuner_blocks", tuner_blocks);
     v("task_blob", task_blob);
+    v("screen_below", screen_below);
   }
 };
 
@@ -234,6 +239,7 @@ struct CompileRequest {
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
   // is measured by another tester than the first measurement when there is one. Empty: any.
   std::string avoid_tester;
+  double screen_below = 0;  // optional (schema 3): ProposalRequest.screen_below, for the test job
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -242,6 +248,7 @@ struct CompileRequest {
     v("files", files);
     v("avoid_tester", avoid_tester);
     v("task_blob", task_blob);
+    v("screen_below", screen_below);
   }
 };
 
@@ -332,6 +339,9 @@ struct TestRequest {
   // `kernel_so_size` is then its size as built.
   std::string kernel_so_encoding;
   int64_t kernel_so_size = 0;
+  // Optional (schema 3): the campaign's screening bar (ProposalRequest.screen_below); the tester screens a
+  // first measurement at the higher of this and its own tester.timing.screen_below, never a confirmation.
+  double screen_below = 0;
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -344,6 +354,7 @@ struct TestRequest {
     v("reference_blob", reference_blob);
     v("kernel_so_encoding", kernel_so_encoding);
     v("kernel_so_size", kernel_so_size);
+    v("screen_below", screen_below);
   }
 };
 

@@ -92,8 +92,9 @@ class TestHandler {
   TestHandler(TesterOptions options, proto::WorkerInfo worker, std::shared_ptr<cuda::Nvml> nvml, cuda::GpuIdentity gpu,
               cuda::GpuClaim claim = {});
   // The evaluation child's command line; it writes its report to `result_file` in the scratch directory.
-  // `screen`: the evaluator may stop timing a case early (timing.screen_below), never for a confirmation.
-  std::vector<std::string> eval_argv(const char* result_file, bool screen = false) const;
+  // `screen_below` > 0: the evaluator may stop timing a case once its interval cannot reach it (never for a
+  // confirmation).
+  std::vector<std::string> eval_argv(const char* result_file, double screen_below = 0) const;
   // The sandbox every run of the evaluation child gets (scratch, environment, limits, confinement).
   sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv,
                                         double timeout_s) const;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# On a GPU host, from build-gpu/kit.tar.xz (bench/timing/make_gpu_kit.sh with the service binaries, the
+# CUDA evaluator and kiln-bench-multigpu): the throughput bench. A whole Kiln on the five bundled CUDA
+# tasks with the tuner proposer, one run per tester count; candidates per hour per GPU, GPU utilization,
+# where the time went. JSON, the testers' logs and the registry go to $OUT (or ./gpu-out).
+#   TAG=after TESTERS=1 BUDGET=12 bash bench/throughput/device_run.sh
+# Any KILN_<SECTION>_<KEY> in the environment reaches the Kiln the bench starts (KILN_TESTER_TIMING_SCREEN_BELOW=0).
+set -uo pipefail
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+root=$PWD
+tag=${TAG:-run}
+tar xJf build-gpu/kit.tar.xz
+src=$(cat build-gpu/source_dir 2>/dev/null || echo "$root")
+if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+build=$(cat build-gpu/build_dir 2>/dev/null || echo build)
+mkdir -p "$root/$build" && ln -sfn "$root/build-gpu/bin" "$root/$build/bin"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=$root/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$out/nvidia-smi.csv"
+timeout "${BENCH_TIMEOUT:-560}" "$root/build-gpu/bin/kiln-bench-multigpu" --backend cuda --tasks configs/tasks \
+  --testers "${TESTERS:-1}" --budget "${BUDGET:-12}" --compilers "${COMPILERS:-8}" --timeout "${RUN_TIMEOUT:-300}" \
+  --out "$out/throughput-$tag.json" --keep "$out/keep-$tag" 2> "$out/throughput-$tag.log" > /dev/null
+echo "bench exit $?"
+grep -E "^run:" "$out/throughput-$tag.log"
+python3 - "$out/throughput-$tag.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["runs"]:
+    print({k: r.get(k) for k in ("testers", "wall_s", "candidates_scored", "candidates_per_hour", "all_campaigns_done",
+                                  "exactly_once", "gpu_utilization_ratio", "pipeline")})
+    for c in r["campaigns"]:
+        print(" ", c["task"], c["scored"], "best %.2f" % c["best_speedup"], c["best_speedup_interval"], "promoted", c["promoted"])
+PY
+# Where a test job's time goes, from the testers' logs.
+grep -hoE "[0-9]+ rounds in [0-9]+ blocks \([0-9.]+ s; outputs compared after [0-9]+, [0-9.]+ s\), stop: [a-z_]+" \
+  "$out"/keep-"$tag"/*/logs/tester*.log 2>/dev/null | awk '{n++; t+=substr($6,2); c+=$12; s[$NF]++} END {if (n) {printf "timed cases %d, mean timing %.2f s, mean compare %.2f s; stops:", n, t/n, c/n; for (k in s) printf " %s %d", k, s[k]; print ""}}'
