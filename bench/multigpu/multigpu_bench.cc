@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -274,6 +275,41 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
                          {"best_speedup_interval", {c.best_speedup_lo, c.best_speedup_hi}},
                          {"promoted", c.promoted.size()}});
   }
+  // Where a test job's time went, from the eval results themselves: the evaluation child's wall time, its
+  // correctness and measuring phases, the profile, and how each benchmark case's timing stopped.
+  json phases = json::object();
+  {
+    std::map<std::string, double> sums;
+    std::map<std::string, int64_t> counts;
+    json stops = json::object();
+    int64_t screened_candidates = 0;
+    auto st = db->prepare("SELECT payload FROM results WHERE purpose = 'eval'");
+    if (!st.is_ok()) fail(st.status().message());
+    for (auto row = st->step(); row.is_ok() && *row; row = st->step()) {
+      auto r = proto::decode<proto::ScoreResult>(st->column_blob(0));
+      if (!r.is_ok() || r->stage != "test") continue;
+      auto add = [&](const std::string& key, double v) {
+        sums[key] += v;
+        ++counts[key];
+      };
+      add("test_s", r->test.duration_s);
+      for (const char* key : {"eval_child_s", "eval_correctness_s", "eval_measure_s"}) {
+        if (auto it = r->test.metadata.find(key); it != r->test.metadata.end()) add(key, std::atof(it->second.c_str()));
+      }
+      if (auto it = r->test.profile.find("profile_s"); it != r->test.profile.end()) add("profile_s", it->second);
+      bool screened = false;
+      for (const auto& c : r->test.performance.cases) {
+        stops[c.stop_reason] = stops.value(c.stop_reason, 0) + 1;
+        add("case_timing_s", c.timing_s);
+        screened = screened || c.stop_reason == "screened";
+      }
+      screened_candidates += screened ? 1 : 0;
+    }
+    for (const auto& [key, sum] : sums) phases["mean_" + key] = sum / static_cast<double>(counts[key]);
+    for (const auto& [key, n] : counts) phases["n_" + key] = n;
+    phases["case_stops"] = stops;
+    phases["screened_candidates"] = screened_candidates;
+  }
   bool all_done = done;
   bool exactly_once =
       all_done && scored_total == expected && programs_total == expected && eval_results_total == expected;
@@ -335,6 +371,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
       {"late_results_dropped", sum_of_samples(broker_metrics, "kiln_broker_duplicates_total", "")},
       {"gpu_utilization_ratio", gpu_json},
       {"pipeline", pipeline},
+      {"test_phases", phases},
       {"wire", wire},
       {"killed", killed},
       {"campaigns", campaigns}};

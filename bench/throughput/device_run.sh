@@ -28,7 +28,7 @@ python3 - "$out/throughput-$tag.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["runs"]:
     print({k: r.get(k) for k in ("testers", "wall_s", "candidates_scored", "candidates_per_hour", "all_campaigns_done",
-                                  "exactly_once", "gpu_utilization_ratio", "pipeline")})
+                                  "exactly_once", "gpu_utilization_ratio", "pipeline", "test_phases")})
     for c in r["campaigns"]:
         print(" ", c["task"], c["scored"], "best %.2f" % c["best_speedup"], c["best_speedup_interval"], "promoted", c["promoted"])
 PY

@@ -115,6 +115,7 @@ Result<service::ServiceHandlers> make_scorer_handlers(const service::ServiceCont
   options.patience = cfg.scorer.campaign.patience;
   options.prompt_evolution_interval = cfg.scorer.campaign.prompt_evolution_interval;
   options.tuner_blocks = cfg.scorer.campaign.tuner_block_sampling == 1;
+  options.screen_by_best = cfg.scorer.campaign.screen_by_best == 1;
   if (ctx.tasks) options.tasks = ctx.tasks;
   const std::string db_path = resolve_db_path(cfg.scorer.db_path, ctx.state_dir);
   if (size_t slash = db_path.rfind('/'); slash != std::string::npos && slash > 0)

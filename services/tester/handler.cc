@@ -418,7 +418,9 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     metadata["timing_screen_by"] = request.screen_below > options_.timing.screen_below ? "campaign best" : "tester";
   }
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s);
+  const double child_start = monotonic_s();
   auto ran = sandbox::run_sandboxed(run);
+  const double child_s = monotonic_s() - child_start;
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   sandbox::SandboxResult child = std::move(ran).value();
 
@@ -445,6 +447,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   if (!signed_report.is_ok())
     return failed(proto::test_status::kCrashed, "crashed: " + signed_report.status().message(), log);
   report = std::move(signed_report).value();
+  // The evaluator's account of where its time went ("eval_correctness_s", "eval_measure_s"); the rest of
+  // the metadata is the tester's own.
+  for (const auto& [k, v] : report.metadata) {
+    if (k.rfind("eval_", 0) == 0) metadata[k] = v;
+  }
+  metadata["eval_child_s"] = short_number(child_s);
   if (report.status == proto::test_status::kEvaluatorError) {
     // kiln-eval says, in a report it signed, that it could not evaluate here: not the candidate's verdict.
     return unavailable("the evaluator could not evaluate: " + report.message);

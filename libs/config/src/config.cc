@@ -103,6 +103,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"scorer.campaign.patience", &c.scorer.campaign.patience},
       {"scorer.campaign.prompt_evolution_interval", &c.scorer.campaign.prompt_evolution_interval},
       {"scorer.campaign.tuner_block_sampling", &c.scorer.campaign.tuner_block_sampling},
+      {"scorer.campaign.screen_by_best", &c.scorer.campaign.screen_by_best},
       {"promoter.registry_dir", &c.promoter.registry_dir},
       {"promoter.min_speedup", &c.promoter.min_speedup},
       {"promoter.metrics_port", &c.promoter.metrics_port},
@@ -440,6 +441,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   if (s.campaign.tuner_block_sampling != 0 && s.campaign.tuner_block_sampling != 1)
     v.error("scorer.campaign.tuner_block_sampling",
             "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
+  if (s.campaign.screen_by_best != 0 && s.campaign.screen_by_best != 1)
+    v.error("scorer.campaign.screen_by_best", "expected 0 or 1, got " + std::to_string(s.campaign.screen_by_best));
 
   v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
   // Forge's promotion bar. Readers of the registry take an entry as at least 10 % faster than its

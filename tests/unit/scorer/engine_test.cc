@@ -274,6 +274,17 @@ TEST_CASE("proposals carry the campaign best's lowest lower bound as the screeni
   // With one in flight, each proposal after the first is issued once the one before it is scored: proposal 6
   // gets proposal 5's lower bound.
   CHECK(bars.back() == Approx(2.15));
+
+  // Off: no proposal carries a bar.
+  Fixture off;
+  off.options.screen_by_best = false;
+  off.reopen();
+  Driver d2 = off.driver([&](const proto::Candidate& c, bool) { return correct(c, 2.0, 1.9, 2.1); });
+  d2.submit("c1:start", start_payload("c1", 3, 1));
+  d2.run();
+  for (const auto& fu : d2.trace.followups) {
+    if (fu.service == "propose") CHECK(decode_or_die<proto::ProposalRequest>(fu.payload.data).screen_below == 0);
+  }
 }
 
 TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {

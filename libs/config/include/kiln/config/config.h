@@ -95,6 +95,9 @@ struct CampaignConfig {
   int64_t patience = 0;                   // stop after this many proposals without a new best (0 = off)
   int64_t prompt_evolution_interval = 5;  // llm campaigns: rewrite the strategy every K proposals (0 = off)
   int64_t tuner_block_sampling = 0;       // tuner campaigns: 1 = block sampling near the best (proposer.h)
+  // 1: a candidate's first measurement is screened against the campaign's best (its lowest per-case lower
+  // bound): timing stops once the candidate cannot overtake it. 0: only tester.timing.screen_below.
+  int64_t screen_by_best = 1;
 };
 
 struct ScorerConfig {

@@ -52,6 +52,8 @@ struct EngineOptions {
   // Tuner campaigns: block sampling nearer the best (ProposalRequest.tuner_blocks); off by default, as
   // kiln-bench-tuner found it helps some spaces and hurts others.
   bool tuner_blocks = false;
+  // Proposals carry the campaign's best as the screening bar of their first measurement (screening_bar).
+  bool screen_by_best = true;
   // Names task packages for the jobs the engine makes (the broker's blob store); the default, without a
   // store, leaves the packages in the jobs. Proposals of "external" campaigns always carry theirs (bridges
   // read them, DESIGN §9).
