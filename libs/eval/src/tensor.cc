@@ -1,11 +1,15 @@
 #include "kiln/eval/tensor.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 
 namespace kiln::eval {
 namespace {
@@ -49,13 +53,56 @@ std::string format_value(double v) {
   return buf;
 }
 
+// Work on fewer elements than this stays on the calling thread (starting threads would cost more).
+constexpr size_t kParallelElements = size_t{1} << 20;
+constexpr size_t kMaxThreads = 16;
+
+// Runs f(chunk, begin, end) over [0, n) in `chunks` pieces whose starts are multiples of `align`, the
+// first on the calling thread; a thread that cannot be started runs its piece here instead.
+template <class F>
+void for_chunks(size_t n, size_t chunks, size_t align, F&& f) {
+  const size_t per = std::max<size_t>(((n + chunks - 1) / chunks + align - 1) / align * align, 1);
+  std::vector<std::thread> threads;
+  std::vector<std::pair<size_t, size_t>> inline_too;
+  for (size_t c = 1; c < chunks; ++c) {
+    const size_t begin = std::min(n, c * per), end = std::min(n, (c + 1) * per);
+    if (begin >= end) break;
+    try {
+      threads.emplace_back([&f, c, begin, end] { f(c, begin, end); });
+    } catch (const std::system_error&) {
+      inline_too.emplace_back(c, begin);
+    }
+  }
+  f(0, 0, std::min(n, per));
+  for (auto [c, begin] : inline_too) f(c, begin, std::min(n, (c + 1) * per));
+  for (auto& t : threads) t.join();
+}
+
+size_t chunks_for(size_t elements) { return elements < kParallelElements ? 1 : fill_threads(); }
+
 }  // namespace
+
+size_t fill_threads() {
+  static const size_t threads = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    size_t n = sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<size_t>(CPU_COUNT(&set)) : 0;
+    if (n == 0) n = std::thread::hardware_concurrency();
+    return std::clamp<size_t>(n, 1, kMaxThreads);
+  }();
+  return threads;
+}
 
 uint64_t SplitMix64::next() {
   uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+void SplitMix64::skip(uint64_t draws) {
+  state_ += draws * 0x9E3779B97F4A7C15ull;
+  has_spare_ = false;
 }
 
 double SplitMix64::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
@@ -134,12 +181,19 @@ HostTensor::HostTensor(task::DType dtype, std::vector<int64_t> shape) : dtype_(d
   buf_.reset(static_cast<std::byte*>(p));
 }
 
-HostTensor::HostTensor(const HostTensor& other) : HostTensor(other.dtype_, other.shape_) {
-  std::memcpy(buf_.get(), other.buf_.get(), bytes_);
-}
+HostTensor::HostTensor(const HostTensor& other) : HostTensor(other.dtype_, other.shape_) { copy_from(other); }
 
 HostTensor& HostTensor::operator=(const HostTensor& other) {
-  if (this != &other) *this = HostTensor(other);
+  if (this == &other) return *this;
+  if (buf_ && bytes_ == other.bytes_) {
+    // Same size: into the memory this tensor has (a fresh allocation would fault in every page again).
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    elements_ = other.elements_;
+    copy_from(other);
+    return *this;
+  }
+  *this = HostTensor(other);
   return *this;
 }
 
@@ -183,18 +237,28 @@ void HostTensor::set(size_t i, double v) {
 }
 
 void HostTensor::fill(task::InitKind init, double a, double b, uint64_t seed) {
-  SplitMix64 rng(seed);
-  for (size_t i = 0; i < elements_; ++i) {
-    double v = 0;
-    switch (init) {
-      case task::InitKind::kNormal: v = rng.normal(); break;
-      case task::InitKind::kUniform: v = a + (b - a) * rng.uniform01(); break;
-      case task::InitKind::kInt: v = std::floor(a + (b - a + 1) * rng.uniform01()); break;
-      case task::InitKind::kZeros: v = 0; break;
-      case task::InitKind::kOnes: v = 1; break;
+  // Element i takes draw i (uniform, int), or the pair of draws 2*(i/2) and 2*(i/2)+1 (normal: Box-Muller
+  // gives the cosine to the even element and the sine to the odd one). Pieces start at even elements, so
+  // each can position its own generator, and the values are those of one pass from the start.
+  float* const f32 = dtype_ == task::DType::kF32 ? reinterpret_cast<float*>(buf_.get()) : nullptr;
+  for_chunks(elements_, chunks_for(elements_), 2, [&](size_t, size_t begin, size_t end) {
+    SplitMix64 rng(seed);
+    rng.skip(begin);
+    for (size_t i = begin; i < end; ++i) {
+      double v = 0;
+      switch (init) {
+        case task::InitKind::kNormal: v = rng.normal(); break;
+        case task::InitKind::kUniform: v = a + (b - a) * rng.uniform01(); break;
+        case task::InitKind::kInt: v = std::floor(a + (b - a + 1) * rng.uniform01()); break;
+        case task::InitKind::kZeros: v = 0; break;
+        case task::InitKind::kOnes: v = 1; break;
+      }
+      if (f32)
+        f32[i] = static_cast<float>(v);
+      else
+        set(i, v);
     }
-    set(i, v);
-  }
+  });
 }
 
 void HostTensor::poison(int variant) {
@@ -203,6 +267,11 @@ void HostTensor::poison(int variant) {
     return;
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (dtype_ == task::DType::kF32) {
+    float* f = reinterpret_cast<float*>(buf_.get());
+    std::fill(f, f + elements_, static_cast<float>(nan));
+    return;
+  }
   for (size_t i = 0; i < elements_; ++i) set(i, nan);
 }
 
@@ -212,7 +281,10 @@ bool HostTensor::same_bytes(const HostTensor& other) const {
 
 void HostTensor::copy_from(const HostTensor& other) {
   if (other.bytes_ != bytes_) throw std::logic_error("HostTensor::copy_from: size differs");
-  std::memcpy(buf_.get(), other.buf_.get(), bytes_);
+  std::byte* to = buf_.get();
+  const std::byte* from = other.buf_.get();
+  for_chunks(bytes_, chunks_for(bytes_ / 4), 4096,
+             [&](size_t, size_t begin, size_t end) { std::memcpy(to + begin, from + begin, end - begin); });
 }
 
 kiln_tensor HostTensor::descriptor() {
@@ -224,21 +296,32 @@ kiln_tensor HostTensor::descriptor() {
   return t;
 }
 
-void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol, const std::string& name,
-             const std::string& context, size_t max_listed, Comparison& acc) {
-  const size_t n = std::min(got.elements(), expected.elements());
-  for (size_t i = 0; i < n; ++i) {
-    const double a = got.get(i);
-    const double r = expected.get(i);
+namespace {
+
+// What one piece of a comparison found; pieces are merged in order, so the result is that of one pass.
+struct PartialComparison {
+  int64_t mismatches = 0;
+  int64_t nonfinite = 0;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  std::vector<std::string> listed;
+};
+
+template <class Got, class Expected>
+void compare_range(Got got_at, Expected expected_at, size_t begin, size_t end, double rtol, double atol,
+                   const std::string& name, const std::string& context, size_t max_listed, PartialComparison& p) {
+  for (size_t i = begin; i < end; ++i) {
+    const double a = got_at(i);
+    const double r = expected_at(i);
     bool ok;
     if (std::isfinite(r)) {
       if (!std::isfinite(a)) {
         ok = false;
-        ++acc.nonfinite;
+        ++p.nonfinite;
       } else {
         const double abs_err = std::fabs(a - r);
-        acc.max_abs_error = std::max(acc.max_abs_error, abs_err);
-        if (r != 0) acc.max_rel_error = std::max(acc.max_rel_error, abs_err / std::fabs(r));
+        p.max_abs_error = std::max(p.max_abs_error, abs_err);
+        if (r != 0) p.max_rel_error = std::max(p.max_rel_error, abs_err / std::fabs(r));
         ok = abs_err <= atol + rtol * std::fabs(r);
       }
     } else if (std::isnan(r)) {
@@ -247,10 +330,43 @@ void compare(const HostTensor& got, const HostTensor& expected, double rtol, dou
       ok = a == r;
     }
     if (ok) continue;
-    ++acc.mismatches;
-    if (acc.first_mismatches.size() < max_listed) {
-      acc.first_mismatches.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) + " expected " +
-                                     format_value(r) + " (" + context + ")");
+    ++p.mismatches;
+    if (p.listed.size() < max_listed) {
+      p.listed.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) + " expected " + format_value(r) +
+                         " (" + context + ")");
+    }
+  }
+}
+
+}  // namespace
+
+void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol, const std::string& name,
+             const std::string& context, size_t max_listed, Comparison& acc) {
+  const size_t n = std::min(got.elements(), expected.elements());
+  const size_t room = max_listed > acc.first_mismatches.size() ? max_listed - acc.first_mismatches.size() : 0;
+  const bool f32 = got.dtype() == task::DType::kF32 && expected.dtype() == task::DType::kF32;
+  const auto* g32 = static_cast<const float*>(got.data());
+  const auto* e32 = static_cast<const float*>(expected.data());
+  const size_t chunks = chunks_for(n);
+  std::vector<PartialComparison> parts(chunks);
+  for_chunks(n, chunks, 1, [&](size_t c, size_t begin, size_t end) {
+    if (f32) {
+      compare_range([g32](size_t i) { return static_cast<double>(g32[i]); },
+                    [e32](size_t i) { return static_cast<double>(e32[i]); }, begin, end, rtol, atol, name, context,
+                    room, parts[c]);
+    } else {
+      compare_range([&got](size_t i) { return got.get(i); }, [&expected](size_t i) { return expected.get(i); }, begin,
+                    end, rtol, atol, name, context, room, parts[c]);
+    }
+  });
+  for (auto& p : parts) {
+    acc.mismatches += p.mismatches;
+    acc.nonfinite += p.nonfinite;
+    acc.max_abs_error = std::max(acc.max_abs_error, p.max_abs_error);
+    acc.max_rel_error = std::max(acc.max_rel_error, p.max_rel_error);
+    for (auto& line : p.listed) {
+      if (acc.first_mismatches.size() >= max_listed) break;
+      acc.first_mismatches.push_back(std::move(line));
     }
   }
 }

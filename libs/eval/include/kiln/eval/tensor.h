@@ -21,6 +21,9 @@ class SplitMix64 {
   uint64_t next();
   double uniform01();  // [0, 1)
   double normal();     // Box-Muller
+  // Moves on as if next() had been called `draws` times (and drops a spare normal): the generator is a
+  // counter, so a tensor's fill can start anywhere in its stream.
+  void skip(uint64_t draws);
 
  private:
   uint64_t state_;
@@ -29,6 +32,11 @@ class SplitMix64 {
 };
 
 uint64_t mix_seed(uint64_t a, uint64_t b);
+
+// The threads the host-side work on a large tensor is spread over (fill, copy, compare): the CPUs this
+// process may run on, at most 16. Tensors under a few MiB are done on the calling thread. Results are the
+// same for any number of threads, to the bit.
+size_t fill_threads();
 
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
