@@ -32,6 +32,17 @@ for r in json.load(open(sys.argv[1]))["runs"]:
     for c in r["campaigns"]:
         print(" ", c["task"], c["scored"], "best %.2f" % c["best_speedup"], c["best_speedup_interval"], "promoted", c["promoted"])
 PY
-# Where a test job's time goes, from the testers' logs.
-grep -hoE "[0-9]+ rounds in [0-9]+ blocks \([0-9.]+ s; outputs compared after [0-9]+, [0-9.]+ s\), stop: [a-z_]+" \
-  "$out"/keep-"$tag"/*/logs/tester*.log 2>/dev/null | awk '{n++; t+=substr($6,2); c+=$12; s[$NF]++} END {if (n) {printf "timed cases %d, mean timing %.2f s, mean compare %.2f s; stops:", n, t/n, c/n; for (k in s) printf " %s %d", k, s[k]; print ""}}'
+# Every promoted kernel re-measured in an independent evaluator run, against what the registry says.
+for reg in "$out/keep-$tag"/*/registry; do
+  [ -f "$reg/verified_kernels.json" ] || continue
+  run=$(basename "$(dirname "$reg")")
+  bash bench/throughput/remeasure.sh "$reg" configs/tasks "$root/build-gpu/bin" > "$out/remeasure-$tag-$run.jsonl" 2>&1
+  echo "remeasure $run exit $?: $(tail -1 "$out/remeasure-$tag-$run.jsonl")"
+done
+# The logs come back flat (deep folders do not), the kept registries stay on the host.
+for logs in "$out/keep-$tag"/*/logs; do
+  [ -d "$logs" ] || continue
+  run=$(basename "$(dirname "$logs")")
+  for f in "$logs"/*.log; do mv "$f" "$out/$tag-$run-$(basename "$f")"; done
+done
+tar czf "$out/keep-$tag.tar.gz" -C "$out" "keep-$tag" && rm -rf "$out/keep-$tag"

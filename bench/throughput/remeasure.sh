@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Re-measures every kernel of a verified-kernel registry in an independent evaluator run: its source from
+# the registry, built as the compiler builds it (g++ or nvcc, the registry's parameters as -D), against the
+# task's reference from TASKS_DIR/<task_name>, by kiln-eval (cpp) or kiln-eval-cuda (cuda) with the
+# tester's default timing. Prints one JSON line per kernel and a summary; exits 1 when any case's speedup
+# moved by more than TOL (default 0.03) from what the registry states, 2 on a kernel that could not be
+# re-measured.
+#   bash bench/throughput/remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]
+#   TOL=0.03 CUDA_ARCH=sm_90 EVAL_ARGS="--min-time 0.5" bash bench/throughput/remeasure.sh ...
+set -uo pipefail
+reg=${1:?usage: remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]}
+tasks=${2:?usage: remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]}
+bin=${3:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tol=${TOL:-0.03}
+arch=${CUDA_ARCH:-sm_90}
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$reg/verified_kernels.json" > "$work/entries.tsv" <<'PY'
+import json, sys
+for e in json.load(open(sys.argv[1]))["kernels"]:
+    params = " ".join("-D%s=%s" % kv for kv in sorted(e.get("params", {}).items()))
+    cases = ";".join("%s=%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"]) for c in e["cases"])
+    print("\t".join([e["kernel_id"], e["language"], e["task_name"], e["source_path"], params, cases]))
+PY
+failed=0 unmeasured=0 n=0
+while IFS=$'\t' read -r id lang task source params cases; do
+  n=$((n + 1))
+  dir="$work/$id"
+  if [ ! -d "$tasks/$task" ]; then echo "{\"kernel_id\": \"$id\", \"error\": \"no task $task under $tasks\"}"; unmeasured=$((unmeasured + 1)); continue; fi
+  mkdir -p "$dir/task" "$dir/kiln"
+  cp -r "$tasks/$task/." "$dir/task/"
+  cp "$root/libs/core/include/kiln/kernel_abi.h" "$dir/kiln/"
+  if [ "$lang" = cuda ]; then
+    ext=cu evaluator="$bin/kiln-eval-cuda"
+    build() { "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" -cudart shared -I"$dir" "$@"; }
+  else
+    ext=cpp evaluator="$bin/kiln-eval"
+    build() { g++ -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I"$dir" "$@"; }
+  fi
+  cp "$reg/$source" "$dir/kernel.$ext"
+  # shellcheck disable=SC2086
+  if ! build $params -o "$dir/kernel.so" "$dir/kernel.$ext" > "$dir/build.log" 2>&1 ||
+     ! build -o "$dir/reference.so" "$dir/task/reference.$ext" >> "$dir/build.log" 2>&1; then
+    echo "{\"kernel_id\": \"$id\", \"error\": \"build failed: $(tail -1 "$dir/build.log" | tr -d '"\\')\"}"; unmeasured=$((unmeasured + 1)); continue
+  fi
+  # shellcheck disable=SC2086
+  "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
+    ${EVAL_ARGS:-} > "$dir/eval.log" 2>&1
+  python3 - "$id" "$cases" "$tol" "$dir/eval.log" <<'PY'
+import json, re, sys
+kid, cases, tol, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
+registered = {}
+for c in cases.split(";"):
+    shape, value = c.rsplit("=", 1)
+    registered[shape] = float(value)
+# The evaluator's verdict line: "... speedup 36.4x [35.9x, 36.8x] on B=8192,H=8192; speedup ... on ..."
+measured = {m.group(4): (float(m.group(1)), float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"speedup ([0-9.e+-]+)x \[([0-9.e+-]+)x, ([0-9.e+-]+)x\] on ([A-Za-z0-9_=,]+)", log)}
+out = {"kernel_id": kid, "cases": []}
+ok = bool(measured) and all(s in measured for s in registered)
+for shape, reg in registered.items():
+    if shape not in measured:
+        out["cases"].append({"shape": shape, "registered": reg, "error": "not measured"})
+        continue
+    x, lo, hi = measured[shape]
+    moved = x / reg - 1
+    out["cases"].append({"shape": shape, "registered": reg, "remeasured": x, "interval": [lo, hi], "moved": round(moved, 4)})
+    ok = ok and abs(moved) <= tol
+out["within_tolerance"] = ok
+if not measured:
+    out["error"] = (log.strip().splitlines() or ["no output"])[-1]
+print(json.dumps(out))
+sys.exit(0 if ok else (2 if not measured else 1))
+PY
+  case $? in 0) ;; 1) failed=$((failed + 1)) ;; *) unmeasured=$((unmeasured + 1)) ;; esac
+done < "$work/entries.tsv"
+echo "{\"kernels\": $n, \"moved_more_than_tol\": $failed, \"not_remeasured\": $unmeasured, \"tol\": $tol}"
+[ "$unmeasured" -eq 0 ] || exit 2
+[ "$failed" -eq 0 ] || exit 1
