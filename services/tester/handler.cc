@@ -153,6 +153,13 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   return o;
 }
 
+std::string why_not_profiled(const proto::TestReport& report) {
+  for (const auto& c : report.performance.cases) {
+    if (c.stop_reason == "screened") return "screened out on " + task::dims_string({c.dims.begin(), c.dims.end()});
+  }
+  return {};
+}
+
 Result<std::string> default_eval_binary(proto::Backend backend) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -318,10 +325,7 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
     report.profile_summary = "profiling skipped: " + why;
     append_log_line(report, report.profile_summary);
   };
-  // A screened-out candidate is no contender: a profile (seconds of replays) would only slow the campaign.
-  for (const auto& c : report.performance.cases) {
-    if (c.stop_reason == "screened") return skipped("screened out");
-  }
+  if (std::string why = why_not_profiled(report); !why.empty()) return skipped(why);
   if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
   // Only a report the child signed is read for the profiled process.
   auto key = write_report_key(scratch);

@@ -225,6 +225,10 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
   CHECK(confirm.test.performance.cases[0].stop_reason != "screened");
   CHECK(confirm.test.metadata.count("timing_screen_below") == 0);
 
+  // A screened-out candidate is not profiled; one measured in full is.
+  CHECK(kiln::tester::why_not_profiled(first.test) == "screened out on B=64,H=4096");
+  CHECK(kiln::tester::why_not_profiled(confirm.test).empty());
+
   // A bar that is not a number is the job's fault.
   req.purpose = "eval";
   req.screen_below = std::nan("");

@@ -62,6 +62,10 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config);
 // running executable (/proc/self/exe).
 Result<std::string> default_eval_binary(proto::Backend backend = proto::Backend::kCpu);
 
+// Why a correct CUDA verdict is not profiled, or empty when it is: a candidate screened out on some case is
+// no contender, and a profile (seconds of ncu replays) would only slow the campaign.
+std::string why_not_profiled(const proto::TestReport& report);
+
 class TestHandler {
  public:
   // Fails for an evaluation child that is not there, or (cuda) no GPU to serve: such a
