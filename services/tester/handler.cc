@@ -19,6 +19,7 @@
 #include "kiln/core/time.h"
 #include "kiln/cuda/nvml.h"
 #include "kiln/cuda/profile.h"
+#include "kiln/eval/device_lock.h"
 #include "kiln/eval/host.h"
 #include "kiln/eval/tool.h"
 #include "kiln/messaging/outcome.h"
@@ -146,6 +147,7 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.cpu_time_limit_s = config.cpu_time_limit_s;
   o.memory_limit_mb = config.memory_limit_mb;
   o.pin_cores = config.pin_cores;
+  o.slots = config.slots;
   o.timing = config.timing;
   o.profile = config.profile;
   o.ncu = config.ncu;
@@ -193,6 +195,17 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
     run_metadata_["evaluator_sha256"] = sha256_hex(*binary);
 }
 
+// With several slots, the device lock file the children share: one per device, in lock_dir.
+Result<std::unique_ptr<TestHandler>> TestHandler::with_device_lock(std::unique_ptr<TestHandler> h) {
+  const TesterOptions& o = h->options_;
+  if (o.slots <= 1) return h;
+  if (o.lock_dir.empty()) return invalid_argument("tester: slots > 1 needs a folder for the device lock");
+  KILN_RETURN_IF_ERROR(make_dirs(o.lock_dir).with_context("tester: device lock folder"));
+  h->device_lock_ = o.lock_dir + "/device-" + (h->gpu_.uuid.empty() ? std::string("cpu") : h->gpu_.uuid) + ".lock";
+  KILN_RETURN_IF_ERROR(eval::DeviceLock::open(h->device_lock_).status().with_context("tester"));
+  return h;
+}
+
 Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
   if (!(options.timeout_s > 0)) return invalid_argument("tester: timeout_s must be positive");
   if (options.eval_binary.empty()) {
@@ -204,7 +217,8 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
         (options.backend == proto::Backend::kCuda ? " (was this build made without the CUDA toolkit?)" : ""));
   }
   if (options.backend == proto::Backend::kCpu) {
-    return std::unique_ptr<TestHandler>(new TestHandler(std::move(options), eval::cpu_worker_info(), nullptr, {}));
+    return with_device_lock(
+        std::unique_ptr<TestHandler>(new TestHandler(std::move(options), eval::cpu_worker_info(), nullptr, {})));
   }
   // A CUDA tester needs a GPU it can name; without one it must not register for test.cuda.
   auto nvml = cuda::Nvml::load();
@@ -232,8 +246,8 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   worker.device_name = gpu->name;
   worker.gpu_uuid = gpu->uuid;
   worker.driver_version = gpu->driver_version;
-  return std::unique_ptr<TestHandler>(new TestHandler(std::move(options), std::move(worker), std::move(nvml).value(),
-                                                      std::move(gpu).value(), std::move(claim)));
+  return with_device_lock(std::unique_ptr<TestHandler>(new TestHandler(
+      std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value(), std::move(claim))));
 }
 
 proto::Capabilities TestHandler::capabilities() const {
@@ -275,6 +289,10 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
                                    std::to_string(t.warmup_iters),
                                    "--report-key",
                                    kReportKeyFile};
+  if (!device_lock_.empty()) {
+    argv.push_back("--device-lock");
+    argv.push_back(device_lock_);
+  }
   if (screen_below > 0) {
     argv.push_back("--screen-below");
     argv.push_back(number(screen_below));
@@ -540,6 +558,8 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   if (!ctx.config) return invalid_argument("tester: no config");
   KILN_ASSIGN_OR_RETURN(TesterOptions options, options_from_config(ctx.config->tester));
   options.worker_id = ctx.worker_id;
+  options.lock_dir = ctx.state_dir + "/locks";
+  const int slots = static_cast<int>(std::max<int64_t>(1, options.slots));
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
   if (ctx.tasks) handler->set_task_source(ctx.tasks);
   handler->start_gpu_monitor(ctx.metrics);
@@ -547,7 +567,8 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   service::ServiceHandlers h;
   h.job = [handler](const proto::Job& job) { return handler->handle(job); };
   h.caps = handler->capabilities();
-  h.slots = 1;  // one evaluation at a time: concurrent ones would disturb each other's timing
+  // One evaluation at a time unless tester.slots says more (cuda): those take turns on the device.
+  h.slots = slots;
   h.service = handler->service();
   return h;
 }

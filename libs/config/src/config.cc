@@ -75,6 +75,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.cpu_time_limit_s", &c.tester.cpu_time_limit_s},
       {"tester.memory_limit_mb", &c.tester.memory_limit_mb},
       {"tester.pin_cores", &c.tester.pin_cores},
+      {"tester.slots", &c.tester.slots},
       {"tester.timing.mode", &c.tester.timing.mode},
       {"tester.timing.min_samples", &c.tester.timing.min_samples},
       {"tester.timing.min_time_s", &c.tester.timing.min_time_s},
@@ -399,6 +400,12 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("tester.memory_limit_mb", t.memory_limit_mb, 1);
   for (size_t i = 0; i < t.pin_cores.size(); ++i)
     v.at_least("tester.pin_cores[" + std::to_string(i) + "]", t.pin_cores[i], 0);
+  v.at_least("tester.slots", t.slots, 1);
+  if (t.slots > 16) v.error("tester.slots", "at most 16, got " + std::to_string(t.slots));
+  if (t.slots > 1 && t.backend != "cuda") {
+    v.error("tester.slots",
+            "more than 1 needs backend cuda (on the CPU another evaluation's host work would disturb the timing)");
+  }
   v.one_of("tester.timing.mode", t.timing.mode, {"cold", "warm"});
   v.one_of("tester.profile", t.profile, {"ncu", "off"});
   v.positive("tester.profile_timeout_s", t.profile_timeout_s);

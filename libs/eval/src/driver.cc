@@ -9,6 +9,7 @@
 
 #include "kiln/eval/detail/protocol.h"
 #include "kiln/eval/device.h"
+#include "kiln/eval/device_lock.h"
 #include "kiln/eval/stats.h"
 
 namespace kiln::eval {
@@ -91,6 +92,7 @@ class Protocol {
       return report;
     }
     KILN_RETURN_IF_ERROR(device_.check_started());
+    KILN_ASSIGN_OR_RETURN(lock_, DeviceLock::open(options_.device_lock));
     if (options_.profile_run) return profile_call(std::move(report));
     const auto began = Clock::now();
     KILN_RETURN_IF_ERROR(correctness());
@@ -181,6 +183,7 @@ class Protocol {
   // outputs poisoned another way (a kernel that leans on what its first call left behind fails there);
   // both of its results against the reference's, its inputs unchanged.
   Status check_case(const TensorSet& pristine, const std::string& context) {
+    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
     TensorSet first, second;
     KILN_ASSIGN_OR_RETURN(bool ok, candidate_call(poisoned(pristine, 0), pristine, first, context));
     if (!ok) return Status::ok();
@@ -235,6 +238,8 @@ class Protocol {
     const TimingOptions& opt = options_.timing;
     const std::string shape = task::dims_string(dims);
     const size_t n = device_.contestants();
+    // Nothing else uses the device while this case is timed (other evaluation slots wait).
+    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kExclusive));
     KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
 
     // The inputs change a little before every round (a block copied in from a second input set), the same
@@ -378,6 +383,7 @@ class Protocol {
   // fails here.
   Status recheck_after_timing(const task::Dims& dims, TensorSet& host) {
     fill_inputs(spec_, host, kRecheckSeed);
+    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
     const std::string context = task::dims_string(dims) + ", after timing";
     KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(host, context));
     TensorSet got;
@@ -393,6 +399,7 @@ class Protocol {
     const task::Dims& dims = spec_.benchmark_cases.front();
     KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
     fill_inputs(spec_, host, kTimingSeed);
+    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
     KILN_RETURN_IF_ERROR(device_.load(kCandidate, poisoned(host, 0)));
     KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
     report.metadata["profile_pid"] = std::to_string(device_.candidate_pid());
@@ -411,6 +418,7 @@ class Protocol {
   Device& device_;
   const EvalOptions& options_;
   detail::Findings f_;
+  DeviceLock lock_;
 };
 
 }  // namespace

@@ -27,11 +27,12 @@ struct Args {
 };
 
 void print_usage(const char* name) {
-  std::fprintf(stderr,
-               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
-               "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
-               "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--no-timing] [--profile]\n",
-               name);
+  std::fprintf(
+      stderr,
+      "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
+      "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
+      "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--device-lock FILE] [--no-timing] [--profile]\n",
+      name);
 }
 
 Result<Args> parse_args(int argc, char** argv) {
@@ -73,6 +74,8 @@ Result<Args> parse_args(int argc, char** argv) {
       a.out = value;
     else if (flag == "--report-key")
       a.report_key = value;
+    else if (flag == "--device-lock")
+      a.eval.device_lock = value;
     else if (flag == "--mode")
       t.mode = value;
     else if (flag == "--min-samples")

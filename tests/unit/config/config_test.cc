@@ -79,7 +79,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 82);
+  CHECK(leaves.size() == 83);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -159,6 +159,12 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
         "test.yaml: tester.timing.max_time_s: must be >= tester.timing.min_time_s");
   CHECK(parse_error("up: {log_level: loud}\n").starts_with("test.yaml: up.log_level: expected trace | debug"));
   CHECK(parse_ok("broker: {metrics_port: 0}\n").broker.metrics_port == 0);
+  CHECK(parse_error("tester: {slots: 0}\n") == "test.yaml: tester.slots: expected an integer >= 1, got 0");
+  CHECK(parse_error("tester: {backend: cuda, slots: 17}\n") == "test.yaml: tester.slots: at most 16, got 17");
+  CHECK(parse_error("tester: {slots: 2}\n").starts_with("test.yaml: tester.slots: more than 1 needs backend cuda"));
+  CHECK(parse_ok("tester: {backend: cuda, slots: 3}\n").tester.slots == 3);
+  CHECK(parse_error("scorer: {campaign: {screen_by_best: 2}}\n") ==
+        "test.yaml: scorer.campaign.screen_by_best: expected 0 or 1, got 2");
 }
 
 TEST_CASE("promoter.min_speedup below Forge's 1.10 bar is refused", "[config]") {

@@ -1,6 +1,10 @@
 // run_protocol() against a device that runs its contestants as plain functions on the host: the protocol's
 // rules (correctness calls, inputs that move while timed, timed outputs compared, the check after timing,
 // blocks, whose fault a failure is) without processes or a clock, so every verdict here is exact.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
@@ -9,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/files.h"
 #include "kiln/eval/device.h"
+#include "kiln/eval/device_lock.h"
 
 using kiln::Result;
 using kiln::Status;
@@ -75,6 +81,7 @@ class FakeDevice final : public Device {
   }
   Result<Call> call(size_t who, CallKind kind) override {
     ++calls[{who, kind}];
+    if (on_call) on_call(kind);
     Call c;
     if (who == 0 && crash_at_timed_call > 0 && kind == CallKind::kTimed && calls[{0, kind}] == crash_at_timed_call) {
       c.death = "SIGSEGV";
@@ -110,6 +117,7 @@ class FakeDevice final : public Device {
   }
 
   std::string load_failure;
+  std::function<void(CallKind)> on_call;
   int crash_at_timed_call = 0;
   uint64_t die_at_block = ~uint64_t{0};
   std::map<std::pair<size_t, CallKind>, int> calls;
@@ -271,4 +279,71 @@ TEST_CASE("driver: screening stops timing a case whose interval cannot reach the
   const auto off = run(unscreened, o);
   REQUIRE(off.performance.cases.size() == 1);
   CHECK(off.performance.cases[0].stop_reason == "noise");
+}
+
+TEST_CASE("driver: a case is timed holding the device's lock alone, every other call shares it", "[eval][driver]") {
+  kiln::TempDir dir("kiln-lock-test");
+  const std::string path = dir.path() + "/device.lock";
+  EvalOptions o = fast();
+  o.device_lock = path;
+  FakeDevice d({twice, 10}, {twice, 20});
+  // What another evaluation slot of the device could take at each call, asked without waiting.
+  const int other = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(other >= 0);
+  auto could = [&](int op) {
+    const bool got = ::flock(other, op | LOCK_NB) == 0;
+    if (got) ::flock(other, LOCK_UN);
+    return got;
+  };
+  std::map<Device::CallKind, int> shared_ok, exclusive_ok, seen;
+  d.on_call = [&](Device::CallKind kind) {
+    ++seen[kind];
+    shared_ok[kind] += could(LOCK_SH);
+    exclusive_ok[kind] += could(LOCK_EX);
+  };
+  const auto r = run(d, o);
+  ::close(other);
+  CHECK(r.status == status::kOk);
+  REQUIRE(seen[Device::CallKind::kTimed] > 0);
+  // Timed and warm-up calls: held exclusively, so another slot could take nothing.
+  CHECK(shared_ok[Device::CallKind::kTimed] == 0);
+  CHECK(exclusive_ok[Device::CallKind::kTimed] == 0);
+  CHECK(shared_ok[Device::CallKind::kWarmUp] == 0);
+  // Correctness calls and the check after timing: shared, so another slot's correctness could run too,
+  // but no other slot's timing.
+  CHECK(shared_ok[Device::CallKind::kCheck] == seen[Device::CallKind::kCheck]);
+  CHECK(exclusive_ok[Device::CallKind::kCheck] == 0);
+  // Released at the end: another slot can take it.
+  const int after = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  CHECK(::flock(after, LOCK_EX | LOCK_NB) == 0);
+  ::close(after);
+
+  // No lock file: no lock, and the same verdict.
+  FakeDevice free_device({twice, 10}, {twice, 20});
+  CHECK(run(free_device).status == status::kOk);
+}
+
+TEST_CASE("device lock: holds nest and give back what was held before", "[eval][driver]") {
+  kiln::TempDir dir("kiln-lock-test");
+  auto lock = kiln::eval::DeviceLock::open(dir.path() + "/l");
+  REQUIRE(lock.is_ok());
+  using Mode = kiln::eval::DeviceLock::Mode;
+  {
+    auto ex = lock->hold(Mode::kExclusive);
+    REQUIRE(ex.is_ok());
+    CHECK(lock->held() == Mode::kExclusive);
+    {
+      auto sh = lock->hold(Mode::kShared);  // inside an exclusive hold: nothing more to take
+      REQUIRE(sh.is_ok());
+      CHECK(lock->held() == Mode::kExclusive);
+    }
+    CHECK(lock->held() == Mode::kExclusive);
+  }
+  CHECK(lock->held() == Mode::kNone);
+  kiln::eval::DeviceLock none;
+  auto nothing = none.hold(Mode::kExclusive);
+  REQUIRE(nothing.is_ok());
+  CHECK_FALSE(none.active());
+  CHECK(none.held() == Mode::kNone);
+  CHECK(kiln::eval::DeviceLock::open("/nonexistent-dir/x.lock").status().code() == kiln::StatusCode::kUnavailable);
 }

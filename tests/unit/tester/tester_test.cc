@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kiln/core/files.h"
 #include "kiln/proto/codec.h"
@@ -235,6 +236,35 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
   CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
   req.screen_below = -1;
   CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
+}
+
+TEST_CASE("with several slots the evaluations share the device's lock file and run at once", "[tester]") {
+  Fixture f;
+  TesterOptions o = quick_options();
+  o.slots = 2;
+  o.lock_dir = f.dir.path() + "/locks";
+  auto handler = make(o);
+  CHECK(handler->device_lock() == f.dir.path() + "/locks/device-cpu.lock");
+  CHECK(::access(handler->device_lock().c_str(), F_OK) == 0);
+  const auto req = f.request(f.build("correct"));
+  // Two at once, as run_worker_service runs a handler with two slots.
+  kiln::messaging::JobOutcome a, b;
+  std::thread other([&] { a = handle(*handler, req); });
+  b = handle(*handler, req);
+  other.join();
+  for (const auto* out : {&a, &b}) {
+    INFO(out->error);
+    REQUIRE(out->outcome == Outcome::kDone);
+    auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out->next.at(0).payload.data);
+    REQUIRE(score.is_ok());
+    CHECK(score->test.status == status::kOk);
+    CHECK(score->test.performance.measured);
+  }
+  // Without a folder for the lock, more than one slot is refused.
+  o.lock_dir.clear();
+  CHECK_FALSE(TestHandler::create(o).is_ok());
+  // One slot: no lock.
+  CHECK(make()->device_lock().empty());
 }
 
 TEST_CASE("a crashing kernel is a result and the tester keeps serving", "[tester]") {

@@ -69,6 +69,9 @@ struct TesterConfig {
   int64_t cpu_time_limit_s = 300;
   int64_t memory_limit_mb = 8192;
   std::vector<int64_t> pin_cores;  // empty: no pinning
+  // Evaluations at once on this tester's GPU (cuda only): they overlap their host-side work and take turns
+  // on the device (a timed case holds the device lock alone; kiln/eval/device_lock.h).
+  int64_t slots = 1;
   TimingConfig timing;
   int metrics_port = 9473;
   // Profiler feedback for correct CUDA candidates: "ncu" (Nsight Compute, when found at `ncu`) or "off".

@@ -44,6 +44,9 @@ struct EvalOptions {
   // whose kernels are the candidate's.
   bool profile_run = false;
   uint64_t bootstrap_seed = 20240601;  // the speedup interval is reproducible for the same samples
+  // The device's lock file (device_lock.h): timing holds it exclusively, every other use of the device
+  // shared, so evaluation slots that share a device never measure while another uses it. Empty: no lock.
+  std::string device_lock;
   // Memory of this process (a report key) that the runners zero in their copy before loading a kernel.
   std::vector<std::pair<void*, size_t>> wipe_in_runners;
 };

@@ -41,6 +41,10 @@ struct TesterOptions {
   int64_t memory_limit_mb =
       8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
   std::vector<int64_t> pin_cores;  // cores the child may use; empty: all
+  // Evaluations at once (cuda): with more than one, the children share the device's lock file in
+  // `lock_dir` (kiln/eval/device_lock.h), created there when missing.
+  int64_t slots = 1;
+  std::string lock_dir;
   config::TimingConfig timing;
   size_t max_log_bytes = 16384;  // of the child's output kept in the report
   std::string worker_id;
@@ -80,6 +84,8 @@ class TestHandler {
   Result<proto::TestReport> evaluate(const proto::TestRequest& request);
 
   std::string service() const { return proto::test_service_for(options_.backend); }
+  // The device lock file the evaluation children share (tester.slots > 1), else empty.
+  const std::string& device_lock() const { return device_lock_; }
   proto::Capabilities capabilities() const;
   // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
@@ -112,6 +118,9 @@ class TestHandler {
   // TestReport.metadata common to every evaluation: the evaluation child and its hash, Kiln's version,
   // the timing options and the timeout.
   std::map<std::string, std::string> run_metadata_;
+  std::string device_lock_;  // the device lock file the children share (slots > 1), else empty
+
+  static Result<std::unique_ptr<TestHandler>> with_device_lock(std::unique_ptr<TestHandler> h);
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
   cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
   cuda::GpuClaim gpu_claim_;          // cuda with gpu_claim_dir: held while this handler lives

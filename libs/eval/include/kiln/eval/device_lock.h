@@ -1,0 +1,55 @@
+// Evaluations that share a device take turns on it: a benchmark case is timed with the device's lock held
+// exclusively (nothing else runs a kernel there while a contestant is timed), and every other use of the
+// device (correctness calls, the check after timing, a profiling call) holds it shared, so several
+// evaluation slots overlap their host-side work (process start, contexts, inputs, comparisons, reports)
+// but never a measurement. The lock is an flock on a file that every slot of the device opens; an
+// evaluation given no file locks nothing.
+#pragma once
+
+#include <string>
+
+#include "kiln/core/status.h"
+
+namespace kiln::eval {
+
+class DeviceLock {
+ public:
+  enum class Mode { kNone, kShared, kExclusive };
+
+  DeviceLock() = default;  // locks nothing
+  // The lock on `path` (created when missing); an empty path gives one that locks nothing.
+  static Result<DeviceLock> open(const std::string& path);
+  DeviceLock(DeviceLock&& other) noexcept;
+  DeviceLock& operator=(DeviceLock&& other) noexcept;
+  DeviceLock(const DeviceLock&) = delete;
+  DeviceLock& operator=(const DeviceLock&) = delete;
+  ~DeviceLock();
+
+  bool active() const { return fd_ >= 0; }
+  Mode held() const { return held_; }
+
+  // Holds the lock in `mode` until the Hold ends (waiting for it). Inside an exclusive hold a shared one
+  // holds nothing more (the exclusive lock covers it); the hold ends by going back to what was held before.
+  class Hold {
+   public:
+    Hold(Hold&& other) noexcept : lock_(other.lock_), before_(other.before_) { other.lock_ = nullptr; }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    Hold& operator=(Hold&&) = delete;
+    ~Hold();
+
+   private:
+    friend class DeviceLock;
+    Hold(DeviceLock* lock, Mode before) : lock_(lock), before_(before) {}
+    DeviceLock* lock_;
+    Mode before_;
+  };
+  Result<Hold> hold(Mode mode);
+
+ private:
+  Status set(Mode mode);
+  int fd_ = -1;
+  Mode held_ = Mode::kNone;
+};
+
+}  // namespace kiln::eval
