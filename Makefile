@@ -47,6 +47,7 @@ bench: build
 	mkdir -p bench/results
 	$(BUILD)/bin/kiln-bench-broker --json bench/results/broker.json
 	$(BUILD)/bin/kiln-bench-timing --json bench/results/timing.json
+	$(BUILD)/bin/kiln-bench-host --out bench/results/host.json
 
 # Kiln's own C++ in the layout of .clang-format (task packages under configs/tasks and tests/data are not
 # touched: their .clang-format disables it).
