@@ -238,10 +238,6 @@ class Protocol {
     const TimingOptions& opt = options_.timing;
     const std::string shape = task::dims_string(dims);
     const size_t n = device_.contestants();
-    // Nothing else uses the device while this case is timed (other evaluation slots wait).
-    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kExclusive));
-    KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
-
     // The inputs change a little before every round (a block copied in from a second input set), the same
     // for every contestant, and the timed outputs of the candidate are compared with the reference's of
     // the same round at rounds it cannot predict and after the last one. A kernel that serves results
@@ -250,6 +246,14 @@ class Protocol {
     TensorSet donor;
     donor.inputs = host.inputs;
     fill_inputs(spec_, donor, kTimingSeed + 1);
+    TensorSet loaded;  // what every block loads: poisoned outputs (made once) and the inputs of the moment
+    loaded.outputs = outputs_like(host);
+    for (auto& o : loaded.outputs) o.poison(0);
+
+    // Nothing else uses the device while this case is timed (other evaluation slots wait); the host work
+    // above was done before taking it.
+    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kExclusive));
+    KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
     KILN_RETURN_IF_ERROR(device_.begin_timing(donor));
 
     auto warm_up = [&]() -> Result<bool> {
@@ -262,9 +266,6 @@ class Protocol {
       }
       return true;
     };
-    TensorSet loaded;  // what every block loads: poisoned outputs (made once) and the inputs of the moment
-    loaded.outputs = outputs_like(host);
-    for (auto& o : loaded.outputs) o.poison(0);
     std::vector<size_t> block_starts;
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
