@@ -109,9 +109,10 @@ class Protocol {
       KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
       fill_inputs(spec_, host, kTimingSeed);
       proto::CaseTiming timing;
-      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, timing));
+      TensorSet donor;  // the second input set of the timing, then the inputs of the check after it
+      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, donor, timing));
       if (!timed) break;
-      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host));
+      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host, donor));
       if (candidate_failed()) break;
       f_.tested(shape);
       const std::string interval = detail::format_ratio(timing.speedup) + " [" +
@@ -233,8 +234,9 @@ class Protocol {
   }
 
   // Timing of one benchmark case; false when the candidate failed (recorded). `host` follows the inputs
-  // as they move, so a block can load them as they stand.
-  Result<bool> time_case(const task::Dims& dims, TensorSet& host, proto::CaseTiming& timing) {
+  // as they move, so a block can load them as they stand; `donor` gets the second input set (the check
+  // after timing's inputs).
+  Result<bool> time_case(const task::Dims& dims, TensorSet& host, TensorSet& donor, proto::CaseTiming& timing) {
     const TimingOptions& opt = options_.timing;
     const std::string shape = task::dims_string(dims);
     const size_t n = device_.contestants();
@@ -242,10 +244,11 @@ class Protocol {
     // for every contestant, and the timed outputs of the candidate are compared with the reference's of
     // the same round at rounds it cannot predict and after the last one. A kernel that serves results
     // from a cache keyed on the input address and a few sampled values can then not be both fast and right.
+    // The second set is the check after timing's inputs (kRecheckSeed), drawn once for both: the blocks
+    // land at places other than where they come from, so no timed round's inputs are those of the check.
     // (Only inputs: devices copy from the donor's inputs alone, and a copy of the outputs would be wasted.)
-    TensorSet donor;
     donor.inputs = host.inputs;
-    fill_inputs(spec_, donor, kTimingSeed + 1);
+    fill_inputs(spec_, donor, kRecheckSeed);
     TensorSet loaded;  // what every block loads: poisoned outputs (made once) and the inputs of the moment
     loaded.outputs = outputs_like(host);
     for (auto& o : loaded.outputs) o.poison(0);
@@ -266,12 +269,22 @@ class Protocol {
       }
       return true;
     };
+    // The timed outputs as read back (a comparison reads outputs only).
+    TensorSet got, expected;
+    got.outputs = outputs_like(host);
+    expected.outputs = outputs_like(host);
     std::vector<size_t> block_starts;
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
       const uint64_t block = block_starts.size();
       KILN_ASSIGN_OR_RETURN(Device::Block b, device_.begin_block(block));
       fresh_block = block == 0 || b.fresh;
+      if (b.fresh) {
+        // Fresh processes were forked from this one: memory written before then is shared copy-on-write
+        // with them, and reading outputs back into it would copy every page first. New buffers cost less.
+        got.outputs = outputs_like(host);
+        expected.outputs = outputs_like(host);
+      }
       if (!b.candidate_death.empty()) {
         f_.crashed = b.candidate_death + " (" + shape + ", timing block " + std::to_string(block) + ")";
         return false;
@@ -298,10 +311,6 @@ class Protocol {
       }
       return device_.perturb(blocks);
     };
-    // The timed outputs as read back (a comparison reads outputs only).
-    TensorSet got, expected;
-    got.outputs = outputs_like(host);
-    expected.outputs = outputs_like(host);
     int64_t compared = -1;  // the last round whose outputs were compared
     double compare_s = 0;   // wall time spent comparing timed outputs
     int64_t compares = 0;
@@ -380,10 +389,10 @@ class Protocol {
     return true;
   }
 
-  // After timing, the same buffers get new values: a kernel that caches results by where its inputs are
-  // fails here.
-  Status recheck_after_timing(const task::Dims& dims, TensorSet& host) {
-    fill_inputs(spec_, host, kRecheckSeed);
+  // After timing, the same buffers get new values (`donor`'s, drawn from kRecheckSeed): a kernel that
+  // caches results by where its inputs are fails here.
+  Status recheck_after_timing(const task::Dims& dims, TensorSet& host, TensorSet& donor) {
+    host.inputs.swap(donor.inputs);  // the kRecheckSeed inputs, drawn for the timing's donor
     KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
     const std::string context = task::dims_string(dims) + ", after timing";
     KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(host, context));

@@ -40,7 +40,7 @@ void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed);
 void poison_outputs(TensorSet& set, int variant);
 
 // Inputs that move while timed. Before timing round `round`, elements [first, first + len) of input
-// `input` are replaced by elements [source, source + len) of a second input set (kTimingSeed + 1), the
+// `input` are replaced by elements [source, source + len) of a second input set (kRecheckSeed), the
 // same for every contestant; at most 1 % of the tensor and at least 16 elements, at a place no kernel can
 // predict from earlier rounds. The source moves too: copied from the same place every time, the inputs
 // would converge to the second set after a few hundred rounds and stop moving, and a cache keyed on a
