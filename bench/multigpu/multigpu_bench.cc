@@ -301,7 +301,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
       for (const auto& c : r->test.performance.cases) {
         stops[c.stop_reason] = stops.value(c.stop_reason, 0) + 1;
         add("case_timing_s", c.timing_s);
-        screened = screened || c.stop_reason == "screened";
+        screened = screened || c.stop_reason == proto::stop_reason::kScreened;
       }
       screened_candidates += screened ? 1 : 0;
     }

@@ -157,7 +157,8 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
 
 std::string why_not_profiled(const proto::TestReport& report) {
   for (const auto& c : report.performance.cases) {
-    if (c.stop_reason == "screened") return "screened out on " + task::dims_string({c.dims.begin(), c.dims.end()});
+    if (c.stop_reason == proto::stop_reason::kScreened)
+      return "screened out on " + task::dims_string({c.dims.begin(), c.dims.end()});
   }
   return {};
 }
@@ -403,6 +404,11 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   // Whose fault each failure is, for messaging::outcome_for: a task package that does not parse, or one
   // routed to the wrong backend, is the job's, permanently; trouble running the evaluation here is this
   // worker's. Neither is the candidate's: its own failures are reports.
+  if (!std::isfinite(request.screen_below) || request.screen_below < 0) {
+    return messaging::job_fault(
+        invalid_argument("tester: screen_below must be a finite number >= 0, got " + number(request.screen_below)));
+  }
+
   auto resolved = tasks_->resolve(request.task_blob, request.files);
   if (!resolved.is_ok()) return resolved.status().with_context("tester: task");
   const std::shared_ptr<const service::TaskPackage> package = std::move(resolved).value();
@@ -430,19 +436,13 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   const std::string_view program_id = request.cand.program_id;
   const bool confirmation = request.purpose == "confirm" || proto::program_id::confirmed(program_id).has_value();
   // The bar is the higher of this tester's (the promotion bar at most) and the campaign's (its best so far).
-  if (!std::isfinite(request.screen_below) || request.screen_below < 0) {
-    return messaging::job_fault(
-        invalid_argument("tester: screen_below must be a finite number >= 0, got " + number(request.screen_below)));
-  }
   const double screen_below = confirmation ? 0 : std::max(options_.timing.screen_below, request.screen_below);
   if (screen_below > 0) {
     metadata["timing_screen_below"] = short_number(screen_below);
     metadata["timing_screen_by"] = request.screen_below > options_.timing.screen_below ? "campaign best" : "tester";
   }
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s);
-  const double child_start = monotonic_s();
   auto ran = sandbox::run_sandboxed(run);
-  const double child_s = monotonic_s() - child_start;
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   sandbox::SandboxResult child = std::move(ran).value();
 
@@ -474,7 +474,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   for (const auto& [k, v] : report.metadata) {
     if (k.rfind("eval_", 0) == 0) metadata[k] = v;
   }
-  metadata["eval_child_s"] = short_number(child_s);
+  metadata["eval_child_s"] = short_number(child.wall_s);
   if (report.status == proto::test_status::kEvaluatorError) {
     // kiln-eval says, in a report it signed, that it could not evaluate here: not the candidate's verdict.
     return unavailable("the evaluator could not evaluate: " + report.message);

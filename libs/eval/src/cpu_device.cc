@@ -134,9 +134,7 @@ Status CpuDevice::check_started() const {
 Status CpuDevice::load(size_t who, const TensorSet& tensors) {
   Slot& s = slots_[who];
   s.invoker.reset();
-  // Into fresh memory: the old tensors may be shared copy-on-write with runners forked since, and writing
-  // over them would copy every page once more.
-  s.tensors = TensorSet(tensors);
+  s.tensors = tensors;
   s.invoker = std::make_unique<Invoker>(s.tensors, scalars_);
   return Status::ok();
 }

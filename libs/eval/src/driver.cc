@@ -118,7 +118,7 @@ class Protocol {
       const std::string interval = detail::format_ratio(timing.speedup) + " [" +
                                    detail::format_ratio(timing.speedup_lo) + ", " +
                                    detail::format_ratio(timing.speedup_hi) + "]";
-      if (timing.stop_reason == "screened") {
+      if (timing.stop_reason == proto::stop_reason::kScreened) {
         speedups += "; screened out on " + shape + ": speedup " + interval + " cannot reach " +
                     detail::format_ratio(options_.timing.screen_below);
       } else {
@@ -339,7 +339,7 @@ class Protocol {
     for (int64_t round = 0; stop_reason.empty(); ++round, ++block_rounds) {
       if (block_rounds >= kMinBlockRounds && seconds_since(start) >= next_block_s) {
         if (screened_out(samples, block_starts)) {
-          stop_reason = "screened";
+          stop_reason = proto::stop_reason::kScreened;
           if (compared != round - 1) KILN_RETURN_IF_ERROR(compare_round(round - 1));
           break;
         }

@@ -184,16 +184,9 @@ HostTensor::HostTensor(task::DType dtype, std::vector<int64_t> shape) : dtype_(d
 HostTensor::HostTensor(const HostTensor& other) : HostTensor(other.dtype_, other.shape_) { copy_from(other); }
 
 HostTensor& HostTensor::operator=(const HostTensor& other) {
-  if (this == &other) return *this;
-  if (buf_ && bytes_ == other.bytes_) {
-    // Same size: into the memory this tensor has (a fresh allocation would fault in every page again).
-    dtype_ = other.dtype_;
-    shape_ = other.shape_;
-    elements_ = other.elements_;
-    copy_from(other);
-    return *this;
-  }
-  *this = HostTensor(other);
+  // Always into fresh memory: this tensor's pages may be shared copy-on-write with a process forked since
+  // (a CPU runner), and writing over them would copy each one first.
+  if (this != &other) *this = HostTensor(other);
   return *this;
 }
 
