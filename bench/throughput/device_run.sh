@@ -39,10 +39,8 @@ for reg in "$out/keep-$tag"/*/registry; do
   bash bench/throughput/remeasure.sh "$reg" configs/tasks "$root/build-gpu/bin" > "$out/remeasure-$tag-$run.jsonl" 2>&1
   echo "remeasure $run exit $?: $(tail -1 "$out/remeasure-$tag-$run.jsonl")"
 done
-# The logs come back flat (deep folders do not), the kept registries stay on the host.
-for logs in "$out/keep-$tag"/*/logs; do
-  [ -d "$logs" ] || continue
-  run=$(basename "$(dirname "$logs")")
-  for f in "$logs"/*.log; do mv "$f" "$out/$tag-$run-$(basename "$f")"; done
-done
+# At most a few files come back from a GPU host: the JSON, the re-measurements and one archive with the
+# bench's and the services' logs and the kept registries (two tags fit in one call's eight files).
+for f in "$out"/remeasure-$tag-*.jsonl; do [ -f "$f" ] && grep -v '^{"kernels"' "$f" | cut -c1-400; done
+mv "$out/throughput-$tag.log" "$out/keep-$tag/"
 tar czf "$out/keep-$tag.tar.gz" -C "$out" "keep-$tag" && rm -rf "$out/keep-$tag"

@@ -150,15 +150,24 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.slots = config.slots;
   o.timing = config.timing;
   o.profile = config.profile;
+  o.profile_scope = config.profile_scope;
   o.ncu = config.ncu;
   o.profile_timeout_s = config.profile_timeout_s;
   return o;
 }
 
-std::string why_not_profiled(const proto::TestReport& report) {
+std::string why_not_profiled(const proto::TestReport& report, const ProfileChoice& choice) {
   for (const auto& c : report.performance.cases) {
     if (c.stop_reason == proto::stop_reason::kScreened)
       return "screened out on " + task::dims_string({c.dims.begin(), c.dims.end()});
+  }
+  if (choice.scope != "contenders") return {};
+  if (choice.confirmation) return "a confirmation (its candidate was profiled when first measured)";
+  for (const auto& c : report.performance.cases) {
+    if (choice.bar > 0 && c.speedup_hi < choice.bar) {
+      return "no contender: " + short_number(c.speedup_hi) + "x at most on " +
+             task::dims_string({c.dims.begin(), c.dims.end()}) + ", the bar is " + short_number(choice.bar) + "x";
+    }
   }
   return {};
 }
@@ -335,7 +344,7 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   return run;
 }
 
-void TestHandler::profile(const std::string& scratch, proto::TestReport& report) const {
+void TestHandler::profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice) const {
   if (options_.backend != proto::Backend::kCuda || options_.profile != "ncu" ||
       report.status != proto::test_status::kOk)
     return;
@@ -344,7 +353,7 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report)
     report.profile_summary = "profiling skipped: " + why;
     append_log_line(report, report.profile_summary);
   };
-  if (std::string why = why_not_profiled(report); !why.empty()) return skipped(why);
+  if (std::string why = why_not_profiled(report, choice); !why.empty()) return skipped(why);
   if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
   // Only a report the child signed is read for the profiled process.
   auto key = write_report_key(scratch);
@@ -480,7 +489,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return unavailable("the evaluator could not evaluate: " + report.message);
   }
   report.log = log;
-  profile(scratch.path(), report);
+  profile(scratch.path(), report, {.scope = options_.profile_scope, .bar = screen_below, .confirmation = confirmation});
   return finish(std::move(report));
 }
 

@@ -65,6 +65,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
   CHECK(file.tester.pin_cores == defaults.tester.pin_cores);
   CHECK(file.tester.profile == defaults.tester.profile);
+  CHECK(file.tester.profile_scope == defaults.tester.profile_scope);
   CHECK(file.tester.ncu == defaults.tester.ncu);
   CHECK(file.tester.profile_timeout_s == defaults.tester.profile_timeout_s);
   CHECK(file.scorer.min_speedup == defaults.scorer.min_speedup);
@@ -79,7 +80,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 83);
+  CHECK(leaves.size() == 84);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -148,6 +149,8 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
         "test.yaml: tester.timing.mode: expected cold | warm, got \"hot\"");
   CHECK(parse_error("tester: {backend: tpu}\n") == "test.yaml: tester.backend: expected cpu | cuda, got \"tpu\"");
   CHECK(parse_error("tester: {profile: nsys}\n") == "test.yaml: tester.profile: expected ncu | off, got \"nsys\"");
+  CHECK(parse_error("tester: {profile_scope: best}\n") ==
+        "test.yaml: tester.profile_scope: expected contenders | all, got \"best\"");
   CHECK(parse_error("tester: {profile_timeout_s: 0}\n").find("tester.profile_timeout_s") != std::string::npos);
   CHECK(parse_error("llm_bridge: {kind: oracle}\n") ==
         "test.yaml: llm_bridge.kind: expected tuner | llm, got \"oracle\"");

@@ -226,9 +226,21 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
   CHECK(confirm.test.performance.cases[0].stop_reason != "screened");
   CHECK(confirm.test.metadata.count("timing_screen_below") == 0);
 
-  // A screened-out candidate is not profiled; one measured in full is.
+  // A screened-out candidate is not profiled; one measured in full is (scope "all").
   CHECK(kiln::tester::why_not_profiled(first.test) == "screened out on B=64,H=4096");
   CHECK(kiln::tester::why_not_profiled(confirm.test).empty());
+  // Scope "contenders": not a confirmation, nor a candidate whose interval ends below the bar it ran under.
+  using kiln::tester::ProfileChoice;
+  CHECK(kiln::tester::why_not_profiled(first.test, {.scope = "contenders", .bar = 50}) ==
+        "screened out on B=64,H=4096");
+  CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .confirmation = true}) ==
+        "a confirmation (its candidate was profiled when first measured)");
+  const double hi = confirm.test.performance.cases[0].speedup_hi;
+  CHECK(
+      kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .bar = hi * 1.01}).find("no contender: ") ==
+      0);
+  CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .bar = hi * 0.99}).empty());
+  CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .bar = 0}).empty());
 
   // A bar that is not a number is the job's fault.
   req.purpose = "eval";

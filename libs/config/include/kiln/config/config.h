@@ -76,6 +76,8 @@ struct TesterConfig {
   int metrics_port = 9473;
   // Profiler feedback for correct CUDA candidates: "ncu" (Nsight Compute, when found at `ncu`) or "off".
   std::string profile = "ncu";
+  // Which of them: "contenders" (first measurements that can still overtake the campaign's best) or "all".
+  std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
   double profile_timeout_s = 120;
 };

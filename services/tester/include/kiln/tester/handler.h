@@ -55,6 +55,9 @@ struct TesterOptions {
   std::optional<bool> deny_process_creation;
   // Profiler feedback (cuda): after a correct verdict, a separate run of the evaluation child under ncu.
   std::string profile = "ncu";  // ncu | off
+  // Which correct candidates: "contenders" (first measurements whose interval reaches the campaign's bar on
+  // every case; not confirmations, whose candidate was profiled when first measured) or "all".
+  std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
   double profile_timeout_s = 120;
 };
@@ -66,9 +69,19 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config);
 // running executable (/proc/self/exe).
 Result<std::string> default_eval_binary(proto::Backend backend = proto::Backend::kCpu);
 
-// Why a correct CUDA verdict is not profiled, or empty when it is: a candidate screened out on some case is
-// no contender, and a profile (seconds of ncu replays) would only slow the campaign.
-std::string why_not_profiled(const proto::TestReport& report);
+// What decides whether a correct CUDA verdict is profiled besides the verdict itself.
+struct ProfileChoice {
+  std::string_view scope = "all";  // TesterOptions::profile_scope
+  double bar = 0;                  // the screening bar the measurement ran under (0: none)
+  bool confirmation = false;
+};
+
+// Why a correct CUDA verdict is not profiled, or empty when it is. A profile costs seconds of ncu replays;
+// it is feedback for the proposer, worth those seconds for a kernel that may become the campaign's best.
+// Never profiled: a candidate screened out on some case. With scope "contenders", also not: a confirmation
+// (its candidate was profiled when first measured) and a candidate whose interval ends below the bar on some
+// case (it cannot overtake the best the bar came from).
+std::string why_not_profiled(const proto::TestReport& report, const ProfileChoice& choice = {});
 
 class TestHandler {
  public:
@@ -110,7 +123,7 @@ class TestHandler {
                                         double timeout_s) const;
   // Profiler feedback for a correct CUDA verdict: the child once more, under ncu, calling only the
   // candidate. Fills report.profile and profile_summary; any trouble is a line in profile_summary.
-  void profile(const std::string& scratch, proto::TestReport& report) const;
+  void profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice) const;
 
   TesterOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
