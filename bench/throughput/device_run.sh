@@ -36,8 +36,11 @@ PY
 for reg in "$out/keep-$tag"/*/registry; do
   [ -f "$reg/verified_kernels.json" ] || continue
   run=$(basename "$(dirname "$reg")")
-  bash bench/throughput/remeasure.sh "$reg" configs/tasks "$root/build-gpu/bin" > "$out/remeasure-$tag-$run.jsonl" 2>&1
+  timeout "${REMEASURE_TIMEOUT:-300}" bash bench/throughput/remeasure.sh "$reg" configs/tasks "$root/build-gpu/bin" > "$out/remeasure-$tag-$run.jsonl" 2>&1
   echo "remeasure $run exit $?: $(tail -1 "$out/remeasure-$tag-$run.jsonl")"
+  # First measurement against confirmation of every promoted kernel (disjoint intervals: they disagree).
+  python3 bench/throughput/agreement.py "$reg" >> "$out/remeasure-$tag-$run.jsonl"
+  echo "agreement $run: $(tail -1 "$out/remeasure-$tag-$run.jsonl")"
 done
 # At most a few files come back from a GPU host: the JSON, the re-measurements and one archive with the
 # bench's and the services' logs and the kept registries (two tags fit in one call's eight files).

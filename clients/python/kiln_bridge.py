@@ -289,6 +289,8 @@ def compile_follow_up(req: ProposalRequest, proposal: Union[Proposal, str], cuda
         "files": req.files,
         # The campaign's screening bar for the candidate's first measurement, passed on as given.
         "screen_below": float(req.raw.get("screen_below", 0) or 0),
+        # Whether the proposer reads profiler feedback: this bridge's proposals may, unless told otherwise.
+        "want_profile": bool(req.raw.get("want_profile", True)),
     }
     return follow_up("compile", req.program_id + ":compile", pack(compile_request))
 

@@ -478,6 +478,7 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   proto::set_kernel_library(test, std::move(kernel->so));
   test.build = kernel->info;
   test.screen_below = request.screen_below;
+  test.want_profile = request.want_profile;
   return messaging::JobOutcome::ok({proto::FollowUp{proto::test_service_for(backend),
                                                     proto::job_id::test(cand.program_id),
                                                     {proto::encode(test)},

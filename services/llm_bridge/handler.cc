@@ -127,6 +127,7 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.backend = std::string(proto::name(spec->backend));
   compile.arch = spec->backend == proto::Backend::kCuda ? options_.cuda_arch : std::string("native");
   compile.screen_below = req.screen_below;
+  compile.want_profile = req.want_profile;
   // A package that came by name goes on by name.
   compile.task_blob = (*package)->blob;
   if (compile.task_blob.empty()) compile.files = std::move(req.files);

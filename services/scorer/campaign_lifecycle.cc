@@ -62,6 +62,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   compile.cand = candidate_of(c, p0, 0);
   compile.backend = c.backend;
   compile.arch = arch_for(options_, spec->backend);
+  compile.want_profile = reads_profiles(c);
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile(p0.id), proto::encode(compile)));
 

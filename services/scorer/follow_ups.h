@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "campaign_store.h"
+#include "kiln/scorer/campaign_ids.h"
 #include "kiln/core/status.h"
 #include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
@@ -31,6 +32,10 @@ Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx);
 // A campaign's backend, named in its row since its task was validated at the start: anything but "cuda"
 // is read as the CPU.
 proto::Backend backend_of(const CampaignRow& c);
+
+// Whether a campaign's proposer reads profiler feedback (the want_profile of its jobs): every proposer but
+// the tuner, which picks parameters by score alone.
+bool reads_profiles(const CampaignRow& c);
 
 // The compile target of a campaign's backend: the configured CUDA arch, or "native" for the CPU.
 std::string arch_for(const EngineOptions& options, proto::Backend backend);

@@ -52,6 +52,7 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
   compile.cand.program_id = proto::program_id::confirmation(p.id);
   compile.backend = c.backend;
   compile.arch = arch_for(options_, backend_of(c));
+  compile.want_profile = reads_profiles(c);
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
   // Measured again by another tester (another GPU) than the first time, when one is connected.
   KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, kEval));

@@ -66,6 +66,7 @@ Status Proposals::issue(CampaignRow& c, Effects& fx) {
   req.budget = c.budget;
   req.tuner_blocks = options_.tuner_blocks;
   if (options_.screen_by_best) req.screen_below = screening_bar(archive->best());
+  req.want_profile = reads_profiles(c);
   req.parent_cell = sel.parent_cell;
   req.target_cell = sel.target_cell;
   for (const proto::Program& insp : sel.inspirations) {

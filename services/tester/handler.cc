@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "kiln/core/files.h"
@@ -148,6 +149,7 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.memory_limit_mb = config.memory_limit_mb;
   o.pin_cores = config.pin_cores;
   o.slots = config.slots;
+  o.screen_by_best = config.screen_by_best != 0;
   o.timing = config.timing;
   o.profile = config.profile;
   o.profile_scope = config.profile_scope;
@@ -162,6 +164,7 @@ std::string why_not_profiled(const proto::TestReport& report, const ProfileChoic
       return "screened out on " + task::dims_string({c.dims.begin(), c.dims.end()});
   }
   if (choice.scope != "contenders") return {};
+  if (!choice.wanted) return "its proposer reads no profile";
   if (choice.confirmation) return "a confirmation (its candidate was profiled when first measured)";
   for (const auto& c : report.performance.cases) {
     if (choice.bar > 0 && c.speedup_hi < choice.bar) {
@@ -170,6 +173,40 @@ std::string why_not_profiled(const proto::TestReport& report, const ProfileChoic
     }
   }
   return {};
+}
+
+double SeenBars::bar(const std::string& campaign) {
+  std::lock_guard lock(mu_);
+  auto it = bars_.find(campaign);
+  if (it == bars_.end()) return 0;
+  it->second.used = ++clock_;
+  return it->second.bar;
+}
+
+void SeenBars::record(const std::string& campaign, const proto::TestReport& report) {
+  if (campaign.empty() || report.status != proto::test_status::kOk || !report.performance.measured ||
+      report.performance.cases.empty())
+    return;
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const auto& c : report.performance.cases) {
+    if (c.stop_reason == proto::stop_reason::kScreened || !std::isfinite(c.speedup_lo)) return;
+    lowest = std::min(lowest, c.speedup_lo);
+  }
+  if (!(lowest > 0)) return;
+  std::lock_guard lock(mu_);
+  Entry& e = bars_[campaign];
+  e.bar = std::max(e.bar, lowest);
+  e.used = ++clock_;
+  if (bars_.size() > max_campaigns_) {
+    auto oldest = std::min_element(bars_.begin(), bars_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    bars_.erase(oldest);
+  }
+}
+
+size_t SeenBars::size() const {
+  std::lock_guard lock(mu_);
+  return bars_.size();
 }
 
 Result<std::string> default_eval_binary(proto::Backend backend) {
@@ -444,11 +481,20 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   // A confirmation is measured in full; a first measurement may be screened.
   const std::string_view program_id = request.cand.program_id;
   const bool confirmation = request.purpose == "confirm" || proto::program_id::confirmed(program_id).has_value();
-  // The bar is the higher of this tester's (the promotion bar at most) and the campaign's (its best so far).
-  const double screen_below = confirmation ? 0 : std::max(options_.timing.screen_below, request.screen_below);
+  // The bar is the highest of this tester's (the promotion bar at most), the campaign's (its best when the
+  // candidate was proposed) and the campaign's best this tester has measured since.
+  const std::string& campaign = request.cand.campaign_id;
+  const double seen = options_.screen_by_best && !confirmation ? seen_bars_.bar(campaign) : 0;
+  // The bar the request carries came through the scorer's store; the same kernel's bound measured here may
+  // differ from it in the last digits. Only a bar clearly above it is this tester's own.
+  const bool fresher = seen > request.screen_below * (1 + 1e-6);
+  const double screen_below =
+      confirmation ? 0 : std::max({options_.timing.screen_below, request.screen_below, fresher ? seen : 0.0});
   if (screen_below > 0) {
     metadata["timing_screen_below"] = short_number(screen_below);
-    metadata["timing_screen_by"] = request.screen_below > options_.timing.screen_below ? "campaign best" : "tester";
+    metadata["timing_screen_by"] = screen_below == options_.timing.screen_below ? "tester"
+                                   : screen_below == request.screen_below       ? "campaign best"
+                                                                                : "campaign best measured here";
   }
   sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s);
   auto ran = sandbox::run_sandboxed(run);
@@ -489,7 +535,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return unavailable("the evaluator could not evaluate: " + report.message);
   }
   report.log = log;
-  profile(scratch.path(), report, {.scope = options_.profile_scope, .bar = screen_below, .confirmation = confirmation});
+  if (options_.screen_by_best && !confirmation) seen_bars_.record(campaign, report);
+  profile(scratch.path(), report,
+          {.scope = options_.profile_scope,
+           .bar = screen_below,
+           .confirmation = confirmation,
+           .wanted = request.want_profile});
   return finish(std::move(report));
 }
 

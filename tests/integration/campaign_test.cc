@@ -227,7 +227,8 @@ TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with 
 TEST_CASE("a candidate that cannot overtake the campaign's best is screened out against it", "[integration]") {
   // No bar of the tester's own: the bar comes from the campaign. One proposal at a time, so the later ones
   // are issued once program 0 (one pass) is scored; every other point of the space (forty passes or more)
-  // then meets its lower bound as the bar, and its timing stops there.
+  // then meets its lower bound as the bar, and its timing stops there. The first proposal, issued beside
+  // program 0, meets it too when the tester measured program 0 first (tester.screen_by_best).
   LocalKiln k(2, 1, 0);
   auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/twospeed_cpu", "--budget", "3",
                    "--max-in-flight", "1", "--wait", "--timeout", "120"});
@@ -247,7 +248,10 @@ TEST_CASE("a candidate that cannot overtake the campaign's best is screened out 
     if (log.find("screened out on N=65536") == std::string::npos) continue;
     ++screened;
     CHECK(p["params"].value("REPS", "1") != "1");  // never program 0's own point
-    CHECK(p["eval_metadata"]["timing_screen_by"] == "campaign best");
+    // The proposal's bar, or (the first proposal, issued beside program 0 with none) the bar the tester
+    // learned from program 0's own measurement.
+    const std::string by = p["eval_metadata"]["timing_screen_by"];
+    CHECK((by == "campaign best" || by == "campaign best measured here"));
     CHECK(p["speedup"].get<double>() > 0);  // recorded with the interval as it stood
   }
   CHECK(screened >= 1);

@@ -85,6 +85,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.timing.screen_below", &c.tester.timing.screen_below},
       {"tester.metrics_port", &c.tester.metrics_port},
       {"tester.profile", &c.tester.profile},
+      {"tester.screen_by_best", &c.tester.screen_by_best},
       {"tester.profile_scope", &c.tester.profile_scope},
       {"tester.ncu", &c.tester.ncu},
       {"tester.profile_timeout_s", &c.tester.profile_timeout_s},
@@ -409,6 +410,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   }
   v.one_of("tester.timing.mode", t.timing.mode, {"cold", "warm"});
   v.one_of("tester.profile", t.profile, {"ncu", "off"});
+  if (t.screen_by_best != 0 && t.screen_by_best != 1)
+    v.error("tester.screen_by_best", "expected 0 or 1, got " + std::to_string(t.screen_by_best));
   v.one_of("tester.profile_scope", t.profile_scope, {"contenders", "all"});
   v.positive("tester.profile_timeout_s", t.profile_timeout_s);
   v.at_least("tester.timing.min_samples", t.timing.min_samples, 1);

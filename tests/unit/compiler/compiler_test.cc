@@ -89,6 +89,7 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   req.cand.params = {{"THREADS", "2"}, {"VEC", "8"}};
   req.avoid_tester = "tester-7";  // a confirmation: another tester than the first measurement's
   req.screen_below = 2.5;         // the campaign's bar goes on to the tester
+  req.want_profile = false;       // as does whether its proposer reads profiles
   auto out = f.handler->handle(job_for(req));
   REQUIRE(out.outcome == Outcome::kDone);
   REQUIRE(out.next.size() == 1);
@@ -101,6 +102,7 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK(test->cand.program_id == "c1/p1");
   CHECK(test->files == files);
   CHECK(test->screen_below == 2.5);
+  CHECK_FALSE(test->want_profile);
   // The kernel library travels deflated (smaller), and inflates to the library as built.
   CHECK(test->kernel_so_encoding == "deflate");
   const std::string kernel_so = kiln::proto::kernel_library(*test, 1 << 26).value();

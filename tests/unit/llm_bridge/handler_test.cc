@@ -38,7 +38,8 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
 
   proto::Job job = propose_job("c1", 1);
   auto proposal = decode_or_die<proto::ProposalRequest>(job.payload.data);
-  proposal.screen_below = 3.25;  // the campaign's screening bar, carried to the test job
+  proposal.screen_below = 3.25;   // the campaign's screening bar, carried to the test job
+  proposal.want_profile = false;  // and whether its proposer reads profiles
   job.payload.data = proto::encode(proposal);
   messaging::JobOutcome out = handler.handle(job);
   REQUIRE(out.outcome == messaging::Outcome::kDone);
@@ -54,6 +55,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   CHECK(req.arch == "native");
   CHECK(req.files.count("task.yaml"));
   CHECK(req.screen_below == 3.25);
+  CHECK_FALSE(req.want_profile);
 
   SECTION("CUDA tasks compile for the configured arch") {
     messaging::JobOutcome cuda = handler.handle(propose_job("c2", 1, "tuner", kiln::testing::task_files("cuda")));

@@ -287,6 +287,39 @@ TEST_CASE("proposals carry the campaign best's lowest lower bound as the screeni
   }
 }
 
+TEST_CASE("a tuner campaign's jobs ask for no profile, an LLM campaign's do", "[scorer][engine]") {
+  for (const std::string proposer : {"tuner", "llm"}) {
+    Fixture f;
+    Driver d = f.driver([&](const proto::Candidate& c, bool) {
+      const double x = 1.0 + 0.25 * static_cast<double>(c.proposal_index);
+      return correct(c, x, x - 0.1, x + 0.1);
+    });
+    proto::CampaignStart start = campaign_start("c1", 3, 1, kiln::testing::task_files());
+    start.proposer = proposer;
+    d.submit("c1:start", proto::encode(start));
+    d.run();
+    const bool wanted = proposer != "tuner";
+    size_t proposals = 0, compiles = 0, confirmations = 0;
+    for (const auto& fu : d.trace.followups) {
+      INFO(proposer << ": " << fu.job_id);
+      if (fu.service == "propose") {
+        ++proposals;
+        CHECK(decode_or_die<proto::ProposalRequest>(fu.payload.data).want_profile == wanted);
+      }
+      // The scorer's own compile jobs: program 0's and the confirmations' (the others are the test's bridge's).
+      const bool confirm = fu.job_id.find("confirm") != std::string::npos;
+      if (fu.service == "compile" && (fu.job_id == "c1/p0:compile" || confirm)) {
+        ++compiles;
+        if (confirm) ++confirmations;
+        CHECK(decode_or_die<proto::CompileRequest>(fu.payload.data).want_profile == wanted);
+      }
+    }
+    CHECK(proposals == 3);
+    CHECK(compiles >= 2);  // program 0 and at least one confirmation of a new best
+    CHECK(confirmations >= 1);
+  }
+}
+
 TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));

@@ -241,6 +241,9 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
       0);
   CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .bar = hi * 0.99}).empty());
   CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .bar = 0}).empty());
+  CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "contenders", .wanted = false}) ==
+        "its proposer reads no profile");
+  CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "all", .confirmation = true, .wanted = false}).empty());
 
   // A bar that is not a number is the job's fault.
   req.purpose = "eval";
@@ -248,6 +251,110 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
   CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
   req.screen_below = -1;
   CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
+}
+
+TEST_CASE("SeenBars keeps per campaign the best lowest lower bound of correct first measurements in full", "[tester]") {
+  auto report = [](std::vector<std::pair<double, const char*>> cases, std::string_view st = status::kOk) {
+    kiln::proto::TestReport r;
+    r.status = std::string(st);
+    r.performance.measured = true;
+    for (const auto& [lo, stop] : cases) {
+      kiln::proto::CaseTiming c;
+      c.speedup_lo = lo;
+      c.speedup = lo + 0.1;
+      c.speedup_hi = lo + 0.2;
+      c.stop_reason = stop;
+      r.performance.cases.push_back(c);
+    }
+    return r;
+  };
+  kiln::tester::SeenBars bars(2);
+  CHECK(bars.bar("c1") == 0);
+  bars.record("c1", report({{2.0, "noise"}, {1.5, "max_time"}}));  // the lowest case counts
+  CHECK(bars.bar("c1") == 1.5);
+  bars.record("c1", report({{1.2, "noise"}}));  // a slower one does not lower it
+  CHECK(bars.bar("c1") == 1.5);
+  bars.record("c1", report({{9.0, "screened"}}));                  // a screened-out interval is partial
+  bars.record("c1", report({{9.0, "noise"}}, status::kMismatch));  // a wrong kernel is no bar
+  auto unmeasured = report({{9.0, "noise"}});
+  unmeasured.performance.measured = false;  // not every case timed
+  bars.record("c1", unmeasured);
+  bars.record("", report({{9.0, "noise"}}));  // no campaign
+  CHECK(bars.bar("c1") == 1.5);
+  bars.record("c1", report({{3.0, "stalled"}}));
+  CHECK(bars.bar("c1") == 3.0);
+  CHECK(bars.bar("c2") == 0);  // campaigns apart
+  // Bounded: the least recently used campaign goes first.
+  bars.record("c2", report({{1.0, "noise"}}));
+  CHECK(bars.bar("c1") == 3.0);  // c1 used last
+  bars.record("c3", report({{1.0, "noise"}}));
+  CHECK(bars.size() == 2);
+  CHECK(bars.bar("c2") == 0);
+  CHECK(bars.bar("c1") == 3.0);
+}
+
+TEST_CASE("a first measurement is screened against the campaign's best this tester measured since the proposal",
+          "[tester]") {
+  Fixture f;
+  TesterOptions o = quick_options();
+  o.timing.min_time_s = 0.2;
+  o.timing.max_time_s = 2;
+  auto handler = make(o);
+  const auto fast = f.request(f.build("correct"));
+  // The same result computed 30 times over: far slower than the first.
+  const std::string body = R"(
+  for (int rep = 0; rep < 30; ++rep) {
+    asm volatile("" ::: "memory");
+#pragma omp parallel for num_threads(THREADS) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      float sum = 0.f;
+      for (int64_t c = 0; c < cols; ++c) sum += xr[c] * xr[c];
+      const float inv = 1.f / std::sqrt(sum / static_cast<float>(cols) + eps);
+      for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * inv * w[c];
+    }
+  }
+)";
+  auto slow = f.request(f.build("slow", body));
+  REQUIRE(slow.screen_below == 0);  // proposed before anything of c1 was scored
+
+  auto first = run_job(*handler, fast);
+  REQUIRE(first.test.status == status::kOk);
+  REQUIRE(first.test.performance.cases.size() == 1);
+  REQUIRE(first.test.performance.cases[0].stop_reason != "screened");
+  const double lo = first.test.performance.cases[0].speedup_lo;
+  INFO("the first candidate's lower bound: " << lo);
+  REQUIRE(lo > 0);
+
+  auto second = run_job(*handler, slow);
+  INFO(second.test.message << "\n" << second.test.log);
+  CHECK(second.test.status == status::kOk);
+  REQUIRE(second.test.performance.cases.size() == 1);
+  CHECK(second.test.performance.cases[0].stop_reason == "screened");
+  CHECK(second.test.metadata.at("timing_screen_by") == "campaign best measured here");
+  CHECK(std::stod(second.test.metadata.at("timing_screen_below")) == Approx(lo).epsilon(1e-3));
+
+  // Another campaign has learned nothing; a confirmation is measured in full.
+  auto other = slow;
+  other.cand.campaign_id = "c2";
+  auto apart = run_job(*handler, other);
+  REQUIRE(apart.test.performance.cases.size() == 1);
+  CHECK(apart.test.performance.cases[0].stop_reason != "screened");
+  auto confirm = slow;
+  confirm.purpose = "confirm";
+  auto confirmed = run_job(*handler, confirm, "c1/p1:score-confirm");
+  REQUIRE(confirmed.test.performance.cases.size() == 1);
+  CHECK(confirmed.test.performance.cases[0].stop_reason != "screened");
+
+  // Off: only the request's bar and the tester's.
+  o.screen_by_best = false;
+  auto off = make(o);
+  run_job(*off, fast);
+  auto unscreened = run_job(*off, slow);
+  REQUIRE(unscreened.test.performance.cases.size() == 1);
+  CHECK(unscreened.test.performance.cases[0].stop_reason != "screened");
+  CHECK(unscreened.test.metadata.count("timing_screen_below") == 0);
 }
 
 TEST_CASE("with several slots the evaluations share the device's lock file and run at once", "[tester]") {

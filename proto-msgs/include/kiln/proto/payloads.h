@@ -208,6 +208,10 @@ struct ProposalRequest {
   // stood (its best program's lowest per-case lower bound; 0 = none): carried on to the compile and test
   // jobs. A candidate whose interval cannot reach it cannot become the campaign's best.
   double screen_below = 0;
+  // Optional (schema 3): whether the proposer reads profiler feedback (TestReport.profile): false for the
+  // tuner, which picks parameters by score alone. Carried on to the compile and test jobs; the tester
+  // profiles no candidate whose proposer reads none (tester.profile_scope "contenders").
+  bool want_profile = true;
   template <class V>
   void fields(V& v) {
     v("parent", parent);
@@ -227,6 +231,7 @@ struct ProposalRequest {
     v("tuner_blocks", tuner_blocks);
     v("task_blob", task_blob);
     v("screen_below", screen_below);
+    v("want_profile", want_profile);
   }
 };
 
@@ -239,7 +244,8 @@ struct CompileRequest {
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
   // is measured by another tester than the first measurement when there is one. Empty: any.
   std::string avoid_tester;
-  double screen_below = 0;  // optional (schema 3): ProposalRequest.screen_below, for the test job
+  double screen_below = 0;   // optional (schema 3): ProposalRequest.screen_below, for the test job
+  bool want_profile = true;  // optional (schema 3): ProposalRequest.want_profile, for the test job
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -249,6 +255,7 @@ struct CompileRequest {
     v("avoid_tester", avoid_tester);
     v("task_blob", task_blob);
     v("screen_below", screen_below);
+    v("want_profile", want_profile);
   }
 };
 
@@ -342,6 +349,7 @@ struct TestRequest {
   // Optional (schema 3): the campaign's screening bar (ProposalRequest.screen_below); the tester screens a
   // first measurement at the higher of this and its own tester.timing.screen_below, never a confirmation.
   double screen_below = 0;
+  bool want_profile = true;  // optional (schema 3): ProposalRequest.want_profile
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -355,6 +363,7 @@ struct TestRequest {
     v("kernel_so_encoding", kernel_so_encoding);
     v("kernel_so_size", kernel_so_size);
     v("screen_below", screen_below);
+    v("want_profile", want_profile);
   }
 };
 

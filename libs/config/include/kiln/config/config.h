@@ -72,6 +72,9 @@ struct TesterConfig {
   // Evaluations at once on this tester's GPU (cuda only): they overlap their host-side work and take turns
   // on the device (a timed case holds the device lock alone; kiln/eval/device_lock.h).
   int64_t slots = 1;
+  // 1: a campaign's first measurements are screened also against the best of that campaign this tester has
+  // measured itself (fresher than the bar a request carries); 0: only the request's and timing.screen_below.
+  int64_t screen_by_best = 1;
   TimingConfig timing;
   int metrics_port = 9473;
   // Profiler feedback for correct CUDA candidates: "ncu" (Nsight Compute, when found at `ncu`) or "off".

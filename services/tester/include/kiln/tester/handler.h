@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct TesterOptions {
   int64_t memory_limit_mb =
       8192;  // address-space limit of the child (cpu backend; CUDA reserves more address space than any sane limit)
   std::vector<int64_t> pin_cores;  // cores the child may use; empty: all
+  // Screens a campaign's first measurements also against the best of that campaign this tester has
+  // measured itself (SeenBars): fresher than the bar the request carries, which is the campaign's best when
+  // the candidate was proposed (often nothing yet, for the first wave of a campaign).
+  bool screen_by_best = true;
   // Evaluations at once (cuda): with more than one, the children share the device's lock file in
   // `lock_dir` (kiln/eval/device_lock.h), created there when missing.
   int64_t slots = 1;
@@ -55,8 +60,8 @@ struct TesterOptions {
   std::optional<bool> deny_process_creation;
   // Profiler feedback (cuda): after a correct verdict, a separate run of the evaluation child under ncu.
   std::string profile = "ncu";  // ncu | off
-  // Which correct candidates: "contenders" (first measurements whose interval reaches the campaign's bar on
-  // every case; not confirmations, whose candidate was profiled when first measured) or "all".
+  // Which correct candidates: "contenders" (first measurements whose proposer reads profiles and whose
+  // interval reaches the campaign's bar on every case; see why_not_profiled) or "all".
   std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
   double profile_timeout_s = 120;
@@ -74,14 +79,41 @@ struct ProfileChoice {
   std::string_view scope = "all";  // TesterOptions::profile_scope
   double bar = 0;                  // the screening bar the measurement ran under (0: none)
   bool confirmation = false;
+  bool wanted = true;  // TestRequest.want_profile: the proposer reads profiler feedback
 };
 
 // Why a correct CUDA verdict is not profiled, or empty when it is. A profile costs seconds of ncu replays;
 // it is feedback for the proposer, worth those seconds for a kernel that may become the campaign's best.
-// Never profiled: a candidate screened out on some case. With scope "contenders", also not: a confirmation
-// (its candidate was profiled when first measured) and a candidate whose interval ends below the bar on some
-// case (it cannot overtake the best the bar came from).
+// Never profiled: a candidate screened out on some case. With scope "contenders", also not: a candidate
+// whose proposer reads no profile (the tuner), a confirmation (its candidate was profiled when first
+// measured) and a candidate whose interval ends below the bar on some case (it cannot overtake the best the
+// bar came from).
 std::string why_not_profiled(const proto::TestReport& report, const ProfileChoice& choice = {});
+
+// Per campaign, the screening bar this tester has learned from its own reports: the highest lowest-per-case
+// lower bound of a correct first measurement it made in full (no case screened). The same quantity as the
+// scorer's bar (the campaign best's min_speedup_lo) for the best this tester has seen, so the same argument
+// holds: a candidate whose interval ends below it on a case cannot overtake that kernel. Thread-safe; keeps
+// the `max_campaigns` most recently used campaigns.
+class SeenBars {
+ public:
+  explicit SeenBars(size_t max_campaigns = 1024) : max_campaigns_(max_campaigns) {}
+  // The bar for `campaign`, 0 when none was learned.
+  double bar(const std::string& campaign);
+  // Learns from a first measurement's report (confirmations and reports of other kinds teach nothing).
+  void record(const std::string& campaign, const proto::TestReport& report);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    double bar = 0;
+    uint64_t used = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> bars_;
+  uint64_t clock_ = 0;
+  size_t max_campaigns_;
+};
 
 class TestHandler {
  public:
@@ -132,6 +164,7 @@ class TestHandler {
   // the timing options and the timeout.
   std::map<std::string, std::string> run_metadata_;
   std::string device_lock_;  // the device lock file the children share (slots > 1), else empty
+  SeenBars seen_bars_;       // options_.screen_by_best
 
   static Result<std::unique_ptr<TestHandler>> with_device_lock(std::unique_ptr<TestHandler> h);
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
