@@ -1,6 +1,7 @@
 #include "kiln/tester/handler.h"
 
 #include <prometheus/counter.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -209,6 +210,53 @@ size_t SeenBars::size() const {
   return bars_.size();
 }
 
+std::vector<std::vector<int>> split_cores(const std::vector<int>& cores, int64_t slots) {
+  if (slots < 1 || cores.size() < static_cast<size_t>(slots)) return {};
+  std::vector<std::vector<int>> groups(static_cast<size_t>(slots));
+  const size_t base = cores.size() / groups.size(), extra = cores.size() % groups.size();
+  size_t at = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t n = base + (g < extra ? 1 : 0);
+    groups[g].assign(cores.begin() + static_cast<std::ptrdiff_t>(at),
+                     cores.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return groups;
+}
+
+namespace {
+
+// The cores this process may run on.
+std::vector<int> allowed_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cores;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  }
+  return cores;
+}
+
+}  // namespace
+
+int TestHandler::take_slot() {
+  std::lock_guard lock(slot_mu_);
+  for (size_t i = 0; i < slot_taken_.size(); ++i) {
+    if (!slot_taken_[i]) {
+      slot_taken_[i] = true;
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+void TestHandler::give_slot(int slot) {
+  if (slot < 0) return;
+  std::lock_guard lock(slot_mu_);
+  slot_taken_.at(static_cast<size_t>(slot)) = false;
+}
+
 Result<std::string> default_eval_binary(proto::Backend backend) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -224,6 +272,12 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
       gpu_(std::move(gpu)),
       gpu_claim_(std::move(claim)) {
   worker_.worker_id = options_.worker_id;
+  if (options_.slots > 1) {
+    slot_taken_.assign(static_cast<size_t>(options_.slots), false);
+    std::vector<int> cores;
+    for (int64_t c : options_.pin_cores) cores.push_back(static_cast<int>(c));
+    slot_cores_ = split_cores(cores.empty() ? allowed_cores() : cores, options_.slots);
+  }
   const auto& t = options_.timing;
   run_metadata_ = {
       {"evaluator", std::filesystem::path(options_.eval_binary).filename().string()},
@@ -348,7 +402,7 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
 }
 
 sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, std::vector<std::string> argv,
-                                                   double timeout_s) const {
+                                                   double timeout_s, int slot) const {
   sandbox::SandboxOptions run;
   run.argv = std::move(argv);
   run.working_dir = scratch;
@@ -377,11 +431,16 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
   run.readonly_root = options_.readonly_root.value_or(options_.backend == proto::Backend::kCpu);
   run.deny_process_creation = options_.deny_process_creation.value_or(false);
-  for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
+  if (slot >= 0 && static_cast<size_t>(slot) < slot_cores_.size()) {
+    run.cpu_affinity = slot_cores_[static_cast<size_t>(slot)];
+  } else {
+    for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
+  }
   return run;
 }
 
-void TestHandler::profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice) const {
+void TestHandler::profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice,
+                          int slot) const {
   if (options_.backend != proto::Backend::kCuda || options_.profile != "ncu" ||
       report.status != proto::test_status::kOk)
     return;
@@ -398,8 +457,8 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report,
   std::vector<std::string> argv = eval_argv(kProfileResultFile);
   argv.push_back("--profile");
   const std::string csv = std::string(kProfileCsvFile);
-  sandbox::SandboxOptions run =
-      child_sandbox(scratch, cuda::ncu_argv(options_.ncu, csv, kProfileMaxKernels, argv), options_.profile_timeout_s);
+  sandbox::SandboxOptions run = child_sandbox(scratch, cuda::ncu_argv(options_.ncu, csv, kProfileMaxKernels, argv),
+                                              options_.profile_timeout_s, slot);
   auto child = sandbox::run_sandboxed(run);
   if (!child.is_ok()) return skipped(child.status().message());
   if (!child->succeeded()) {
@@ -496,7 +555,22 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
                                    : screen_below == request.screen_below       ? "campaign best"
                                                                                 : "campaign best measured here";
   }
-  sandbox::SandboxOptions run = child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s);
+  // With several slots, this evaluation's own cores: another slot's host work must not delay the launches
+  // of a case being timed here (CUDA-event intervals would stretch with them).
+  const int slot = take_slot();
+  struct SlotHold {
+    TestHandler* h;
+    int slot;
+    ~SlotHold() { h->give_slot(slot); }
+  } slot_hold{this, slot};
+  if (slot >= 0 && static_cast<size_t>(slot) < slot_cores_.size()) {
+    metadata["slot"] = std::to_string(slot);
+    std::string cores;
+    for (int c : slot_cores_[static_cast<size_t>(slot)]) cores += (cores.empty() ? "" : ",") + std::to_string(c);
+    metadata["slot_cores"] = cores;
+  }
+  sandbox::SandboxOptions run =
+      child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s, slot);
   auto ran = sandbox::run_sandboxed(run);
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   sandbox::SandboxResult child = std::move(ran).value();
@@ -540,7 +614,8 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
           {.scope = options_.profile_scope,
            .bar = screen_below,
            .confirmation = confirmation,
-           .wanted = request.want_profile});
+           .wanted = request.want_profile},
+          slot);
   return finish(std::move(report));
 }
 

@@ -1,3 +1,4 @@
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -357,6 +359,18 @@ TEST_CASE("a first measurement is screened against the campaign's best this test
   CHECK(unscreened.test.metadata.count("timing_screen_below") == 0);
 }
 
+TEST_CASE("split_cores gives each slot consecutive cores of its own", "[tester]") {
+  using kiln::tester::split_cores;
+  using Groups = std::vector<std::vector<int>>;
+  CHECK(split_cores({0, 1, 2, 3, 4, 5, 6, 7}, 4) == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(split_cores({0, 1, 2, 3, 4}, 2) == Groups{{0, 1, 2}, {3, 4}});
+  CHECK(split_cores({4, 5, 9}, 3) == Groups{{4}, {5}, {9}});
+  CHECK(split_cores({0, 1, 2}, 1) == Groups{{0, 1, 2}});
+  CHECK(split_cores({0}, 2).empty());  // fewer cores than slots: none pinned
+  CHECK(split_cores({}, 1).empty());
+  CHECK(split_cores({0, 1}, 0).empty());
+}
+
 TEST_CASE("with several slots the evaluations share the device's lock file and run at once", "[tester]") {
   Fixture f;
   TesterOptions o = quick_options();
@@ -368,6 +382,7 @@ TEST_CASE("with several slots the evaluations share the device's lock file and r
   const auto req = f.request(f.build("correct"));
   // Two at once, as run_worker_service runs a handler with two slots.
   kiln::messaging::JobOutcome a, b;
+  std::set<std::string> slots, slot_cores;
   std::thread other([&] { a = handle(*handler, req); });
   b = handle(*handler, req);
   other.join();
@@ -378,6 +393,19 @@ TEST_CASE("with several slots the evaluations share the device's lock file and r
     REQUIRE(score.is_ok());
     CHECK(score->test.status == status::kOk);
     CHECK(score->test.performance.measured);
+    slots.insert(score->test.metadata["slot"]);
+    slot_cores.insert(score->test.metadata["slot_cores"]);
+  }
+  // Each slot on cores of its own (this process may use at least two).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  if (CPU_COUNT(&set) >= 2) {
+    CHECK(slots == std::set<std::string>{"0", "1"});
+    CHECK(slot_cores.size() == 2);
+    CHECK(slot_cores.count("") == 0);
+  } else {
+    WARN("one core: the slots share it, unpinned");
   }
   // Without a folder for the lock, more than one slot is refused.
   o.lock_dir.clear();

@@ -74,6 +74,11 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config);
 // running executable (/proc/self/exe).
 Result<std::string> default_eval_binary(proto::Backend backend = proto::Backend::kCpu);
 
+// `cores` split into `slots` groups of consecutive cores, sizes differing by at most one: the cores of each
+// evaluation slot, so that one slot's host threads do not compete with another's timing thread. Empty when
+// there are fewer cores than slots (then no slot is pinned).
+std::vector<std::vector<int>> split_cores(const std::vector<int>& cores, int64_t slots);
+
 // What decides whether a correct CUDA verdict is profiled besides the verdict itself.
 struct ProfileChoice {
   std::string_view scope = "all";  // TesterOptions::profile_scope
@@ -151,11 +156,15 @@ class TestHandler {
   // confirmation).
   std::vector<std::string> eval_argv(const char* result_file, double screen_below = 0) const;
   // The sandbox every run of the evaluation child gets (scratch, environment, limits, confinement).
-  sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv,
-                                        double timeout_s) const;
+  // `slot`: the evaluation slot the child runs in (its cores, with several slots), or -1.
+  sandbox::SandboxOptions child_sandbox(const std::string& scratch, std::vector<std::string> argv, double timeout_s,
+                                        int slot = -1) const;
+  // A free evaluation slot for one evaluate() (the service runs at most `slots` at once), or -1.
+  int take_slot();
+  void give_slot(int slot);
   // Profiler feedback for a correct CUDA verdict: the child once more, under ncu, calling only the
   // candidate. Fills report.profile and profile_summary; any trouble is a line in profile_summary.
-  void profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice) const;
+  void profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice, int slot) const;
 
   TesterOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
@@ -165,6 +174,11 @@ class TestHandler {
   std::map<std::string, std::string> run_metadata_;
   std::string device_lock_;  // the device lock file the children share (slots > 1), else empty
   SeenBars seen_bars_;       // options_.screen_by_best
+  // With several slots: which are taken, and each one's cores (tester.pin_cores, else the cores this
+  // process may run on, split by split_cores).
+  std::mutex slot_mu_;
+  std::vector<bool> slot_taken_;
+  std::vector<std::vector<int>> slot_cores_;
 
   static Result<std::unique_ptr<TestHandler>> with_device_lock(std::unique_ptr<TestHandler> h);
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
