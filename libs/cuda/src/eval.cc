@@ -10,6 +10,7 @@
 #include "cuda_device.h"
 #include "kiln/cuda/nvml.h"
 #include "kiln/eval/device.h"
+#include "kiln/eval/device_lock.h"
 #include "kiln/proto/ids.h"
 
 namespace kiln::cuda {
@@ -26,8 +27,18 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
     if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
   }
   KILN_RETURN_IF_ERROR(eval::check_timing_options(options));
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device, CudaDevice::start(spec, candidate, reference, options));
-  return eval::run_protocol(spec, *device, options);
+  // Starting (CUDA contexts, device arenas, runners) and tearing down use the device too: they hold its
+  // lock shared, so they never overlap a case another evaluation slot is timing (kiln/eval/device_lock.h).
+  KILN_ASSIGN_OR_RETURN(eval::DeviceLock lock, eval::DeviceLock::open(options.device_lock));
+  std::unique_ptr<CudaDevice> device;
+  {
+    KILN_ASSIGN_OR_RETURN(eval::DeviceLock::Hold held, lock.hold(eval::DeviceLock::Mode::kShared));
+    KILN_ASSIGN_OR_RETURN(device, CudaDevice::start(spec, candidate, reference, options));
+  }
+  Result<proto::TestReport> report = eval::run_protocol(spec, *device, options);
+  auto held = lock.hold(eval::DeviceLock::Mode::kShared);  // without it (an error) the teardown goes ahead
+  device.reset();
+  return report;
 }
 
 std::string format_uuid(const cudaUUID_t& uuid) {

@@ -1,9 +1,9 @@
 // Evaluations that share a device take turns on it: a benchmark case is timed with the device's lock held
 // exclusively (nothing else runs a kernel there while a contestant is timed), and every other use of the
-// device (correctness calls, the check after timing, a profiling call) holds it shared, so several
-// evaluation slots overlap their host-side work (process start, contexts, inputs, comparisons, reports)
-// but never a measurement. The lock is an flock on a file that every slot of the device opens; an
-// evaluation given no file locks nothing.
+// device (the CUDA evaluator's start and teardown: contexts, arenas, runners; correctness calls, the check
+// after timing, a profiling call) holds it shared, so several evaluation slots overlap their host-side
+// work (process start, inputs, comparisons, reports) but never a measurement. The lock is an flock on a
+// file that every slot of the device opens; an evaluation given no file locks nothing.
 #pragma once
 
 #include <string>
