@@ -326,6 +326,9 @@ class Validator {
   void non_negative(const std::string& path, double v) {
     if (!(v >= 0)) fail(where_, path, "expected a number >= 0, got " + format(v));
   }
+  void flag(const std::string& path, int64_t v) {
+    if (v != 0 && v != 1) fail(where_, path, "expected 0 or 1, got " + std::to_string(v));
+  }
   void non_empty(const std::string& path, const std::string& v) {
     if (v.empty()) fail(where_, path, "expected a non-empty string");
   }
@@ -365,8 +368,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   constexpr int64_t kMinMessageBytes = 4096;  // below this not even a READY with capabilities fits
   v.at_least("broker.max_message_bytes", b.max_message_bytes, kMinMessageBytes);
   v.at_least("broker.max_table_mb", b.max_table_mb, int64_t{0});
-  if (b.blob_store != 0 && b.blob_store != 1)
-    v.error("broker.blob_store", "expected 0 or 1, got " + std::to_string(b.blob_store));
+  v.flag("broker.blob_store", b.blob_store);
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);
@@ -410,8 +412,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   }
   v.one_of("tester.timing.mode", t.timing.mode, {"cold", "warm"});
   v.one_of("tester.profile", t.profile, {"ncu", "off"});
-  if (t.screen_by_best != 0 && t.screen_by_best != 1)
-    v.error("tester.screen_by_best", "expected 0 or 1, got " + std::to_string(t.screen_by_best));
+  v.flag("tester.screen_by_best", t.screen_by_best);
   v.one_of("tester.profile_scope", t.profile_scope, {"contenders", "all"});
   v.positive("tester.profile_timeout_s", t.profile_timeout_s);
   v.at_least("tester.timing.min_samples", t.timing.min_samples, 1);
@@ -450,11 +451,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.non_negative("scorer.campaign.target_speedup", s.campaign.target_speedup);
   v.at_least("scorer.campaign.patience", s.campaign.patience, 0);
   v.at_least("scorer.campaign.prompt_evolution_interval", s.campaign.prompt_evolution_interval, 0);
-  if (s.campaign.tuner_block_sampling != 0 && s.campaign.tuner_block_sampling != 1)
-    v.error("scorer.campaign.tuner_block_sampling",
-            "expected 0 or 1, got " + std::to_string(s.campaign.tuner_block_sampling));
-  if (s.campaign.screen_by_best != 0 && s.campaign.screen_by_best != 1)
-    v.error("scorer.campaign.screen_by_best", "expected 0 or 1, got " + std::to_string(s.campaign.screen_by_best));
+  v.flag("scorer.campaign.tuner_block_sampling", s.campaign.tuner_block_sampling);
+  v.flag("scorer.campaign.screen_by_best", s.campaign.screen_by_best);
 
   v.non_empty("promoter.registry_dir", c.promoter.registry_dir);
   // Forge's promotion bar. Readers of the registry take an entry as at least 10 % faster than its

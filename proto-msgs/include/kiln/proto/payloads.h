@@ -491,12 +491,12 @@ struct WorkerInfo {
   }
 };
 
-// Test status words, in the order of perf_score (DESIGN §6).
 // CaseTiming.stop_reason when screening stopped a case (the others: noise | stalled | max_time).
 namespace stop_reason {
 inline constexpr std::string_view kScreened = "screened";
 }  // namespace stop_reason
 
+// Test status words, in the order of perf_score (DESIGN §6).
 namespace test_status {
 inline constexpr std::string_view kOk = "ok";                         // correct (5)
 inline constexpr std::string_view kMismatch = "mismatch";             // wrong values (4)
