@@ -287,6 +287,7 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
       {"timing_min_time_s", short_number(t.min_time_s)},
       {"timing_max_time_s", short_number(t.max_time_s)},
       {"timing_max_noise", short_number(t.max_noise)},
+      {"timing_precision", short_number(t.precision)},
       {"timing_warmup_iters", std::to_string(t.warmup_iters)},
       {"timeout_s", short_number(options_.timeout_s)},
   };
@@ -388,6 +389,8 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
                                    number(t.max_noise),
                                    "--warmup",
                                    std::to_string(t.warmup_iters),
+                                   "--precision",
+                                   number(t.precision),
                                    "--report-key",
                                    kReportKeyFile};
   if (!device_lock_.empty()) {

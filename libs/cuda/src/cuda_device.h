@@ -32,6 +32,7 @@ class CudaDevice final : public eval::Device {
   int candidate_pid() const override;
 
   Status load(size_t who, const eval::TensorSet& tensors) override;
+  Status load_block(size_t who, const eval::TensorSet& tensors) override;
   Status read(size_t who, eval::TensorSet& into, bool inputs_too) override;
   Result<Call> call(size_t who, CallKind kind) override;
 

@@ -1,6 +1,7 @@
 // run_protocol(): DESIGN §5 once, for every device (kiln/eval/device.h).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -41,15 +42,22 @@ constexpr double kBlocks = 10;
 constexpr size_t kScreenBlocks = 4;
 constexpr double kScreenConfidence = 0.995;
 constexpr int kScreenResamples = 1000;
+// The precision stop looks from the sixth block on (fewer say little about the spread between blocks), at
+// the reported 95 %, and no sooner than kPreciseSpacing of the time measured since its last look, so its
+// bootstraps cost a bounded share of the timing however short the blocks are.
+constexpr size_t kPreciseBlocks = 6;
+constexpr double kPreciseConfidence = 0.95;
+constexpr int kPreciseResamples = 400;
+constexpr double kPreciseSpacing = 1.0 / 6;
 // Timed outputs are compared with the reference's after every one of a case's first rounds (a run cut
 // short by a loaded machine or by screening has few rounds, and a cheat must not get through them on the
 // luck of the draw), after the first round of every block on fresh processes (a cache the candidate filled
 // while warming up a fresh process serves a stale answer there), after about one round in four,
-// unpredictably, and after
-// the last. The first rounds' comparisons are paid for out of a budget: free up to kFreeCompare_s in all,
-// then while comparing has taken at most kCompareShare of the timing's wall time. A case whose outputs take
-// long to read back and compare (hundreds of MiB on a GPU) would otherwise spend its time limit comparing and
-// be measured in a handful of rounds; small cases, and slow rounds on a loaded machine, compare every one.
+// unpredictably, and after the last. The first rounds' comparisons are paid for out of a budget: free up
+// to kFreeCompare_s in all, then while comparing has taken at most kCompareShare of the timing's wall time;
+// the one-in-four comparisons stop while comparing is over that share. A case whose outputs take long to
+// read back and compare (hundreds of MiB on a GPU) would otherwise spend its time limit comparing and be
+// measured in a handful of rounds; small cases, and slow rounds on a loaded machine, compare every one.
 constexpr int64_t kCompareFirstRounds = 16;
 constexpr double kFreeCompare_s = 0.05;
 constexpr double kCompareShare = 0.25;
@@ -233,6 +241,14 @@ class Protocol {
     return interval_now(samples, block_starts, kScreenConfidence, kScreenResamples).speedup_hi < bar;
   }
 
+  // The precision stop: whether the speedup's interval so far is at most 2 * precision * speedup wide.
+  bool precise(const std::vector<std::vector<double>>& samples, const std::vector<size_t>& block_starts) const {
+    const proto::CaseTiming t = interval_now(samples, block_starts, kPreciseConfidence, kPreciseResamples);
+    if (t.candidate.median_us <= 0 || !std::isfinite(t.speedup_lo) || !std::isfinite(t.speedup_hi)) return false;
+    const double speedup = t.reference.median_us / t.candidate.median_us;
+    return t.speedup_hi - t.speedup_lo <= 2 * options_.timing.precision * speedup;
+  }
+
   // Timing of one benchmark case; false when the candidate failed (recorded). `host` follows the inputs
   // as they move, so a block can load them as they stand; `donor` gets the second input set (the check
   // after timing's inputs).
@@ -293,7 +309,7 @@ class Protocol {
       // The inputs as they stand and poisoned outputs: `host`'s inputs lent to `loaded` (no copy of them).
       loaded.inputs.swap(host.inputs);
       Status status = Status::ok();
-      for (size_t who = 0; who < n && status.is_ok(); ++who) status = device_.load(who, loaded);
+      for (size_t who = 0; who < n && status.is_ok(); ++who) status = device_.load_block(who, loaded);
       loaded.inputs.swap(host.inputs);
       KILN_RETURN_IF_ERROR(status);
       if (block == 0 || b.fresh) return warm_up();
@@ -335,11 +351,19 @@ class Protocol {
     std::string stop_reason;
     const double block_s = opt.min_time_s / kBlocks;
     double next_block_s = block_s;
+    double next_precise_s = 0;  // the precision stop's next look, at the first block start after this
     int64_t block_rounds = 0;
     for (int64_t round = 0; stop_reason.empty(); ++round, ++block_rounds) {
       if (block_rounds >= kMinBlockRounds && seconds_since(start) >= next_block_s) {
         if (screened_out(samples, block_starts)) {
           stop_reason = proto::stop_reason::kScreened;
+        } else if (const double now = seconds_since(start); opt.precision > 0 && now >= next_precise_s &&
+                                                            now >= opt.min_time_s && round >= opt.min_samples &&
+                                                            block_starts.size() >= kPreciseBlocks) {
+          if (precise(samples, block_starts)) stop_reason = proto::stop_reason::kPrecise;
+          next_precise_s = now * (1 + kPreciseSpacing);
+        }
+        if (!stop_reason.empty()) {
           if (compared != round - 1) KILN_RETURN_IF_ERROR(compare_round(round - 1));
           break;
         }
@@ -362,8 +386,9 @@ class Protocol {
                                      std::max(running[kCandidate].cv(), running[kReference].cv()));
       const bool early = round < kCompareFirstRounds &&
                          (compare_s < kFreeCompare_s || compare_s <= kCompareShare * seconds_since(start));
-      if (!stop_reason.empty() || early || (block_rounds == 0 && fresh_block) ||
-          detail::compare_after_round(static_cast<uint64_t>(round))) {
+      const bool sampled = detail::compare_after_round(static_cast<uint64_t>(round)) &&
+                           compare_s <= kCompareShare * seconds_since(start);
+      if (!stop_reason.empty() || early || (block_rounds == 0 && fresh_block) || sampled) {
         KILN_RETURN_IF_ERROR(compare_round(round));
       }
     }

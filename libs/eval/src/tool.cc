@@ -90,6 +90,8 @@ Result<Args> parse_args(int argc, char** argv) {
       KILN_RETURN_IF_ERROR(integer(t.warmup_iters));
     else if (flag == "--screen-below")
       KILN_RETURN_IF_ERROR(number(t.screen_below));
+    else if (flag == "--precision")
+      KILN_RETURN_IF_ERROR(number(t.precision));
     else
       return invalid_argument("unknown flag " + flag);
   }

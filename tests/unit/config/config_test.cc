@@ -63,6 +63,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.broker.lease_timeout_s == defaults.broker.lease_timeout_s);
   CHECK(file.compiler.nvcc == defaults.compiler.nvcc);
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
+  CHECK(file.tester.timing.precision == defaults.tester.timing.precision);
   CHECK(file.tester.pin_cores == defaults.tester.pin_cores);
   CHECK(file.tester.profile == defaults.tester.profile);
   CHECK(file.tester.profile_scope == defaults.tester.profile_scope);
@@ -80,7 +81,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 85);
+  CHECK(leaves.size() == 86);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -161,6 +162,10 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("tester: {timing: {min_time_s: 20}}\n") ==
         "test.yaml: tester.timing.max_time_s: must be >= tester.timing.min_time_s");
   CHECK(parse_error("up: {log_level: loud}\n").starts_with("test.yaml: up.log_level: expected trace | debug"));
+  CHECK(parse_error("tester: {timing: {precision: 1}}\n") ==
+        "test.yaml: tester.timing.precision: must be < 1 (a relative half-width; 0 = off)");
+  CHECK(parse_error("tester: {timing: {precision: -0.1}}\n").find("tester.timing.precision") != std::string::npos);
+  CHECK(parse_ok("tester: {timing: {precision: 0}}\n").tester.timing.precision == 0);
   CHECK(parse_ok("broker: {metrics_port: 0}\n").broker.metrics_port == 0);
   CHECK(parse_error("tester: {slots: 0}\n") == "test.yaml: tester.slots: expected an integer >= 1, got 0");
   CHECK(parse_error("tester: {backend: cuda, slots: 17}\n") == "test.yaml: tester.slots: at most 16, got 17");

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -52,10 +54,12 @@ int twice(TensorSet& t) {
   return 0;
 }
 
-// A contestant: what a call does to its tensors, and the time it "takes".
+// A contestant: what a call does to its tensors, and the time it "takes": `us`, give or take up to
+// `spread` of it (a fixed pseudo-random sequence over its calls).
 struct Kernel {
   std::function<int(TensorSet&)> run = twice;
   double us = 10;
+  double spread = 0;
 };
 
 class FakeDevice final : public Device {
@@ -87,8 +91,11 @@ class FakeDevice final : public Device {
       c.death = "SIGSEGV";
       return c;
     }
-    c.rc = kernels_[who].run(slots_[who]);
-    c.sample_us = kernels_[who].us;
+    const Kernel& k = kernels_[who];
+    c.rc = k.run(slots_[who]);
+    const uint64_t draw = (static_cast<uint64_t>(calls[{who, kind}]) * 0x9E3779B97F4A7C15ULL) >> 11;
+    const double unit = static_cast<double>(draw) / static_cast<double>(uint64_t{1} << 53);  // [0, 1)
+    c.sample_us = k.us * (1 + k.spread * (2 * unit - 1));
     return c;
   }
   Status check_case(const TensorSet&) override { return Status::ok(); }
@@ -279,6 +286,41 @@ TEST_CASE("driver: screening stops timing a case whose interval cannot reach the
   const auto off = run(unscreened, o);
   REQUIRE(off.performance.cases.size() == 1);
   CHECK(off.performance.cases[0].stop_reason == "noise");
+}
+
+TEST_CASE("driver: the precision stop ends a case once the speedup's interval is narrow enough", "[eval][driver]") {
+  // Samples 5 % either way: a CV of 3 %, which the noise rule (0.5 %) never accepts, but a median ratio
+  // known to a few per cent after a few dozen rounds. A round takes at least 2 ms.
+  EvalOptions o = fast();
+  o.timing.min_time_s = 0.05;
+  o.timing.max_time_s = 5;
+  o.timing.precision = 0.05;
+  auto slow_rounds = [](Device::CallKind kind) {
+    if (kind == Device::CallKind::kTimed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  FakeDevice d({twice, 10, 0.05}, {twice, 20, 0.05});
+  d.on_call = slow_rounds;
+  const auto r = run(d, o);
+  CHECK(r.status == status::kOk);
+  REQUIRE(r.performance.cases.size() == 1);
+  const auto& t = r.performance.cases[0];
+  CHECK(t.stop_reason == "precise");
+  CHECK(t.speedup == Approx(2.0).epsilon(0.05));
+  CHECK(t.speedup_hi - t.speedup_lo <= 2 * 0.05 * t.speedup * 1.5);  // the final bootstrap resamples more
+  CHECK(t.timing_s < o.timing.max_time_s);
+  CHECK(d.blocks.size() >= 6);  // it looks from the sixth block on
+  // The check after timing still ran.
+  CHECK(d.calls[{0, Device::CallKind::kCheck}] == 2 * 2 * 2 + 1);
+
+  // Off, the same contestants run until the noise rule gives up.
+  o.timing.precision = 0;
+  o.timing.max_time_s = 0.3;
+  FakeDevice off({twice, 10, 0.05}, {twice, 20, 0.05});
+  off.on_call = slow_rounds;
+  const auto r_off = run(off, o);
+  REQUIRE(r_off.performance.cases.size() == 1);
+  const std::string reason = r_off.performance.cases[0].stop_reason;
+  CHECK((reason == "stalled" || reason == "max_time"));
 }
 
 TEST_CASE("driver: a case is timed holding the device's lock alone, every other call shares it", "[eval][driver]") {

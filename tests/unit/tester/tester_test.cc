@@ -168,6 +168,7 @@ TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
   CHECK(m.at("timing_min_samples") == "5");
   CHECK(m.at("timing_min_time_s") == "0.02");
   CHECK(m.at("timing_max_time_s") == "0.5");
+  CHECK(m.at("timing_precision") == "0.01");
   CHECK(m.at("timeout_s") == "60");
   CHECK_FALSE(m.at("isolation_network").empty());
   CHECK_FALSE(m.at("isolation_pids").empty());

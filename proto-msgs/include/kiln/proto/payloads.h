@@ -491,9 +491,10 @@ struct WorkerInfo {
   }
 };
 
-// CaseTiming.stop_reason when screening stopped a case (the others: noise | stalled | max_time).
+// CaseTiming.stop_reason words the driver sets itself (the stopping rule's: noise | stalled | max_time).
 namespace stop_reason {
-inline constexpr std::string_view kScreened = "screened";
+inline constexpr std::string_view kScreened = "screened";  // the interval cannot reach the bar
+inline constexpr std::string_view kPrecise = "precise";    // the interval is narrow enough
 }  // namespace stop_reason
 
 // Test status words, in the order of perf_score (DESIGN §6).

@@ -59,6 +59,9 @@ struct TimingConfig {
   // speedup (kiln::eval::TimingOptions::screen_below); confirmations are always measured in full. At most
   // scorer.min_speedup, so nothing that could be promoted is screened out.
   double screen_below = 0;
+  // Precision stop (0: off): a case also stops once its speedup's 95 % interval is within +-this of the
+  // speedup (kiln::eval::TimingOptions::precision).
+  double precision = 0.01;
 };
 
 struct TesterConfig {

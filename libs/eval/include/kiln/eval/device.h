@@ -104,6 +104,11 @@ class Device {
 
   // Puts `tensors` where contestant `who` reads and writes them (at the current placement).
   virtual Status load(size_t who, const TensorSet& tensors) = 0;
+  // The load at the start of a timing block: `tensors` are the case's inputs as perturb() has left them
+  // and poisoned outputs, the same at every block but for those perturbations. A device may keep a copy of
+  // its own from the first such load of the case, perturbed alike, and load from it (a GPU copies device
+  // to device instead of moving the whole case over the bus every block).
+  virtual Status load_block(size_t who, const TensorSet& tensors) { return load(who, tensors); }
   // What contestant `who`'s calls left there: the outputs, and the inputs when `inputs_too`.
   virtual Status read(size_t who, TensorSet& into, bool inputs_too) = 0;
   // One call of contestant `who` on its tensors. An error only for trouble on the evaluator's side: what

@@ -20,7 +20,8 @@ namespace kiln::eval {
 using KernelEntry = int (*)(const kiln_args*);
 
 // nvbench-style stopping rule: at least `min_samples` and `min_time_s`, then stop when both CVs are under
-// `max_noise`, when the noise stops improving, or at `max_time_s`.
+// `max_noise`, when the noise stops improving, or at `max_time_s` — or, with `precision`, as soon as the
+// speedup itself is known well enough.
 struct TimingOptions {
   std::string mode = "cold";  // cold: flush the last-level cache before each sample | warm
   int64_t min_samples = 10;
@@ -34,6 +35,12 @@ struct TimingOptions {
   // so measuring it to full precision buys nothing. Its timing then says stop_reason "screened", with the
   // interval as it stood. Never set for a confirmation.
   double screen_below = 0;
+  // Precision stop (0: off). When > 0, a case also stops (stop_reason "precise") once the speedup's 95 %
+  // interval, widened like the final one, is at most 2 * precision * speedup wide: what a measurement is
+  // for is the ratio, and a CV that stays at 1 % whatever the number of samples (a GPU kernel's usually
+  // does) would otherwise run every case to max_time_s. Checked at block starts, after min_samples and
+  // min_time_s and from the sixth block on, at most once per sixth of the time measured so far.
+  double precision = 0;
 };
 
 struct EvalOptions {
