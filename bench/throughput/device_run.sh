@@ -32,6 +32,11 @@ for r in json.load(open(sys.argv[1]))["runs"]:
     for c in r["campaigns"]:
         print(" ", c["task"], c["scored"], "best %.2f" % c["best_speedup"], c["best_speedup_interval"], "promoted", c["promoted"])
 PY
+# Nothing of the stopped Kiln may still run while the re-measurement times (it would disturb it).
+left=$(pgrep -c -f "$root/build-gpu/bin/kiln-" || true)
+echo "kiln processes left after the bench: ${left:-0}"
+if [ "${left:-0}" -gt 0 ]; then pkill -KILL -f "$root/build-gpu/bin/kiln-"; sleep 1; fi
+nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader
 # Every promoted kernel re-measured in an independent evaluator run, against what the registry says.
 for reg in "$out/keep-$tag"/*/registry; do
   [ -f "$reg/verified_kernels.json" ] || continue
