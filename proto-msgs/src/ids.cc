@@ -1,5 +1,7 @@
 #include "kiln/proto/ids.h"
 
+#include <cctype>
+
 #include "kiln/proto/wire.h"
 
 namespace kiln::proto {
@@ -46,6 +48,13 @@ std::string concat(std::string_view a, std::string_view b, std::string_view c = 
 }
 
 }  // namespace
+
+bool is_campaign_id(std::string_view id) {
+  if (id.empty() || id.size() > kMaxCampaignIdChars) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  return true;
+}
 
 std::string_view name(Backend backend) {
   switch (backend) {

@@ -13,17 +13,7 @@ namespace kiln::task_ingest {
 
 namespace {
 
-constexpr size_t kMaxCampaignIdChars = 128;
 constexpr int kSlots = 2;
-
-// Campaign ids become parts of job ids ("campaign:<id>:start") and program ids ("<id>/p3"), so they
-// may not contain the separators those use.
-bool is_campaign_id(const std::string& id) {
-  if (id.empty() || id.size() > kMaxCampaignIdChars) return false;
-  for (char c : id)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
-  return true;
-}
 
 bool is_proposer_name(const std::string& name) {
   if (name.empty()) return false;
@@ -45,8 +35,8 @@ IngestHandler::IngestHandler(IngestOptions options, std::shared_ptr<prometheus::
 }
 
 Result<proto::CampaignStart> IngestHandler::campaign_for(const proto::IngestRequest& req) const {
-  if (!is_campaign_id(req.campaign_id))
-    return invalid_argument("campaign_id must be 1-" + std::to_string(kMaxCampaignIdChars) +
+  if (!proto::is_campaign_id(req.campaign_id))
+    return invalid_argument("campaign_id must be 1-" + std::to_string(proto::kMaxCampaignIdChars) +
                             " characters of [A-Za-z0-9_.-], got \"" + req.campaign_id + "\"");
   if (!is_proposer_name(req.proposer))
     return invalid_argument("proposer must be a name like tuner or llm, got \"" + req.proposer + "\"");

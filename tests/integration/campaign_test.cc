@@ -203,6 +203,37 @@ TEST_CASE("a kernel that caches its results by input is never promoted", "[integ
   CHECK(best.out.find("timed round") != std::string::npos);
 }
 
+TEST_CASE("a campaign submitted under an id of its own keeps it, and submitting it again changes nothing",
+          "[integration]") {
+  LocalKiln k;
+  // Submits fast_task under the id with `budget` and waits: the campaign's line of `kiln --json submit`.
+  auto submit = [&](const std::string& budget) {
+    auto r = k.kiln({"--json", "submit", fast_task(), "--budget", budget, "--campaign-id", "bench.fast-1", "--wait",
+                     "--timeout", "120"});
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    auto out = json::parse(r.out);
+    REQUIRE(out.size() == 1);
+    return out[0];
+  };
+  const json first = submit("0");
+  CHECK(first["campaign_id"] == "bench.fast-1");
+  CHECK(first["state"] == "done");
+  CHECK(first["scored"] == 1);
+  // The same id again, with another budget: that campaign, done, not a second one.
+  const json again = submit("3");
+  CHECK(again["campaign_id"] == "bench.fast-1");
+  CHECK(again["scored"] == 1);
+  auto best = k.kiln({"--json", "best", "bench.fast-1"});
+  CHECK(best.exit_code == 0);
+  CHECK(best.out.find("bench.fast-1/p0") != std::string::npos);
+  // An id with a job id's separator is refused before anything is sent.
+  auto bad = k.kiln({"submit", fast_task(), "--campaign-id", "bench:1"});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("--campaign-id: expected 1-128 characters of [A-Za-z0-9_.-], got \"bench:1\"") !=
+        std::string::npos);
+}
+
 TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with its partial interval and why",
           "[integration]") {
   // Program 0 is forty times slower than the reference: with screening at the promotion bar its timing

@@ -106,6 +106,10 @@ void print_results_table(const std::vector<proto::CampaignInfo>& campaigns) {
 }
 
 Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
+  if (!o.campaign_id.empty() && !proto::is_campaign_id(o.campaign_id)) {
+    return invalid_argument("--campaign-id: expected 1-" + std::to_string(proto::kMaxCampaignIdChars) +
+                            " characters of [A-Za-z0-9_.-], got \"" + o.campaign_id + "\"");
+  }
   auto files = task::load_package(o.dir);
   if (!files.is_ok()) return files.status().with_context(o.dir);
   auto spec = task::parse_task(*files);
@@ -113,7 +117,7 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
   std::string tid = task::task_id(*files);
   // A campaign id names the task and is unique per submission.
   std::string nonce = std::to_string(wall_time_s()) + ":" + std::to_string(::getpid()) + ":" + o.dir;
-  std::string cid = spec->name + "-" + sha256_hex(tid + nonce).substr(0, 10);
+  std::string cid = o.campaign_id.empty() ? spec->name + "-" + sha256_hex(tid + nonce).substr(0, 10) : o.campaign_id;
   proto::IngestRequest req;
   req.campaign_id = cid;
   req.budget = o.budget >= 0 ? o.budget : c.config.scorer.default_budget;

@@ -30,6 +30,10 @@ struct SubmitOptions {
   double timeout_s = 0;       // 0: no limit while waiting
   double target_speedup = 0;  // stop early once reached (0: the scorer's default)
   int64_t patience = 0;       // stop after this many proposals without improvement (0: default)
+  // The campaign's id ("": the task's name and a fresh suffix). The tuner's order of parameter sets is
+  // drawn from it, so two runs under one id try the same sets; an id in use names that campaign, and
+  // submitting it again changes nothing.
+  std::string campaign_id;
 };
 
 int cmd_submit(const Common& c, const SubmitOptions& o);

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   sub_cmd->add_option("--timeout", sub.timeout_s, "with --wait: give up after this many seconds");
   sub_cmd->add_option("--target-speedup", sub.target_speedup, "stop proposing once the best speedup reaches this");
   sub_cmd->add_option("--patience", sub.patience, "stop after this many proposals without a better program");
+  sub_cmd->add_option("--campaign-id", sub.campaign_id,
+                      "the campaign's id (default: the task's name and a fresh suffix); the tuner's order of "
+                      "parameter sets follows it, and an id in use names that campaign (submitting it again "
+                      "changes nothing)");
 
   std::string campaign;
   auto* status_cmd = app.add_subcommand("status", "queues, workers and campaigns");

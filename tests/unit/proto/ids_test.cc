@@ -127,3 +127,13 @@ TEST_CASE("a worker's own dead letter is recognised by its id", "[proto][ids]") 
   r.next[0].job_id = "c1/p3:score";
   CHECK_FALSE(is_worker_dead_letter(r));
 }
+
+TEST_CASE("campaign ids are 1-128 characters without the separators of job and program ids", "[proto][ids]") {
+  using kiln::proto::is_campaign_id;
+  CHECK(is_campaign_id("softmax-3f2a9c01de"));
+  CHECK(is_campaign_id("bench.cuda_sgemm_1"));
+  CHECK(is_campaign_id(std::string(128, 'a')));
+  CHECK_FALSE(is_campaign_id(std::string(129, 'a')));
+  CHECK_FALSE(is_campaign_id(""));
+  for (const char* bad : {"a:b", "a/b", "a#b", "a b", "a\nb", "a\\b"}) CHECK_FALSE(is_campaign_id(bad));
+}

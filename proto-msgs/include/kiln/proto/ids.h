@@ -43,6 +43,11 @@ Result<Stage> parse_stage(std::string_view text);
 // Whether `text` names `stage` (false for any other string, unknown ones too).
 inline bool is_stage(std::string_view text, Stage stage) { return text == name(stage); }
 
+// Campaign ids become parts of job ids ("campaign:<id>:start") and program ids ("<id>/p3"), so they are
+// 1-kMaxCampaignIdChars characters of [A-Za-z0-9_.-]: none of the separators those use.
+inline constexpr size_t kMaxCampaignIdChars = 128;
+bool is_campaign_id(std::string_view id);
+
 // A confirming measurement reuses the compile -> test chain with the program id "<program_id>#confirm"
 // (kConfirmSuffix in wire.h): the scorer names it so, and a tester measures such a job in full.
 namespace program_id {
