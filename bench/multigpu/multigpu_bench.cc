@@ -57,6 +57,9 @@ struct Options {
   double timing_max_time_s = 2.0;
   std::string out;
   std::string keep;  // a folder: each run's logs, registry and config are copied to <keep>/testers-N
+  // Campaign ids "<prefix>.<task folder>" instead of fresh ones: the tuner draws its order of parameter
+  // sets from the id, so two runs (screened and full timing, say) that finish their budgets try the same.
+  std::string campaign_prefix;
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
@@ -185,7 +188,12 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
   double t0 = wall_time_s();
   std::vector<std::string> ids;
   for (const auto& d : dirs) {
-    auto r = kiln({"--json", "submit", d, "--budget", std::to_string(o.budget)});
+    std::vector<std::string> args{"--json", "submit", d, "--budget", std::to_string(o.budget)};
+    if (!o.campaign_prefix.empty()) {
+      args.insert(args.end(),
+                  {"--campaign-id", o.campaign_prefix + "." + std::filesystem::path(d).filename().string()});
+    }
+    auto r = kiln(args);
     if (r.exit_code != 0) fail("kiln submit " + d + ": " + r.err);
     ids.push_back(json::parse(r.out)["campaign_id"]);
   }
@@ -278,16 +286,29 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
   // Where a test job's time went, from the eval results themselves: the evaluation child's wall time, its
   // correctness and measuring phases, the profile, and how each benchmark case's timing stopped.
   json phases = json::object();
+  json evaluations = json::array();
   {
     std::map<std::string, double> sums;
     std::map<std::string, int64_t> counts;
     json stops = json::object();
     int64_t screened_candidates = 0;
-    auto st = db->prepare("SELECT payload FROM results WHERE purpose = 'eval'");
+    auto st = db->prepare("SELECT payload FROM results");
     if (!st.is_ok()) fail(st.status().message());
     for (auto row = st->step(); row.is_ok() && *row; row = st->step()) {
       auto r = proto::decode<proto::ScoreResult>(st->column_blob(0));
       if (!r.is_ok() || r->stage != "test") continue;
+      // Every measurement, first or confirming, with its parameters and per-case interval and stop: two runs
+      // that tried the same candidates (--campaign-prefix) can be compared candidate by candidate.
+      json cases = json::array();
+      for (const auto& c : r->test.performance.cases) {
+        cases.push_back({{"speedup", c.speedup}, {"interval", {c.speedup_lo, c.speedup_hi}}, {"stop", c.stop_reason}});
+      }
+      evaluations.push_back({{"program_id", r->cand.program_id},
+                             {"purpose", r->purpose},
+                             {"params", r->cand.params},
+                             {"status", r->test.status},
+                             {"cases", cases}});
+      if (r->purpose != "eval") continue;
       auto add = [&](const std::string& key, double v) {
         sums[key] += v;
         ++counts[key];
@@ -374,7 +395,8 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
       {"test_phases", phases},
       {"wire", wire},
       {"killed", killed},
-      {"campaigns", campaigns}};
+      {"campaigns", campaigns},
+      {"evaluations", evaluations}};
   if (kill) {
     auto log = read_file(dir.path() + "/up.log");
     r["supervisor_restarted_a_tester"] =
@@ -415,6 +437,9 @@ int main(int argc, char** argv) {
   app.add_option("--timing-max-time", o.timing_max_time_s, "tester.timing.max_time_s");
   app.add_option("--out", o.out, "also write the JSON here");
   app.add_option("--keep", o.keep, "copy each run's logs, registry and config to this folder");
+  app.add_option("--campaign-prefix", o.campaign_prefix,
+                 "campaign ids <prefix>.<task> (the tuner's order follows the id: runs under one prefix try the "
+                 "same parameter sets); default: fresh ids");
   CLI11_PARSE(app, argc, argv);
   try {
     auto dirs = task_dirs(o);

@@ -5,6 +5,7 @@
 # where the time went. JSON, the testers' logs and the registry go to $OUT (or ./gpu-out).
 #   TAG=after TESTERS=1 BUDGET=12 bash bench/throughput/device_run.sh
 # Any KILN_<SECTION>_<KEY> in the environment reaches the Kiln the bench starts (KILN_TESTER_TIMING_SCREEN_BELOW=0).
+# CAMPAIGN_PREFIX=p: campaign ids p.<task>, so runs under one prefix try the same parameter sets.
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
@@ -21,7 +22,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$out/nvidia-smi.csv"
 timeout "${BENCH_TIMEOUT:-560}" "$root/build-gpu/bin/kiln-bench-multigpu" --backend cuda --tasks configs/tasks \
   --testers "${TESTERS:-1}" --budget "${BUDGET:-12}" --compilers "${COMPILERS:-8}" --timeout "${RUN_TIMEOUT:-300}" \
-  --out "$out/throughput-$tag.json" --keep "$out/keep-$tag" 2> "$out/throughput-$tag.log" > /dev/null
+  --out "$out/throughput-$tag.json" --keep "$out/keep-$tag" ${CAMPAIGN_PREFIX:+--campaign-prefix "$CAMPAIGN_PREFIX"} \
+  2> "$out/throughput-$tag.log" > /dev/null
 echo "bench exit $?"
 grep -E "^run:" "$out/throughput-$tag.log"
 python3 - "$out/throughput-$tag.json" <<'PY'
