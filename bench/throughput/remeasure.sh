@@ -21,7 +21,10 @@ python3 - "$reg/verified_kernels.json" > "$work/entries.tsv" <<'PY'
 import json, sys
 for e in json.load(open(sys.argv[1]))["kernels"]:
     params = " ".join("-D%s=%s" % kv for kv in sorted(e.get("params", {}).items()))
-    cases = ";".join("%s=%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"]) for c in e["cases"])
+    # shape=speedup/candidate_us/reference_us per case: the registry's medians, to tell which side moved
+    cases = ";".join("%s=%r/%r/%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"],
+                                       c.get("candidate_latency_us", 0), c.get("baseline_latency_us", 0))
+                     for c in e["cases"])
     print("\t".join([e["kernel_id"], e["language"], e["task_name"], e["source_path"], params, cases]))
 PY
 failed=0 unmeasured=0 n=0
@@ -51,10 +54,15 @@ while IFS=$'\t' read -r id lang task source params cases; do
   python3 - "$id" "$cases" "$tol" "$dir/eval.log" <<'PY'
 import json, re, sys
 kid, cases, tol, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
-registered = {}
+registered, medians = {}, {}
 for c in cases.split(";"):
     shape, value = c.rsplit("=", 1)
-    registered[shape] = float(value)
+    speedup, cand_us, ref_us = (float(v) for v in value.split("/"))
+    registered[shape] = speedup
+    medians[shape] = (cand_us, ref_us)
+# The evaluator's medians line: "...: B=8192,H=8192: medians: candidate 74.2 us, reference 2697.8 us"
+remeasured_medians = {m.group(1): (float(m.group(2)), float(m.group(3)))
+                      for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: candidate ([0-9.e+-]+) us, reference ([0-9.e+-]+) us", log)}
 # The evaluator's verdict line: "... speedup 36.4x [35.9x, 36.8x] on B=8192,H=8192; speedup ... on ..."
 measured = {m.group(4): (float(m.group(1)), float(m.group(2)), float(m.group(3)))
             for m in re.finditer(r"speedup ([0-9.e+-]+)x \[([0-9.e+-]+)x, ([0-9.e+-]+)x\] on ([A-Za-z0-9_=,]+)", log)}
@@ -66,7 +74,13 @@ for shape, reg in registered.items():
         continue
     x, lo, hi = measured[shape]
     moved = x / reg - 1
-    out["cases"].append({"shape": shape, "registered": reg, "remeasured": x, "interval": [lo, hi], "moved": round(moved, 4)})
+    case = {"shape": shape, "registered": reg, "remeasured": x, "interval": [lo, hi], "moved": round(moved, 4)}
+    if shape in remeasured_medians:
+        # Each side's median, registered -> re-measured: which one moved when the ratio did.
+        (c0, r0), (c1, r1) = medians[shape], remeasured_medians[shape]
+        case["candidate_us"] = [round(c0, 3), c1]
+        case["reference_us"] = [round(r0, 3), r1]
+    out["cases"].append(case)
     ok = ok and abs(moved) <= tol
 out["within_tolerance"] = ok
 if not measured:

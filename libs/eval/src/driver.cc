@@ -411,6 +411,9 @@ class Protocol {
       std::fprintf(stderr, "%s: %s: interval widened for reproducibility by %.2f us (candidate), %.2f us (reference)\n",
                    device_.log_prefix(), shape.c_str(), cand_us, ref_us);
     }
+    // Which side moved, when two measurements of one kernel disagree (bench/throughput/remeasure.sh).
+    std::fprintf(stderr, "%s: %s: medians: candidate %.3f us, reference %.3f us\n", device_.log_prefix(), shape.c_str(),
+                 timing.candidate.median_us, timing.reference.median_us);
     return true;
   }
 
