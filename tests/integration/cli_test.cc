@@ -77,3 +77,19 @@ TEST_CASE("commands that need a broker fail with one line when there is none", "
   CHECK(h.exit_code == 0);
   CHECK(h.out.find("--wait") != std::string::npos);
 }
+
+TEST_CASE("the evaluation child refuses a precision outside [0, 1) before loading anything", "[integration][cli]") {
+  for (const char* bad : {"1", "1.5", "-0.01", "nan"}) {
+    auto r = run_process({bin_dir() + "/kiln-eval", "--task", "no-such-dir", "--kernel", "k.so", "--reference", "r.so",
+                          "--out", "out.msgpack", "--precision", bad},
+                         30);
+    INFO(bad << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    // Out of range, or not a non-negative number at all (the flag parser's own line).
+    CHECK(r.err.find("kiln-eval: --precision: expected ") != std::string::npos);
+  }
+  auto r = run_process({bin_dir() + "/kiln-eval", "--task", "t", "--kernel", "k.so", "--reference", "r.so", "--out",
+                        "o.msgpack", "--precision", "1"},
+                       30);
+  CHECK(r.err.find("--precision: expected 0 <= P < 1 (0: off), got 1.000000") != std::string::npos);
+}

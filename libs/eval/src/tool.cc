@@ -27,12 +27,12 @@ struct Args {
 };
 
 void print_usage(const char* name) {
-  std::fprintf(
-      stderr,
-      "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
-      "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
-      "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--device-lock FILE] [--no-timing] [--profile]\n",
-      name);
+  std::fprintf(stderr,
+               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
+               "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
+               "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--device-lock FILE]\n"
+               "       [--no-timing] [--profile]\n",
+               name);
 }
 
 Result<Args> parse_args(int argc, char** argv) {
@@ -97,6 +97,9 @@ Result<Args> parse_args(int argc, char** argv) {
   }
   if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
     return invalid_argument("--task, --kernel, --reference and --out are required");
+  if (!(a.eval.timing.precision >= 0 && a.eval.timing.precision < 1))
+    return invalid_argument("--precision: expected 0 <= P < 1 (0: off), got " +
+                            std::to_string(a.eval.timing.precision));
   if (a.eval.timing.mode != "cold" && a.eval.timing.mode != "warm")
     return invalid_argument("--mode: expected cold or warm, got " + a.eval.timing.mode);
   return a;
