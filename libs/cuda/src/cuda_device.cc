@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -189,6 +190,17 @@ struct Contestant {
     return Status::ok();
   }
 };
+
+// Each tensor in a device buffer of its own (at least one byte), copied from the host.
+Result<std::vector<DeviceBuffer>> to_device(const std::vector<eval::HostTensor>& tensors) {
+  std::vector<DeviceBuffer> out;
+  for (const auto& t : tensors) {
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1)));
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), t.data(), t.bytes(), cudaMemcpyHostToDevice));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
 
 Status check_sgemm(const TensorSet& s) {
   const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
@@ -388,20 +400,13 @@ Status CudaDevice::load(size_t who, const TensorSet& tensors) {
 Status CudaDevice::load_block(size_t who, const TensorSet& tensors) {
   if (!s_->master_tried) {
     s_->master_tried = true;
-    auto copy = [](const std::vector<eval::HostTensor>& from, std::vector<DeviceBuffer>& to) -> bool {
-      for (const auto& t : from) {
-        auto b = DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1));
-        if (!b.is_ok() || cudaMemcpy(b->data(), t.data(), t.bytes(), cudaMemcpyHostToDevice) != cudaSuccess) {
-          return false;
-        }
-        to.push_back(std::move(b).value());
-      }
-      return true;
-    };
-    if (!copy(tensors.inputs, s_->master_in) || !copy(tensors.outputs, s_->master_out)) {
+    auto in = to_device(tensors.inputs);
+    auto out = in.is_ok() ? to_device(tensors.outputs) : in.status();
+    if (in.is_ok() && out.is_ok()) {
+      s_->master_in = std::move(in).value();
+      s_->master_out = std::move(out).value();
+    } else {
       (void)cudaGetLastError();  // no room: every block loads from the host, as load() does
-      s_->master_in.clear();
-      s_->master_out.clear();
     }
   }
   if (s_->master_in.size() != tensors.inputs.size() || s_->master_out.size() != tensors.outputs.size()) {
@@ -447,11 +452,7 @@ Status CudaDevice::begin_timing(const TensorSet& donor) {
   s_->master_in.clear();
   s_->master_out.clear();
   s_->master_tried = false;
-  for (const auto& t : donor.inputs) {
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1)));
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), t.data(), t.bytes(), cudaMemcpyHostToDevice));
-    s_->donor.push_back(std::move(b));
-  }
+  KILN_ASSIGN_OR_RETURN(s_->donor, to_device(donor.inputs));
   for (auto& c : s_->all) {
     c.wall_us.clear();
     c.reported_us.clear();
@@ -470,24 +471,25 @@ Result<eval::Device::Block> CudaDevice::begin_block(uint64_t block) {
 
 Status CudaDevice::perturb(const std::vector<eval::PerturbBlock>& blocks) {
   const cudaStream_t stream = s_->gpu->stream.get();
-  // The case's own copy first, alike (load_block loads the next block from it).
-  for (size_t i = 0; i < blocks.size() && i < s_->donor.size() && i < s_->master_in.size(); ++i) {
-    if (blocks[i].len == 0) continue;
-    const size_t elem = task::dtype_bytes(static_cast<task::DType>(s_->at(0).layout.inputs[i].dtype));
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(s_->master_in[i].data()) + blocks[i].first * elem,
-                                              static_cast<const char*>(s_->donor[i].data()) + blocks[i].source * elem,
-                                              blocks[i].len * elem, cudaMemcpyDeviceToDevice, stream));
-  }
-  for (size_t who = 0; who < contestants(); ++who) {
-    Contestant& c = s_->at(who);
+  // Block i of the donor into input i at `base(i)`; the element size from the candidate's descriptor's
+  // dtype (every contestant and the donor hold the same tensors).
+  auto copy_blocks = [&](const std::function<char*(size_t)>& base) -> Status {
     for (size_t i = 0; i < blocks.size() && i < s_->donor.size(); ++i) {
       if (blocks[i].len == 0) continue;
-      // The element size from the descriptor's dtype: the donor holds the same tensors.
-      const size_t elem = task::dtype_bytes(static_cast<task::DType>(c.layout.inputs[i].dtype));
-      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i] + blocks[i].first * elem),
+      const size_t elem = task::dtype_bytes(static_cast<task::DType>(s_->at(0).layout.inputs[i].dtype));
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base(i) + blocks[i].first * elem,
                                                 static_cast<const char*>(s_->donor[i].data()) + blocks[i].source * elem,
                                                 blocks[i].len * elem, cudaMemcpyDeviceToDevice, stream));
     }
+    return Status::ok();
+  };
+  // The case's own copy first, alike (load_block loads the next block from it).
+  if (!s_->master_in.empty()) {
+    KILN_RETURN_IF_ERROR(copy_blocks([&](size_t i) { return static_cast<char*>(s_->master_in[i].data()); }));
+  }
+  for (size_t who = 0; who < contestants(); ++who) {
+    Contestant& c = s_->at(who);
+    KILN_RETURN_IF_ERROR(copy_blocks([&](size_t i) { return c.at(c.layout.in[i]); }));
   }
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Status::ok();
