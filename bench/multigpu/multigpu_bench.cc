@@ -314,8 +314,11 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
         ++counts[key];
       };
       add("test_s", r->test.duration_s);
-      for (const char* key : {"eval_child_s", "eval_correctness_s", "eval_measure_s"}) {
-        if (auto it = r->test.metadata.find(key); it != r->test.metadata.end()) add(key, std::atof(it->second.c_str()));
+      // The evaluator's and the tester's account of where the time went (eval_child_s, eval_correctness_s,
+      // eval_exclusive_s, ...).
+      for (const auto& [key, value] : r->test.metadata) {
+        if (key.rfind("eval_", 0) == 0 && key.size() > 2 && key.compare(key.size() - 2, 2, "_s") == 0)
+          add(key, std::atof(value.c_str()));
       }
       if (auto it = r->test.profile.find("profile_s"); it != r->test.profile.end()) add("profile_s", it->second);
       bool screened = false;

@@ -16,6 +16,12 @@
 namespace kiln::cuda {
 namespace {
 
+std::string short_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const eval::Candidate& candidate,
                                              const eval::Candidate& reference, const eval::EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
@@ -36,8 +42,16 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
     KILN_ASSIGN_OR_RETURN(device, CudaDevice::start(spec, candidate, reference, options));
   }
   Result<proto::TestReport> report = eval::run_protocol(spec, *device, options);
-  auto held = lock.hold(eval::DeviceLock::Mode::kShared);  // without it (an error) the teardown goes ahead
-  device.reset();
+  {
+    auto held = lock.hold(eval::DeviceLock::Mode::kShared);  // without it (an error) the teardown goes ahead
+    device.reset();
+  }
+  if (report.is_ok() && lock.active()) {
+    // Start and teardown: the contexts, arenas and runners (how long, and how long they waited for slots
+    // that were timing).
+    report->metadata["eval_start_teardown_s"] = short_seconds(lock.held_s(eval::DeviceLock::Mode::kShared));
+    report->metadata["eval_start_teardown_wait_s"] = short_seconds(lock.waited_s(eval::DeviceLock::Mode::kShared));
+  }
   return report;
 }
 

@@ -90,6 +90,21 @@ class Protocol {
       : spec_(spec), device_(device), options_(options) {}
 
   Result<proto::TestReport> run() {
+    Result<proto::TestReport> report = run_unaccounted();
+    if (report.is_ok() && lock_.active()) {
+      // How long this evaluation waited for the device and held it (the time other slots waited on it).
+      using Mode = DeviceLock::Mode;
+      auto& m = report->metadata;
+      m["eval_exclusive_s"] = format_seconds(lock_.held_s(Mode::kExclusive));
+      m["eval_exclusive_wait_s"] = format_seconds(lock_.waited_s(Mode::kExclusive));
+      m["eval_shared_s"] = format_seconds(lock_.held_s(Mode::kShared));
+      m["eval_shared_wait_s"] = format_seconds(lock_.waited_s(Mode::kShared));
+    }
+    return report;
+  }
+
+ private:
+  Result<proto::TestReport> run_unaccounted() {
     proto::TestReport report;
     report.correctness.rtol = spec_.rtol;
     report.correctness.atol = spec_.atol;
@@ -142,7 +157,6 @@ class Protocol {
     return report;
   }
 
- private:
   bool candidate_failed() const { return !f_.failed_call.empty() || !f_.crashed.empty(); }
 
   // A call of the candidate that failed is recorded (true: stop evaluating it); one of a trusted contestant

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -388,4 +390,98 @@ TEST_CASE("device lock: holds nest and give back what was held before", "[eval][
   CHECK_FALSE(none.active());
   CHECK(none.held() == Mode::kNone);
   CHECK(kiln::eval::DeviceLock::open("/nonexistent-dir/x.lock").status().code() == kiln::StatusCode::kUnavailable);
+}
+
+TEST_CASE("device lock: a slot waiting to time a case is not overtaken by later shared holds", "[eval][driver]") {
+  kiln::TempDir dir("kiln-lock-test");
+  const std::string path = dir.path() + "/device.lock";
+  using kiln::eval::DeviceLock;
+  using Mode = DeviceLock::Mode;
+  auto a = DeviceLock::open(path), b = DeviceLock::open(path), c = DeviceLock::open(path);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  REQUIRE(c.is_ok());
+  auto a_shared = std::make_unique<DeviceLock::Hold>(std::move(a->hold(Mode::kShared)).value());
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto got = [&](const std::string& who) {
+    std::lock_guard<std::mutex> l(mu);
+    order.push_back(who);
+  };
+  // b asks to time a case while a holds the lock shared: it waits, holding the turnstile.
+  std::thread timing([&] {
+    auto h = b->hold(Mode::kExclusive);
+    REQUIRE(h.is_ok());
+    got("b");
+  });
+  const int turn = ::open((path + ".turn").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(turn >= 0);
+  auto turnstile_taken = [&] {
+    if (::flock(turn, LOCK_EX | LOCK_NB) != 0) return true;
+    ::flock(turn, LOCK_UN);
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!turnstile_taken() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(turnstile_taken());
+  // c asks for a shared hold after b: a shares with it, but c waits its turn behind b.
+  std::thread correctness([&] {
+    auto h = c->hold(Mode::kShared);
+    REQUIRE(h.is_ok());
+    got("c");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    CHECK(order.empty());
+  }
+  a_shared.reset();  // a lets go: b times its case, then c goes on
+  timing.join();
+  correctness.join();
+  ::close(turn);
+  CHECK(order == std::vector<std::string>{"b", "c"});
+  // Each accounts for its waits and holds.
+  CHECK(b->waited_s(Mode::kExclusive) >= 0.04);
+  CHECK(a->held_s(Mode::kShared) >= 0.04);
+  CHECK(a->held_s(Mode::kExclusive) == 0);
+  CHECK(b->held() == Mode::kNone);
+}
+
+TEST_CASE("device lock: shared holders that both ask to time a case let go first and never deadlock",
+          "[eval][driver]") {
+  kiln::TempDir dir("kiln-lock-test");
+  const std::string path = dir.path() + "/device.lock";
+  using kiln::eval::DeviceLock;
+  using Mode = DeviceLock::Mode;
+  auto a = DeviceLock::open(path), b = DeviceLock::open(path);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  auto a_shared = std::make_unique<DeviceLock::Hold>(std::move(a->hold(Mode::kShared)).value());
+  auto b_shared = std::make_unique<DeviceLock::Hold>(std::move(b->hold(Mode::kShared)).value());
+  // Both slots hold the lock shared and both ask to time a case, in either order; each gets it, and then
+  // lets go of its shared hold too (were either kept while waiting at the turnstile, neither would ever
+  // get it).
+  Mode a_during = Mode::kNone, b_during = Mode::kNone;
+  std::thread other([&] {
+    {
+      auto h = b->hold(Mode::kExclusive);
+      CHECK(h.is_ok());
+      b_during = b->held();
+    }
+    b_shared.reset();
+  });
+  {
+    auto h = a->hold(Mode::kExclusive);
+    CHECK(h.is_ok());
+    a_during = a->held();
+  }
+  CHECK(a->held() == Mode::kShared);
+  a_shared.reset();
+  other.join();
+  CHECK(a_during == Mode::kExclusive);
+  CHECK(b_during == Mode::kExclusive);
+  CHECK(a->held() == Mode::kNone);
+  CHECK(b->held() == Mode::kNone);
 }
