@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "compare.h"
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/stats.h"
@@ -231,9 +232,11 @@ struct CudaDevice::State {
   size_t arenas = 1;            // device arenas per contestant
   std::vector<DeviceBuffer> donor;
   // The case's timing tensors on the device (load_block): inputs as perturbed so far, poisoned outputs.
-  // Empty until the first block's load, or when there was no room for them (blocks then load from the host).
+  // Made by begin_timing(); empty when there was no room for them (blocks then load from the host).
   std::vector<DeviceBuffer> master_in, master_out;
-  bool master_tried = false;
+  // compare_outputs()'s totals, one per output.
+  DeviceBuffer compare_totals;
+  size_t compare_outputs = 0;
   Overhead overhead_before;
   bool host_clock = false;  // some case was timed by the evaluator's clock
 
@@ -394,21 +397,10 @@ Status CudaDevice::load(size_t who, const TensorSet& tensors) {
   return c.upload(tensors);
 }
 
-// A block's load, device to device from the case's own copy of its timing tensors: the copy is made from
-// the first block's load and perturbed with every contestant, so it holds what the host would send. A case
-// of hundreds of MiB then costs a fraction of a millisecond per block instead of tens over the bus.
+// A block's load, device to device from the case's own copy of its timing tensors: the copy is made by
+// begin_timing() and perturbed with every contestant, so it holds what the host would send. A case of
+// hundreds of MiB then costs a fraction of a millisecond per block instead of tens over the bus.
 Status CudaDevice::load_block(size_t who, const TensorSet& tensors) {
-  if (!s_->master_tried) {
-    s_->master_tried = true;
-    auto in = to_device(tensors.inputs);
-    auto out = in.is_ok() ? to_device(tensors.outputs) : in.status();
-    if (in.is_ok() && out.is_ok()) {
-      s_->master_in = std::move(in).value();
-      s_->master_out = std::move(out).value();
-    } else {
-      (void)cudaGetLastError();  // no room: every block loads from the host, as load() does
-    }
-  }
   if (s_->master_in.size() != tensors.inputs.size() || s_->master_out.size() != tensors.outputs.size()) {
     return load(who, tensors);
   }
@@ -429,6 +421,57 @@ Status CudaDevice::load_block(size_t who, const TensorSet& tensors) {
 
 Status CudaDevice::read(size_t who, TensorSet& into, bool inputs_too) { return s_->at(who).download(into, inputs_too); }
 
+static_assert(static_cast<int>(CompareType::kF32) == static_cast<int>(task::DType::kF32) &&
+                  static_cast<int>(CompareType::kF16) == static_cast<int>(task::DType::kF16) &&
+                  static_cast<int>(CompareType::kBF16) == static_cast<int>(task::DType::kBF16) &&
+                  static_cast<int>(CompareType::kF64) == static_cast<int>(task::DType::kF64) &&
+                  static_cast<int>(CompareType::kI32) == static_cast<int>(task::DType::kI32) &&
+                  static_cast<int>(CompareType::kI64) == static_cast<int>(task::DType::kI64) &&
+                  static_cast<int>(CompareType::kI8) == static_cast<int>(task::DType::kI8) &&
+                  static_cast<int>(CompareType::kU8) == static_cast<int>(task::DType::kU8),
+              "compare.h numbers the element types as task::DType does");
+
+// Both contestants' outputs compared in their arenas, on the evaluator's stream: after a call (the runner
+// synchronized its device before answering), so what is compared is what the call left.
+Result<bool> CudaDevice::compare_outputs(size_t got, size_t expected, double rtol, double atol,
+                                         std::vector<eval::Comparison>& per_output) {
+  const Contestant& g = s_->at(got);
+  const Contestant& e = s_->at(expected);
+  const size_t outputs = g.layout.outputs.size();
+  if (e.layout.outputs.size() != outputs) return internal_error("compare_outputs: the contestants' outputs differ");
+  if (s_->compare_outputs < outputs) {
+    KILN_ASSIGN_OR_RETURN(s_->compare_totals, DeviceBuffer::allocate(outputs * sizeof(CompareTotals)));
+    s_->compare_outputs = outputs;
+  }
+  auto* totals = static_cast<CompareTotals*>(s_->compare_totals.data());
+  const cudaStream_t stream = s_->gpu->stream.get();
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(totals, 0, outputs * sizeof(CompareTotals), stream));
+  for (size_t i = 0; i < outputs; ++i) {
+    const kiln_tensor& gt = g.layout.outputs[i];
+    const kiln_tensor& et = e.layout.outputs[i];
+    auto elements = [](const kiln_tensor& t) {
+      size_t n = 1;
+      for (int32_t d = 0; d < t.ndim && d < KILN_MAX_DIMS; ++d) n *= static_cast<size_t>(t.shape[d]);
+      return n;
+    };
+    KILN_CUDA_RETURN_IF_ERROR(compare_on_device(g.at(g.layout.out[i]), static_cast<CompareType>(gt.dtype),
+                                                e.at(e.layout.out[i]), static_cast<CompareType>(et.dtype),
+                                                std::min(elements(gt), elements(et)), rtol, atol, totals + i, stream));
+  }
+  std::vector<CompareTotals> host(outputs);
+  KILN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host.data(), totals, outputs * sizeof(CompareTotals), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  per_output.assign(outputs, eval::Comparison{});
+  for (size_t i = 0; i < outputs; ++i) {
+    per_output[i].mismatches = static_cast<int64_t>(host[i].mismatches);
+    per_output[i].nonfinite = static_cast<int64_t>(host[i].nonfinite);
+    std::memcpy(&per_output[i].max_abs_error, &host[i].max_abs_error_bits, sizeof(double));
+    std::memcpy(&per_output[i].max_rel_error, &host[i].max_rel_error_bits, sizeof(double));
+  }
+  return true;
+}
+
 Result<eval::Device::Call> CudaDevice::call(size_t who, CallKind kind) {
   Contestant& c = s_->at(who);
   const bool timed = kind == CallKind::kTimed;
@@ -446,13 +489,21 @@ Status CudaDevice::check_case(const TensorSet& tensors) {
   return contestants() > 2 ? check_sgemm(tensors) : Status::ok();  // the baselines are cuBLAS SGEMM
 }
 
-// The donor set goes to the device once; perturb() copies from it into every contestant's arena alike.
-Status CudaDevice::begin_timing(const TensorSet& donor) {
+// The donor set goes to the device once; perturb() copies from it into every contestant's arena alike. So
+// does the first block's load (the case's own copy, load_block()), where there is room for it.
+Status CudaDevice::begin_timing(const TensorSet& donor, const TensorSet& first) {
   s_->donor.clear();
   s_->master_in.clear();
   s_->master_out.clear();
-  s_->master_tried = false;
   KILN_ASSIGN_OR_RETURN(s_->donor, to_device(donor.inputs));
+  auto in = to_device(first.inputs);
+  auto out = in.is_ok() ? to_device(first.outputs) : in.status();
+  if (in.is_ok() && out.is_ok()) {
+    s_->master_in = std::move(in).value();
+    s_->master_out = std::move(out).value();
+  } else {
+    (void)cudaGetLastError();  // no room: every block loads from the host, as load() does
+  }
   for (auto& c : s_->all) {
     c.wall_us.clear();
     c.reported_us.clear();

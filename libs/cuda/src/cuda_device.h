@@ -36,8 +36,11 @@ class CudaDevice final : public eval::Device {
   Status read(size_t who, eval::TensorSet& into, bool inputs_too) override;
   Result<Call> call(size_t who, CallKind kind) override;
 
+  Result<bool> compare_outputs(size_t got, size_t expected, double rtol, double atol,
+                               std::vector<eval::Comparison>& per_output) override;
+
   Status check_case(const eval::TensorSet& tensors) override;
-  Status begin_timing(const eval::TensorSet& donor) override;
+  Status begin_timing(const eval::TensorSet& donor, const eval::TensorSet& first) override;
   Result<Block> begin_block(uint64_t block) override;
   Status perturb(const std::vector<eval::PerturbBlock>& blocks) override;
   Status begin_rounds() override;

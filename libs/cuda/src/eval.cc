@@ -41,6 +41,7 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
     KILN_ASSIGN_OR_RETURN(eval::DeviceLock::Hold held, lock.hold(eval::DeviceLock::Mode::kShared));
     KILN_ASSIGN_OR_RETURN(device, CudaDevice::start(spec, candidate, reference, options));
   }
+  const double start_s = lock.held_s(eval::DeviceLock::Mode::kShared);
   Result<proto::TestReport> report = eval::run_protocol(spec, *device, options);
   {
     auto held = lock.hold(eval::DeviceLock::Mode::kShared);  // without it (an error) the teardown goes ahead
@@ -49,7 +50,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
   if (report.is_ok() && lock.active()) {
     // Start and teardown: the contexts, arenas and runners (how long, and how long they waited for slots
     // that were timing).
-    report->metadata["eval_start_teardown_s"] = short_seconds(lock.held_s(eval::DeviceLock::Mode::kShared));
+    report->metadata["eval_start_s"] = short_seconds(start_s);
+    report->metadata["eval_teardown_s"] = short_seconds(lock.held_s(eval::DeviceLock::Mode::kShared) - start_s);
     report->metadata["eval_start_teardown_wait_s"] = short_seconds(lock.waited_s(eval::DeviceLock::Mode::kShared));
   }
   return report;

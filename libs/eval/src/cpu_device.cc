@@ -182,7 +182,7 @@ Status CpuDevice::check_case(const TensorSet& tensors) {
   return Status::ok();
 }
 
-Status CpuDevice::begin_timing(const TensorSet& donor) {
+Status CpuDevice::begin_timing(const TensorSet& donor, const TensorSet& /*first*/) {
   donor_ = donor;
   return Status::ok();
 }

@@ -36,7 +36,7 @@ class CpuDevice final : public Device {
   Result<Call> call(size_t who, CallKind kind) override;
 
   Status check_case(const TensorSet& tensors) override;
-  Status begin_timing(const TensorSet& donor) override;
+  Status begin_timing(const TensorSet& donor, const TensorSet& first) override;
   Result<Block> begin_block(uint64_t block) override;
   Status perturb(const std::vector<PerturbBlock>& blocks) override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;

@@ -78,10 +78,12 @@ std::vector<HostTensor> outputs_like(const TensorSet& set) {
   return out;
 }
 
-TensorSet poisoned(const TensorSet& values, int variant) {
-  TensorSet t = values;
-  poison_outputs(t, variant);
-  return t;
+// Tensors shaped like `set`'s inputs, their values unset.
+std::vector<HostTensor> inputs_like(const TensorSet& set) {
+  std::vector<HostTensor> in;
+  in.reserve(set.inputs.size());
+  for (const auto& t : set.inputs) in.emplace_back(t.dtype(), t.shape());
+  return in;
 }
 
 class Protocol {
@@ -99,6 +101,8 @@ class Protocol {
       m["eval_exclusive_wait_s"] = format_seconds(lock_.waited_s(Mode::kExclusive));
       m["eval_shared_s"] = format_seconds(lock_.held_s(Mode::kShared));
       m["eval_shared_wait_s"] = format_seconds(lock_.waited_s(Mode::kShared));
+      m["eval_fill_s"] = format_seconds(fill_s_);
+      m["eval_recheck_s"] = format_seconds(recheck_s_);
     }
     return report;
   }
@@ -130,12 +134,14 @@ class Protocol {
     for (const auto& dims : spec_.benchmark_cases) {
       const std::string shape = task::dims_string(dims);
       KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
-      fill_inputs(spec_, host, kTimingSeed);
+      fill(host, kTimingSeed);
       proto::CaseTiming timing;
       TensorSet donor;  // the second input set of the timing, then the inputs of the check after it
       KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, donor, timing));
       if (!timed) break;
+      const auto recheck_began = Clock::now();
       KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host, donor));
+      recheck_s_ += seconds_since(recheck_began);
       if (candidate_failed()) break;
       f_.tested(shape);
       const std::string interval = detail::format_ratio(timing.speedup) + " [" +
@@ -157,6 +163,13 @@ class Protocol {
     return report;
   }
 
+  // Inputs from `seed` (timed: drawing hundreds of MiB is a share of an evaluation worth knowing).
+  void fill(TensorSet& set, uint64_t seed) {
+    const auto began = Clock::now();
+    fill_inputs(spec_, set, seed);
+    fill_s_ += seconds_since(began);
+  }
+
   bool candidate_failed() const { return !f_.failed_call.empty() || !f_.crashed.empty(); }
 
   // A call of the candidate that failed is recorded (true: stop evaluating it); one of a trusted contestant
@@ -175,45 +188,62 @@ class Protocol {
     return true;
   }
 
-  // Loads `given` for the candidate, calls it, reads back inputs and outputs into `got` and checks what
-  // the call must not have touched. False when the call failed (recorded).
-  Result<bool> candidate_call(const TensorSet& given, const TensorSet& pristine, TensorSet& got,
-                              const std::string& context) {
-    KILN_RETURN_IF_ERROR(device_.load(kCandidate, given));
+  // Loads `values`' inputs (lent, not copied: they are hundreds of MiB for a large case) and outputs
+  // poisoned the `variant` way for contestant `who`.
+  Status load_poisoned(size_t who, TensorSet& values, int variant) {
+    TensorSet set;
+    set.outputs = outputs_like(values);
+    poison_outputs(set, variant);
+    set.inputs.swap(values.inputs);
+    Status loaded = device_.load(who, set);
+    set.inputs.swap(values.inputs);
+    return loaded;
+  }
+
+  // Calls the candidate on `values` (outputs poisoned the `variant` way) and reads back inputs and outputs
+  // into `got` (for check_inputs(), once the device is let go). False when the call failed (recorded).
+  Result<bool> candidate_call(TensorSet& values, int variant, TensorSet& got, const std::string& context) {
+    KILN_RETURN_IF_ERROR(load_poisoned(kCandidate, values, variant));
     KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
     KILN_ASSIGN_OR_RETURN(bool stop, failed(kCandidate, c, context));
     if (stop) return false;
     if (c.descriptors_changed && f_.changed_descriptor.empty()) {
       f_.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
     }
-    got = given;
+    got.inputs = inputs_like(values);
+    got.outputs = outputs_like(values);
     KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, true));
-    detail::check_inputs(spec_, got, pristine, context, f_);
     return true;
   }
 
-  // The reference's outputs on `given` (its outputs poisoned first).
-  Result<TensorSet> reference_call(const TensorSet& given, const std::string& context) {
-    TensorSet expected = poisoned(given, 0);
-    KILN_RETURN_IF_ERROR(device_.load(kReference, expected));
+  // The reference's outputs on `values` (its outputs poisoned first).
+  Result<TensorSet> reference_call(TensorSet& values, const std::string& context) {
+    KILN_RETURN_IF_ERROR(load_poisoned(kReference, values, 0));
     KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kReference, Kind::kCheck));
     KILN_RETURN_IF_ERROR(failed(kReference, c, context).status());
+    TensorSet expected;
+    expected.outputs = outputs_like(values);
     KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
     return expected;
   }
 
-  // Correctness for one case and seed: candidate, reference, then the candidate again on fresh inputs and
-  // outputs poisoned another way (a kernel that leans on what its first call left behind fails there);
-  // both of its results against the reference's, its inputs unchanged.
-  Status check_case(const TensorSet& pristine, const std::string& context) {
-    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
-    TensorSet first, second;
-    KILN_ASSIGN_OR_RETURN(bool ok, candidate_call(poisoned(pristine, 0), pristine, first, context));
-    if (!ok) return Status::ok();
-    KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(pristine, context));
+  // The device is held (shared) for the calls and reads alone: the comparisons on the host that follow
+  // keep no other slot from timing.
+  Status check_case(TensorSet& pristine, const std::string& context) {
+    TensorSet first, second, expected;
     const std::string again = context + ", second call";
-    KILN_ASSIGN_OR_RETURN(ok, candidate_call(poisoned(pristine, 1), pristine, second, again));
-    if (!ok) return Status::ok();
+    bool first_ok = false, second_ok = false;
+    {
+      KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
+      KILN_ASSIGN_OR_RETURN(first_ok, candidate_call(pristine, 0, first, context));
+      if (first_ok) {
+        KILN_ASSIGN_OR_RETURN(expected, reference_call(pristine, context));
+        KILN_ASSIGN_OR_RETURN(second_ok, candidate_call(pristine, 1, second, again));
+      }
+    }
+    if (first_ok) detail::check_inputs(spec_, first, pristine, context, f_);
+    if (second_ok) detail::check_inputs(spec_, second, pristine, again, f_);
+    if (!first_ok || !second_ok) return Status::ok();
     detail::compare_outputs(spec_, first, expected, context, f_);
     detail::compare_outputs(spec_, second, expected, again, f_);
     return Status::ok();
@@ -225,7 +255,7 @@ class Protocol {
       KILN_ASSIGN_OR_RETURN(TensorSet pristine, allocate(spec_, dims));
       f_.tested(shape);
       for (int64_t seed = 0; seed < spec_.seeds && !candidate_failed(); ++seed) {
-        fill_inputs(spec_, pristine, static_cast<uint64_t>(seed));
+        fill(pristine, static_cast<uint64_t>(seed));
         KILN_RETURN_IF_ERROR(check_case(pristine, shape + " seed " + std::to_string(seed)));
       }
       if (candidate_failed()) break;
@@ -263,7 +293,8 @@ class Protocol {
     return t.speedup_hi - t.speedup_lo <= 2 * options_.timing.precision * speedup;
   }
 
-  // Timing of one benchmark case; false when the candidate failed (recorded). `host` follows the inputs
+  // Timing of one benchmark case; false when the candidate failed (recorded: a failed call, a death, or
+  // outputs that differ from the reference's in a timed round). `host` follows the inputs
   // as they move, so a block can load them as they stand; `donor` gets the second input set (the check
   // after timing's inputs).
   Result<bool> time_case(const task::Dims& dims, TensorSet& host, TensorSet& donor, proto::CaseTiming& timing) {
@@ -277,17 +308,25 @@ class Protocol {
     // The second set is the check after timing's inputs (kRecheckSeed), drawn once for both: the blocks
     // land at places other than where they come from, so no timed round's inputs are those of the check.
     // (Only inputs: devices copy from the donor's inputs alone, and a copy of the outputs would be wasted.)
-    donor.inputs = host.inputs;
-    fill_inputs(spec_, donor, kRecheckSeed);
+    donor.inputs = inputs_like(host);
+    fill(donor, kRecheckSeed);
     TensorSet loaded;  // what every block loads: poisoned outputs (made once) and the inputs of the moment
     loaded.outputs = outputs_like(host);
     for (auto& o : loaded.outputs) o.poison(0);
 
+    {
+      // The device's copies of the donor and of the first block (shared: other slots' correctness may run
+      // alongside, no slot's timing).
+      KILN_ASSIGN_OR_RETURN(DeviceLock::Hold shared, lock_.hold(DeviceLock::Mode::kShared));
+      KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
+      loaded.inputs.swap(host.inputs);
+      Status began = device_.begin_timing(donor, loaded);
+      loaded.inputs.swap(host.inputs);
+      KILN_RETURN_IF_ERROR(began);
+    }
     // Nothing else uses the device while this case is timed (other evaluation slots wait); the host work
     // above was done before taking it.
     KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kExclusive));
-    KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
-    KILN_RETURN_IF_ERROR(device_.begin_timing(donor));
 
     auto warm_up = [&]() -> Result<bool> {
       for (int64_t w = 0; w < opt.warmup_iters; ++w) {
@@ -344,14 +383,23 @@ class Protocol {
     int64_t compared = -1;  // the last round whose outputs were compared
     double compare_s = 0;   // wall time spent comparing timed outputs
     int64_t compares = 0;
+    std::vector<Comparison> on_device;
     auto compare_round = [&](int64_t round) -> Status {
       compared = round;
       const auto began = Clock::now();
-      KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, false));
-      KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
-      detail::compare_outputs(spec_, got, expected, shape + ", timed round " + std::to_string(round), f_);
-      compare_s += seconds_since(began);
       ++compares;
+      // On the device where it can (nothing crosses the bus); read back and compared on the host where it
+      // cannot, and where the outputs differ (the host lists the first mismatches).
+      KILN_ASSIGN_OR_RETURN(bool there,
+                            device_.compare_outputs(kCandidate, kReference, spec_.rtol, spec_.atol, on_device));
+      if (there && detail::all_match(on_device)) {
+        for (const Comparison& c : on_device) detail::merge(c, f_.cmp);
+      } else {
+        KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, false));
+        KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
+        detail::compare_outputs(spec_, got, expected, shape + ", timed round " + std::to_string(round), f_);
+      }
+      compare_s += seconds_since(began);
       return Status::ok();
     };
 
@@ -379,6 +427,7 @@ class Protocol {
         }
         if (!stop_reason.empty()) {
           if (compared != round - 1) KILN_RETURN_IF_ERROR(compare_round(round - 1));
+          if (f_.cmp.mismatches > 0 || f_.cmp.nonfinite > 0) return false;
           break;
         }
         KILN_ASSIGN_OR_RETURN(bool ok, start_block(round));
@@ -404,6 +453,8 @@ class Protocol {
                            compare_s <= kCompareShare * seconds_since(start);
       if (!stop_reason.empty() || early || (block_rounds == 0 && fresh_block) || sampled) {
         KILN_RETURN_IF_ERROR(compare_round(round));
+        // Wrong while timed: the verdict is a mismatch, and timing it further would tell nothing.
+        if (f_.cmp.mismatches > 0 || f_.cmp.nonfinite > 0) return false;
       }
     }
     const double timing_s = seconds_since(start);
@@ -435,12 +486,17 @@ class Protocol {
   // caches results by where its inputs are fails here.
   Status recheck_after_timing(const task::Dims& dims, TensorSet& host, TensorSet& donor) {
     host.inputs.swap(donor.inputs);  // the kRecheckSeed inputs, drawn for the timing's donor
-    KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
     const std::string context = task::dims_string(dims) + ", after timing";
-    KILN_ASSIGN_OR_RETURN(TensorSet expected, reference_call(host, context));
-    TensorSet got;
-    KILN_ASSIGN_OR_RETURN(bool ok, candidate_call(poisoned(host, 1), host, got, context));
-    if (ok) detail::compare_outputs(spec_, got, expected, context, f_);
+    TensorSet expected, got;
+    bool ok = false;
+    {
+      KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
+      KILN_ASSIGN_OR_RETURN(expected, reference_call(host, context));
+      KILN_ASSIGN_OR_RETURN(ok, candidate_call(host, 1, got, context));
+    }
+    if (!ok) return Status::ok();
+    detail::check_inputs(spec_, got, host, context, f_);
+    detail::compare_outputs(spec_, got, expected, context, f_);
     return Status::ok();
   }
 
@@ -452,7 +508,7 @@ class Protocol {
     KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
     fill_inputs(spec_, host, kTimingSeed);
     KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
-    KILN_RETURN_IF_ERROR(device_.load(kCandidate, poisoned(host, 0)));
+    KILN_RETURN_IF_ERROR(load_poisoned(kCandidate, host, 0));
     KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
     report.metadata["profile_pid"] = std::to_string(device_.candidate_pid());
     report.metadata["profile_case"] = task::dims_string(dims);
@@ -471,6 +527,8 @@ class Protocol {
   const EvalOptions& options_;
   detail::Findings f_;
   DeviceLock lock_;
+  double fill_s_ = 0;     // drawing inputs
+  double recheck_s_ = 0;  // the checks after timing
 };
 
 }  // namespace

@@ -81,6 +81,7 @@ class FakeDevice final : public Device {
     return Status::ok();
   }
   Status read(size_t who, TensorSet& into, bool inputs_too) override {
+    if (who == 0 && !inputs_too) ++output_reads;  // only the timed comparison reads the candidate's outputs alone
     if (inputs_too) into.inputs = slots_[who].inputs;
     into.outputs = slots_[who].outputs;
     return Status::ok();
@@ -100,8 +101,20 @@ class FakeDevice final : public Device {
     c.sample_us = k.us * (1 + k.spread * (2 * unit - 1));
     return c;
   }
+  // With `compares`, a device that compares outputs where they are (as a GPU does): compare() itself on
+  // its own buffers, no line listed.
+  Result<bool> compare_outputs(size_t got, size_t expected, double rtol, double atol,
+                               std::vector<kiln::eval::Comparison>& per_output) override {
+    if (!compares) return false;
+    ++device_compares;
+    per_output.assign(slots_[got].outputs.size(), {});
+    for (size_t i = 0; i < per_output.size(); ++i) {
+      kiln::eval::compare(slots_[got].outputs[i], slots_[expected].outputs[i], rtol, atol, "y", "", 0, per_output[i]);
+    }
+    return true;
+  }
   Status check_case(const TensorSet&) override { return Status::ok(); }
-  Status begin_timing(const TensorSet& donor) override {
+  Status begin_timing(const TensorSet& donor, const TensorSet& /*first*/) override {
     donor_ = donor;
     return Status::ok();
   }
@@ -126,6 +139,9 @@ class FakeDevice final : public Device {
   }
 
   std::string load_failure;
+  bool compares = false;
+  int device_compares = 0;
+  int output_reads = 0;
   std::function<void(CallKind)> on_call;
   int crash_at_timed_call = 0;
   uint64_t die_at_block = ~uint64_t{0};
@@ -195,9 +211,44 @@ TEST_CASE("driver: a candidate that replays what it computed once fails on the i
                 },
                 1};
   FakeDevice d(replay, {twice, 20});
+  // Compared on the host, or on a device that compares where the outputs are: it finds the mismatch, and
+  // the host then reads them back to list it.
+  d.compares = GENERATE(false, true);
   const auto r = run(d);
   CHECK(r.status == status::kMismatch);
   CHECK(r.message.find("timed round") != std::string::npos);
+  CHECK(r.message.find("y[") != std::string::npos);
+  CHECK(d.output_reads > 0);
+  CHECK(d.device_compares == (d.compares ? 1 : 0));
+}
+
+TEST_CASE("driver: a device that compares outputs where they are spares the timed rounds reading them back",
+          "[eval][driver]") {
+  FakeDevice d({twice, 5}, {twice, 20});
+  d.compares = true;
+  const auto r = run(d);
+  CHECK(r.status == status::kOk);
+  CHECK(d.device_compares > 1);
+  CHECK(d.output_reads == 0);
+  // What the device found counts as the host's would: no error here, so the largest error is 0.
+  CHECK(r.correctness.max_abs_error == 0);
+
+  // Timed outputs that differ within tolerance (and exact ones everywhere else): the largest error the
+  // device found reaches the report.
+  Device::CallKind kind = Device::CallKind::kCheck;
+  Kernel close{[&kind](TensorSet& t) {
+                 twice(t);
+                 if (kind == Device::CallKind::kTimed) t.outputs[0].set(0, t.outputs[0].get(0) + 5e-7);
+                 return 0;
+               },
+               5};
+  FakeDevice near(close, {twice, 20});
+  near.compares = true;
+  near.on_call = [&kind](Device::CallKind k) { kind = k; };
+  const auto r2 = run(near);
+  CHECK(r2.status == status::kOk);
+  CHECK(near.output_reads == 0);
+  CHECK(r2.correctness.max_abs_error > 3e-7);
 }
 
 TEST_CASE("driver: a candidate that writes its input is caught", "[eval][driver]") {

@@ -106,8 +106,8 @@ class Device {
   virtual Status load(size_t who, const TensorSet& tensors) = 0;
   // The load at the start of a timing block: `tensors` are the case's inputs as perturb() has left them
   // and poisoned outputs, the same at every block but for those perturbations. A device may keep a copy of
-  // its own from the first such load of the case, perturbed alike, and load from it (a GPU copies device
-  // to device instead of moving the whole case over the bus every block).
+  // its own from begin_timing()'s `first`, perturbed alike, and load from it (a GPU copies device to device
+  // instead of moving the whole case over the bus every block).
   virtual Status load_block(size_t who, const TensorSet& tensors) { return load(who, tensors); }
   // What contestant `who`'s calls left there: the outputs, and the inputs when `inputs_too`.
   virtual Status read(size_t who, TensorSet& into, bool inputs_too) = 0;
@@ -115,10 +115,21 @@ class Device {
   // the call itself did is in the Call.
   virtual Result<Call> call(size_t who, CallKind kind) = 0;
 
+  // Where `got`'s outputs differ from `expected`'s, compared where they are instead of read back: per
+  // output, what compare() would add to a Comparison (every count and maximum, no listed lines). False when
+  // this device cannot (the protocol then reads them back and compares on the host, as it also does to
+  // list the mismatches of outputs that differ).
+  virtual Result<bool> compare_outputs(size_t /*got*/, size_t /*expected*/, double /*rtol*/, double /*atol*/,
+                                       std::vector<Comparison>& /*per_output*/) {
+    return false;
+  }
+
   // Timing of one benchmark case. Whether the baselines can run the case's tensors.
   virtual Status check_case(const TensorSet& tensors) = 0;
-  // Before any call of the case's timing: `donor` is the second input set perturb() copies from.
-  virtual Status begin_timing(const TensorSet& donor) = 0;
+  // Before the case's timing, with the device held shared (what it copies overlaps no other slot's timing,
+  // and waits for none): `donor` is the second input set perturb() copies from, `first` what the first
+  // block loads (load_block may load every block from a copy of it made here).
+  virtual Status begin_timing(const TensorSet& donor, const TensorSet& first) = 0;
   // Block `block` of rounds starts (block 0 before the warm-up): the device may move every contestant's
   // tensors (the protocol loads them again right after) and may give contestants fresh processes, which
   // the protocol then warms up again. Returns whether it did; a candidate that died starting is
