@@ -5,6 +5,7 @@
 # gives each run's speedup, its reported interval and the interval before the reproducibility widening
 # (from the evaluator's log), and per kernel how many of each held 1.0 and the largest offset |speedup - 1|.
 #   bash bench/timing/aa_tasks.sh KILN_EVAL_CUDA [RUNS] > aa.json
+#   ONLY='cuda_sgemm' KINDS=reference bash bench/timing/aa_tasks.sh ...   (some tasks, some kernels)
 set -uo pipefail
 eval_bin=$(realpath "${1:?usage: aa_tasks.sh KILN_EVAL_CUDA [RUNS]}")
 runs=${2:-3}
@@ -14,9 +15,9 @@ nvcc=${NVCC:-nvcc}
 arch=${CUDA_ARCH:-sm_90}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for task in "$tasks"/cuda_*; do
+for task in $(for p in ${ONLY:-cuda_*}; do echo "$tasks"/$p; done); do
   name=$(basename "$task")
-  for kernel in kernel reference; do
+  for kernel in ${KINDS:-kernel reference}; do
     so="$work/$name-$kernel.so"
     if ! "$nvcc" -O3 -shared -Xcompiler -fPIC -cudart shared -arch="$arch" -I"$root/libs/core/include" -o "$so" \
          "$task/$kernel.cu" > "$work/build.log" 2>&1; then

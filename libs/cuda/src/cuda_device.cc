@@ -343,19 +343,28 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     const size_t with_arenas = runners.size() - 1;
     st.arenas = kArenas;
     while (st.arenas > 1 && st.arenas * arena * with_arenas > free_bytes / 4) --st.arenas;
+    // The arenas are allocated in turns, each turn starting with another contestant: allocated one
+    // contestant after the other, the candidate's all came first and the reference's after, and A/A runs
+    // of long kernels showed the same code up to 1.7 % faster as the candidate, run after run.
+    std::vector<std::vector<cudaIpcMemHandle_t>> handles(runners.size());
     for (size_t i = 0; i < runners.size(); ++i) {
       Contestant c;
       c.name = runners[i]->name();
-      std::vector<cudaIpcMemHandle_t> handles;
-      for (size_t k = 0; c.name != "overhead" && k < st.arenas; ++k) {
+      st.all.push_back(std::move(c));
+    }
+    for (size_t k = 0; k < st.arenas; ++k) {
+      for (size_t j = 0; j < runners.size(); ++j) {
+        Contestant& c = st.all[(j + k) % runners.size()];
+        if (c.name == "overhead") continue;
         KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
         cudaIpcMemHandle_t handle;
         KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
-        handles.push_back(handle);
+        handles[(j + k) % runners.size()].push_back(handle);
         c.arenas.push_back(std::move(b));
       }
-      KILN_RETURN_IF_ERROR(runners[i]->publish(handles.data(), handles.size() * sizeof(cudaIpcMemHandle_t)));
-      st.all.push_back(std::move(c));
+    }
+    for (size_t i = 0; i < runners.size(); ++i) {
+      KILN_RETURN_IF_ERROR(runners[i]->publish(handles[i].data(), handles[i].size() * sizeof(cudaIpcMemHandle_t)));
     }
     return Status::ok();
   };

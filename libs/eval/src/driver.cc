@@ -263,9 +263,11 @@ class Protocol {
     return Status::ok();
   }
 
-  // The speedup interval of `samples` so far, widened for reproducibility like the final one.
+  // The speedup interval of `samples` so far, widened for reproducibility like the final one (`widen`), or
+  // as the samples alone give it.
   proto::CaseTiming interval_now(const std::vector<std::vector<double>>& samples,
-                                 const std::vector<size_t>& block_starts, double confidence, int resamples) const {
+                                 const std::vector<size_t>& block_starts, double confidence, int resamples,
+                                 bool widen) const {
     proto::CaseTiming t;
     t.candidate.median_us = compute_stats(samples[kCandidate]).median_us;
     t.reference.median_us = compute_stats(samples[kReference]).median_us;
@@ -273,8 +275,10 @@ class Protocol {
                                                  resamples, block_starts, confidence);
     t.speedup_lo = iv.lo;
     t.speedup_hi = iv.hi;
-    detail::widen_interval(t, device_.reproducibility_us(t.candidate.median_us),
-                           device_.reproducibility_us(t.reference.median_us));
+    if (widen) {
+      detail::widen_interval(t, device_.reproducibility_us(t.candidate.median_us),
+                             device_.reproducibility_us(t.reference.median_us));
+    }
     return t;
   }
 
@@ -282,12 +286,14 @@ class Protocol {
   bool screened_out(const std::vector<std::vector<double>>& samples, const std::vector<size_t>& block_starts) const {
     const double bar = options_.timing.screen_below;
     if (bar <= 0 || block_starts.size() < kScreenBlocks) return false;
-    return interval_now(samples, block_starts, kScreenConfidence, kScreenResamples).speedup_hi < bar;
+    return interval_now(samples, block_starts, kScreenConfidence, kScreenResamples, true).speedup_hi < bar;
   }
 
-  // The precision stop: whether the speedup's interval so far is at most 2 * precision * speedup wide.
+  // The precision stop: whether the speedup's interval so far is at most 2 * precision * speedup wide, as
+  // the samples give it: the widening for reproducibility is the same however many samples there are, so
+  // waiting for it to narrow would only run every case to max_time_s.
   bool precise(const std::vector<std::vector<double>>& samples, const std::vector<size_t>& block_starts) const {
-    const proto::CaseTiming t = interval_now(samples, block_starts, kPreciseConfidence, kPreciseResamples);
+    const proto::CaseTiming t = interval_now(samples, block_starts, kPreciseConfidence, kPreciseResamples, false);
     if (t.candidate.median_us <= 0 || !std::isfinite(t.speedup_lo) || !std::isfinite(t.speedup_hi)) return false;
     const double speedup = t.reference.median_us / t.candidate.median_us;
     return t.speedup_hi - t.speedup_lo <= 2 * options_.timing.precision * speedup;

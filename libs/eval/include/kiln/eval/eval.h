@@ -36,7 +36,8 @@ struct TimingOptions {
   // interval as it stood. Never set for a confirmation.
   double screen_below = 0;
   // Precision stop (0: off). When > 0, a case also stops (stop_reason "precise") once the speedup's 95 %
-  // interval, widened like the final one, is at most 2 * precision * speedup wide: what a measurement is
+  // interval from the samples (before the widening for reproducibility, which no number of samples
+  // narrows; the interval reported is widened) is at most 2 * precision * speedup wide: what a measurement is
   // for is the ratio, and a CV that stays at 1 % whatever the number of samples (a GPU kernel's usually
   // does) would otherwise run every case to max_time_s. Checked at block starts, after min_samples and
   // min_time_s and from the sixth block on, at most once per sixth of the time measured so far.
