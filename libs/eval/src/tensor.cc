@@ -100,25 +100,22 @@ uint64_t SplitMix64::next() {
   return z ^ (z >> 31);
 }
 
-void SplitMix64::skip(uint64_t draws) {
-  state_ += draws * 0x9E3779B97F4A7C15ull;
-  has_spare_ = false;
-}
+void SplitMix64::skip(uint64_t draws) { state_ += draws * 0x9E3779B97F4A7C15ull; }
 
 double SplitMix64::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
-double SplitMix64::normal() {
-  if (has_spare_) {
-    has_spare_ = false;
-    return spare_;
+std::pair<double, double> normal_pair(uint64_t seed, uint64_t pair) {
+  SplitMix64 rng(mix_seed(seed, pair));
+  for (;;) {
+    // Both coordinates from one draw, in single precision (what an fp32 tensor keeps of them anyway).
+    const uint64_t bits = rng.next();
+    const float u = static_cast<float>(bits >> 40) * 0x1.0p-23f - 1;
+    const float v = static_cast<float>((bits >> 16) & 0xFFFFFF) * 0x1.0p-23f - 1;
+    const float s = u * u + v * v;
+    if (s >= 1 || s == 0) continue;  // outside the unit disc (about one draw in five) or its centre
+    const float f = std::sqrt(-2 * std::log(s) / s);
+    return {static_cast<double>(u * f), static_cast<double>(v * f)};
   }
-  double u1 = uniform01(), u2 = uniform01();
-  if (u1 < 1e-300) u1 = 1e-300;
-  double r = std::sqrt(-2.0 * std::log(u1));
-  double theta = 2.0 * M_PI * u2;
-  spare_ = r * std::sin(theta);
-  has_spare_ = true;
-  return r * std::cos(theta);
 }
 
 uint64_t mix_seed(uint64_t a, uint64_t b) {
@@ -230,26 +227,37 @@ void HostTensor::set(size_t i, double v) {
 }
 
 void HostTensor::fill(task::InitKind init, double a, double b, uint64_t seed) {
-  // Element i takes draw i (uniform, int), or the pair of draws 2*(i/2) and 2*(i/2)+1 (normal: Box-Muller
-  // gives the cosine to the even element and the sine to the odd one). Pieces start at even elements, so
-  // each can position its own generator, and the values are those of one pass from the start.
+  // Element i takes draw i (uniform, int), or (normal) the pair i/2 of normal_pair(), the first value to
+  // the even element and the second to the odd one. Pieces start at even elements, so each can position
+  // its own generator, and the values are those of one pass from the start.
   float* const f32 = dtype_ == task::DType::kF32 ? reinterpret_cast<float*>(buf_.get()) : nullptr;
+  auto put = [&](size_t i, double v) {
+    if (f32)
+      f32[i] = static_cast<float>(v);
+    else
+      set(i, v);
+  };
   for_chunks(elements_, chunks_for(elements_), 2, [&](size_t, size_t begin, size_t end) {
+    if (init == task::InitKind::kNormal) {
+      for (size_t i = begin; i < end; i += 2) {
+        const auto [x, y] = normal_pair(seed, i / 2);
+        put(i, x);
+        if (i + 1 < end) put(i + 1, y);
+      }
+      return;
+    }
     SplitMix64 rng(seed);
     rng.skip(begin);
     for (size_t i = begin; i < end; ++i) {
       double v = 0;
       switch (init) {
-        case task::InitKind::kNormal: v = rng.normal(); break;
         case task::InitKind::kUniform: v = a + (b - a) * rng.uniform01(); break;
         case task::InitKind::kInt: v = std::floor(a + (b - a + 1) * rng.uniform01()); break;
-        case task::InitKind::kZeros: v = 0; break;
         case task::InitKind::kOnes: v = 1; break;
+        case task::InitKind::kNormal:
+        case task::InitKind::kZeros: v = 0; break;
       }
-      if (f32)
-        f32[i] = static_cast<float>(v);
-      else
-        set(i, v);
+      put(i, v);
     }
   });
 }
