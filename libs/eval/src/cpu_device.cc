@@ -146,6 +146,17 @@ Status CpuDevice::read(size_t who, TensorSet& into, bool inputs_too) {
   return Status::ok();
 }
 
+Result<bool> CpuDevice::compare_outputs(size_t got, size_t expected, double rtol, double atol,
+                                        std::vector<Comparison>& per_output) {
+  const TensorSet& g = slots_[got].tensors;
+  const TensorSet& e = slots_[expected].tensors;
+  if (g.outputs.size() != e.outputs.size()) return internal_error("CpuDevice: the contestants' outputs differ");
+  per_output.assign(g.outputs.size(), Comparison{});
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    compare(g.outputs[i], e.outputs[i], rtol, atol, "", "", 0, per_output[i]);
+  return true;
+}
+
 // The tensors go to the runner's arena, the caches are flushed (cold mode, timed calls only: a warm-up
 // pages in code and arenas, its time is thrown away), the runner is continued, and the clock covers the
 // call (Runner says exactly what); then the runner is stopped and the tensors come back.

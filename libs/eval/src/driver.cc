@@ -299,8 +299,9 @@ class Protocol {
     return t.speedup_hi - t.speedup_lo <= 2 * options_.timing.precision * speedup;
   }
 
-  // Timing of one benchmark case; false when the candidate failed (recorded: a failed call, a death, or
-  // outputs that differ from the reference's in a timed round). `host` follows the inputs
+  // Timing of one benchmark case; false when the candidate failed (recorded). Outputs that differ from the
+  // reference's in a timed round are recorded and timing goes on: the check after timing may still find
+  // worse (inputs written), which the verdict names first. `host` follows the inputs
   // as they move, so a block can load them as they stand; `donor` gets the second input set (the check
   // after timing's inputs).
   Result<bool> time_case(const task::Dims& dims, TensorSet& host, TensorSet& donor, proto::CaseTiming& timing) {
@@ -433,7 +434,6 @@ class Protocol {
         }
         if (!stop_reason.empty()) {
           if (compared != round - 1) KILN_RETURN_IF_ERROR(compare_round(round - 1));
-          if (f_.cmp.mismatches > 0 || f_.cmp.nonfinite > 0) return false;
           break;
         }
         KILN_ASSIGN_OR_RETURN(bool ok, start_block(round));
@@ -459,8 +459,6 @@ class Protocol {
                            compare_s <= kCompareShare * seconds_since(start);
       if (!stop_reason.empty() || early || (block_rounds == 0 && fresh_block) || sampled) {
         KILN_RETURN_IF_ERROR(compare_round(round));
-        // Wrong while timed: the verdict is a mismatch, and timing it further would tell nothing.
-        if (f_.cmp.mismatches > 0 || f_.cmp.nonfinite > 0) return false;
       }
     }
     const double timing_s = seconds_since(start);
