@@ -6,6 +6,7 @@
 # (from the evaluator's log), and per kernel how many of each held 1.0 and the largest offset |speedup - 1|.
 #   bash bench/timing/aa_tasks.sh KILN_EVAL_CUDA [RUNS] > aa.json
 #   ONLY='cuda_sgemm' KINDS=reference bash bench/timing/aa_tasks.sh ...   (some tasks, some kernels)
+#   BUDGET_S=120 ...: no run starts after 120 s
 set -uo pipefail
 eval_bin=$(realpath "${1:?usage: aa_tasks.sh KILN_EVAL_CUDA [RUNS]}")
 runs=${2:-3}
@@ -25,6 +26,8 @@ for task in $(for p in ${ONLY:-cuda_*}; do echo "$tasks"/$p; done); do
       continue
     fi
     for i in $(seq 1 "$runs"); do
+      # BUDGET_S: no run starts after that many seconds (the summary below still comes out).
+      if [ -n "${BUDGET_S:-}" ] && [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "$name $kernel $i: skipped (BUDGET_S)" >&2; continue; fi
       rm -f "$work/r.msgpack"
       # shellcheck disable=SC2086
       "$eval_bin" --task "$task" --kernel "$so" --reference "$so" --out "$work/r.msgpack" \
