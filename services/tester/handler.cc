@@ -149,7 +149,7 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.cpu_time_limit_s = config.cpu_time_limit_s;
   o.memory_limit_mb = config.memory_limit_mb;
   o.pin_cores = config.pin_cores;
-  o.slots = config.slots;
+  o.slots = config.slots > 0 ? config.slots : *backend == proto::Backend::kCuda ? config::kDefaultCudaSlots : 1;
   o.screen_by_best = config.screen_by_best != 0;
   o.timing = config.timing;
   o.profile = config.profile;

@@ -405,7 +405,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("tester.memory_limit_mb", t.memory_limit_mb, 1);
   for (size_t i = 0; i < t.pin_cores.size(); ++i)
     v.at_least("tester.pin_cores[" + std::to_string(i) + "]", t.pin_cores[i], 0);
-  v.at_least("tester.slots", t.slots, 1);
+  v.at_least("tester.slots", t.slots, 0);
   if (t.slots > 16) v.error("tester.slots", "at most 16, got " + std::to_string(t.slots));
   if (t.slots > 1 && t.backend != "cuda") {
     v.error("tester.slots",

@@ -167,7 +167,8 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("tester: {timing: {precision: -0.1}}\n").find("tester.timing.precision") != std::string::npos);
   CHECK(parse_ok("tester: {timing: {precision: 0}}\n").tester.timing.precision == 0);
   CHECK(parse_ok("broker: {metrics_port: 0}\n").broker.metrics_port == 0);
-  CHECK(parse_error("tester: {slots: 0}\n") == "test.yaml: tester.slots: expected an integer >= 1, got 0");
+  CHECK(parse_error("tester: {slots: -1}\n") == "test.yaml: tester.slots: expected an integer >= 0, got -1");
+  CHECK(parse_ok("tester: {backend: cuda}\n").tester.slots == 0);  // the backend's default
   CHECK(parse_error("tester: {backend: cuda, slots: 17}\n") == "test.yaml: tester.slots: at most 16, got 17");
   CHECK(parse_error("tester: {slots: 2}\n").starts_with("test.yaml: tester.slots: more than 1 needs backend cuda"));
   CHECK(parse_ok("tester: {backend: cuda, slots: 3}\n").tester.slots == 3);

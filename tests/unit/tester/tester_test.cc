@@ -618,3 +618,21 @@ TEST_CASE("the evaluation child is chosen by backend", "[tester][cuda]") {
   CHECK(cpu->substr(cpu->size() - 9) == "kiln-eval");
   CHECK(cuda->substr(cuda->size() - 14) == "kiln-eval-cuda");
 }
+
+TEST_CASE("tester.slots 0 is four evaluations at once on a GPU and one on the CPU", "[tester]") {
+  kiln::config::TesterConfig c;
+  CHECK(c.slots == 0);
+  c.backend = "cuda";
+  auto cuda = kiln::tester::options_from_config(c);
+  REQUIRE(cuda.is_ok());
+  CHECK(cuda->slots == kiln::config::kDefaultCudaSlots);
+  c.backend = "cpu";
+  auto cpu = kiln::tester::options_from_config(c);
+  REQUIRE(cpu.is_ok());
+  CHECK(cpu->slots == 1);
+  c.backend = "cuda";
+  c.slots = 2;
+  auto two = kiln::tester::options_from_config(c);
+  REQUIRE(two.is_ok());
+  CHECK(two->slots == 2);
+}

@@ -64,6 +64,11 @@ struct TimingConfig {
   double precision = 0.01;
 };
 
+// tester.slots 0 on the cuda backend. On one H200 four slots scored 1376 candidates an hour (one slot, on an
+// earlier tree: 371), and in four runs at four slots no promoted kernel's first measurement and
+// confirmation disagreed (bench/throughput/README.md).
+inline constexpr int64_t kDefaultCudaSlots = 4;
+
 struct TesterConfig {
   std::string backend = "cpu";  // cpu | cuda
   int64_t gpu_index = -1;       // -1: from CUDA_VISIBLE_DEVICES / 0
@@ -73,8 +78,9 @@ struct TesterConfig {
   int64_t memory_limit_mb = 8192;
   std::vector<int64_t> pin_cores;  // empty: no pinning
   // Evaluations at once on this tester's GPU (cuda only): they overlap their host-side work and take turns
-  // on the device (a timed case holds the device lock alone; kiln/eval/device_lock.h).
-  int64_t slots = 1;
+  // on the device (a timed case holds the device lock alone; kiln/eval/device_lock.h). 0: the backend's
+  // default (kDefaultCudaSlots for cuda, 1 for cpu).
+  int64_t slots = 0;
   // 1: a campaign's first measurements are screened also against the best of that campaign this tester has
   // measured itself (fresher than the bar a request carries); 0: only the request's and timing.screen_below.
   int64_t screen_by_best = 1;
