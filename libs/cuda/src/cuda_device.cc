@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -241,9 +240,7 @@ struct CudaDevice::State {
   // The case's timing tensors on the device (load_block): inputs as perturbed so far, poisoned outputs.
   // Made by begin_timing(); empty when there was no room for them (blocks then load from the host).
   std::vector<DeviceBuffer> master_in, master_out;
-  // compare_outputs()'s totals, one per output.
-  DeviceBuffer compare_totals;
-  size_t compare_outputs = 0;
+  DeviceBuffer compare_totals;  // compare_outputs()'s, one per output
   Overhead overhead_before;
   const uint64_t placement_seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   bool host_clock = false;  // some case was timed by the evaluator's clock
@@ -455,9 +452,8 @@ Result<bool> CudaDevice::compare_outputs(size_t got, size_t expected, double rto
   const Contestant& e = s_->at(expected);
   const size_t outputs = g.layout.outputs.size();
   if (e.layout.outputs.size() != outputs) return internal_error("compare_outputs: the contestants' outputs differ");
-  if (s_->compare_outputs < outputs) {
+  if (s_->compare_totals.bytes() < outputs * sizeof(CompareTotals)) {
     KILN_ASSIGN_OR_RETURN(s_->compare_totals, DeviceBuffer::allocate(outputs * sizeof(CompareTotals)));
-    s_->compare_outputs = outputs;
   }
   auto* totals = static_cast<CompareTotals*>(s_->compare_totals.data());
   const cudaStream_t stream = s_->gpu->stream.get();
@@ -465,14 +461,10 @@ Result<bool> CudaDevice::compare_outputs(size_t got, size_t expected, double rto
   for (size_t i = 0; i < outputs; ++i) {
     const kiln_tensor& gt = g.layout.outputs[i];
     const kiln_tensor& et = e.layout.outputs[i];
-    auto elements = [](const kiln_tensor& t) {
-      size_t n = 1;
-      for (int32_t d = 0; d < t.ndim && d < KILN_MAX_DIMS; ++d) n *= static_cast<size_t>(t.shape[d]);
-      return n;
-    };
     KILN_CUDA_RETURN_IF_ERROR(compare_on_device(g.at(g.layout.out[i]), static_cast<CompareType>(gt.dtype),
                                                 e.at(e.layout.out[i]), static_cast<CompareType>(et.dtype),
-                                                std::min(elements(gt), elements(et)), rtol, atol, totals + i, stream));
+                                                std::min(eval::tensor_elements(gt), eval::tensor_elements(et)), rtol,
+                                                atol, totals + i, stream));
   }
   std::vector<CompareTotals> host(outputs);
   KILN_CUDA_RETURN_IF_ERROR(
@@ -545,7 +537,7 @@ Status CudaDevice::perturb(const std::vector<eval::PerturbBlock>& blocks) {
   const cudaStream_t stream = s_->gpu->stream.get();
   // Block i of the donor into input i at `base(i)`; the element size from the candidate's descriptor's
   // dtype (every contestant and the donor hold the same tensors).
-  auto copy_blocks = [&](const std::function<char*(size_t)>& base) -> Status {
+  auto copy_blocks = [&](auto base) -> Status {
     for (size_t i = 0; i < blocks.size() && i < s_->donor.size(); ++i) {
       if (blocks[i].len == 0) continue;
       const size_t elem = task::dtype_bytes(static_cast<task::DType>(s_->at(0).layout.inputs[i].dtype));

@@ -16,12 +16,6 @@
 namespace kiln::cuda {
 namespace {
 
-std::string short_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", s);
-  return buf;
-}
-
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const eval::Candidate& candidate,
                                              const eval::Candidate& reference, const eval::EvalOptions& options) {
   if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
@@ -50,9 +44,11 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
   if (report.is_ok() && lock.active()) {
     // Start and teardown: the contexts, arenas and runners (how long, and how long they waited for slots
     // that were timing).
-    report->metadata["eval_start_s"] = short_seconds(start_s);
-    report->metadata["eval_teardown_s"] = short_seconds(lock.held_s(eval::DeviceLock::Mode::kShared) - start_s);
-    report->metadata["eval_start_teardown_wait_s"] = short_seconds(lock.waited_s(eval::DeviceLock::Mode::kShared));
+    report->metadata["eval_start_s"] = eval::metadata_seconds(start_s);
+    report->metadata["eval_teardown_s"] =
+        eval::metadata_seconds(lock.held_s(eval::DeviceLock::Mode::kShared) - start_s);
+    report->metadata["eval_start_teardown_wait_s"] =
+        eval::metadata_seconds(lock.waited_s(eval::DeviceLock::Mode::kShared));
   }
   return report;
 }

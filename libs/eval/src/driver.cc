@@ -64,12 +64,6 @@ constexpr double kCompareShare = 0.25;
 
 double seconds_since(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-std::string format_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", s);
-  return buf;
-}
-
 // Tensors shaped like `set`'s outputs, their values unset (filled by whoever uses them).
 std::vector<HostTensor> outputs_like(const TensorSet& set) {
   std::vector<HostTensor> out;
@@ -97,12 +91,12 @@ class Protocol {
       // How long this evaluation waited for the device and held it (the time other slots waited on it).
       using Mode = DeviceLock::Mode;
       auto& m = report->metadata;
-      m["eval_exclusive_s"] = format_seconds(lock_.held_s(Mode::kExclusive));
-      m["eval_exclusive_wait_s"] = format_seconds(lock_.waited_s(Mode::kExclusive));
-      m["eval_shared_s"] = format_seconds(lock_.held_s(Mode::kShared));
-      m["eval_shared_wait_s"] = format_seconds(lock_.waited_s(Mode::kShared));
-      m["eval_fill_s"] = format_seconds(fill_s_);
-      m["eval_recheck_s"] = format_seconds(recheck_s_);
+      m["eval_exclusive_s"] = metadata_seconds(lock_.held_s(Mode::kExclusive));
+      m["eval_exclusive_wait_s"] = metadata_seconds(lock_.waited_s(Mode::kExclusive));
+      m["eval_shared_s"] = metadata_seconds(lock_.held_s(Mode::kShared));
+      m["eval_shared_wait_s"] = metadata_seconds(lock_.waited_s(Mode::kShared));
+      m["eval_fill_s"] = metadata_seconds(fill_s_);
+      m["eval_recheck_s"] = metadata_seconds(recheck_s_);
     }
     return report;
   }
@@ -124,7 +118,7 @@ class Protocol {
     const auto began = Clock::now();
     KILN_RETURN_IF_ERROR(correctness());
     // Where an evaluation's time goes (the tester keeps these keys of the report's metadata).
-    report.metadata["eval_correctness_s"] = format_seconds(seconds_since(began));
+    report.metadata["eval_correctness_s"] = metadata_seconds(seconds_since(began));
     detail::conclude(f_, report);
     report.performance.method = device_.timing_method();
     if (!report.correctness.passed || !options_.measure) return report;
@@ -155,7 +149,7 @@ class Protocol {
       }
       report.performance.cases.push_back(std::move(timing));
     }
-    report.metadata["eval_measure_s"] = format_seconds(seconds_since(began) - correctness_s);
+    report.metadata["eval_measure_s"] = metadata_seconds(seconds_since(began) - correctness_s);
     report.performance.measured = report.performance.cases.size() == spec_.benchmark_cases.size();
     report.performance.method = device_.timing_method();
     detail::conclude(f_, report);
@@ -400,7 +394,7 @@ class Protocol {
       KILN_ASSIGN_OR_RETURN(bool there,
                             device_.compare_outputs(kCandidate, kReference, spec_.rtol, spec_.atol, on_device));
       if (there && detail::all_match(on_device)) {
-        for (const Comparison& c : on_device) detail::merge(c, f_.cmp);
+        for (const Comparison& c : on_device) merge(c, f_.cmp, detail::kMaxListedMismatches);
       } else {
         KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, false));
         KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "baselines.h"
@@ -32,6 +34,12 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
 }
 
 }  // namespace
+
+std::string metadata_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
 
 Result<KernelLibrary> KernelLibrary::open(const std::string& path) {
   // dlopen searches the library path for a bare name; a kernel is always a file we were given.

@@ -100,17 +100,6 @@ bool all_match(const std::vector<Comparison>& per_output) {
   return true;
 }
 
-void merge(const Comparison& from, Comparison& into) {
-  into.mismatches += from.mismatches;
-  into.nonfinite += from.nonfinite;
-  into.max_abs_error = std::max(into.max_abs_error, from.max_abs_error);
-  into.max_rel_error = std::max(into.max_rel_error, from.max_rel_error);
-  for (const auto& line : from.first_mismatches) {
-    if (into.first_mismatches.size() >= kMaxListedMismatches) break;
-    into.first_mismatches.push_back(line);
-  }
-}
-
 void check_inputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& pristine,
                   const std::string& context, Findings& f) {
   for (size_t i = 0; i < got.inputs.size(); ++i) {

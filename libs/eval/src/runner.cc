@@ -68,9 +68,7 @@ inline void cpu_relax() {
 }
 
 size_t tensor_bytes(const kiln_tensor& t) {
-  size_t n = task::dtype_bytes(static_cast<task::DType>(t.dtype));
-  for (int32_t d = 0; d < t.ndim && d < KILN_MAX_DIMS; ++d) n *= static_cast<size_t>(std::max<int64_t>(t.shape[d], 0));
-  return n;
+  return task::dtype_bytes(static_cast<task::DType>(t.dtype)) * tensor_elements(t);
 }
 
 Control* control(void* arena) { return static_cast<Control*>(arena); }
@@ -431,6 +429,12 @@ Result<int> Runner::call(kiln_args& args) {
   KILN_RETURN_IF_ERROR(freeze());
   unstage(args);
   return rc;
+}
+
+size_t tensor_elements(const kiln_tensor& t) {
+  size_t n = 1;
+  for (int32_t d = 0; d < t.ndim && d < KILN_MAX_DIMS; ++d) n *= static_cast<size_t>(std::max<int64_t>(t.shape[d], 0));
+  return n;
 }
 
 }  // namespace kiln::eval

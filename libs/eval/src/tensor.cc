@@ -300,17 +300,9 @@ kiln_tensor HostTensor::descriptor() {
 namespace {
 
 // What one piece of a comparison found; pieces are merged in order, so the result is that of one pass.
-struct PartialComparison {
-  int64_t mismatches = 0;
-  int64_t nonfinite = 0;
-  double max_abs_error = 0;
-  double max_rel_error = 0;
-  std::vector<std::string> listed;
-};
-
 template <class Got, class Expected>
 void compare_range(Got got_at, Expected expected_at, size_t begin, size_t end, double rtol, double atol,
-                   const std::string& name, const std::string& context, size_t max_listed, PartialComparison& p) {
+                   const std::string& name, const std::string& context, size_t max_listed, Comparison& p) {
   for (size_t i = begin; i < end; ++i) {
     const double a = got_at(i);
     const double r = expected_at(i);
@@ -332,9 +324,9 @@ void compare_range(Got got_at, Expected expected_at, size_t begin, size_t end, d
     }
     if (ok) continue;
     ++p.mismatches;
-    if (p.listed.size() < max_listed) {
-      p.listed.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) + " expected " + format_value(r) +
-                         " (" + context + ")");
+    if (p.first_mismatches.size() < max_listed) {
+      p.first_mismatches.push_back(name + "[" + std::to_string(i) + "]: got " + format_value(a) + " expected " +
+                                   format_value(r) + " (" + context + ")");
     }
   }
 }
@@ -349,7 +341,7 @@ void compare(const HostTensor& got, const HostTensor& expected, double rtol, dou
   const auto* g32 = static_cast<const float*>(got.data());
   const auto* e32 = static_cast<const float*>(expected.data());
   const size_t chunks = chunks_for(n);
-  std::vector<PartialComparison> parts(chunks);
+  std::vector<Comparison> parts(chunks);
   for_chunks(n, chunks, 1, [&](size_t c, size_t begin, size_t end) {
     if (f32) {
       compare_range([g32](size_t i) { return static_cast<double>(g32[i]); },
@@ -360,15 +352,17 @@ void compare(const HostTensor& got, const HostTensor& expected, double rtol, dou
                     end, rtol, atol, name, context, room, parts[c]);
     }
   });
-  for (auto& p : parts) {
-    acc.mismatches += p.mismatches;
-    acc.nonfinite += p.nonfinite;
-    acc.max_abs_error = std::max(acc.max_abs_error, p.max_abs_error);
-    acc.max_rel_error = std::max(acc.max_rel_error, p.max_rel_error);
-    for (auto& line : p.listed) {
-      if (acc.first_mismatches.size() >= max_listed) break;
-      acc.first_mismatches.push_back(std::move(line));
-    }
+  for (const auto& p : parts) merge(p, acc, max_listed);
+}
+
+void merge(const Comparison& from, Comparison& into, size_t max_listed) {
+  into.mismatches += from.mismatches;
+  into.nonfinite += from.nonfinite;
+  into.max_abs_error = std::max(into.max_abs_error, from.max_abs_error);
+  into.max_rel_error = std::max(into.max_rel_error, from.max_rel_error);
+  for (const auto& line : from.first_mismatches) {
+    if (into.first_mismatches.size() >= max_listed) break;
+    into.first_mismatches.push_back(line);
   }
 }
 

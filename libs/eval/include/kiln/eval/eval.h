@@ -93,6 +93,9 @@ Result<proto::TestReport> evaluate(const task::TaskSpec& spec, const Candidate& 
 Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
                                    const EvalOptions& options);
 
+// A time as the report's metadata keeps it ("eval_*_s" keys): seconds, three decimals ("1.234").
+std::string metadata_seconds(double s);
+
 // The baselines this build knows (task.yaml `baselines`).
 bool is_known_baseline(const std::string& name);
 

@@ -96,6 +96,9 @@ struct Comparison {
   std::vector<std::string> first_mismatches;
 };
 
+// Adds `from`'s counts and maxima to `into`, and its listed lines while `into` has fewer than `max_listed`.
+void merge(const Comparison& from, Comparison& into, size_t max_listed);
+
 // Adds the differences of `got` against `expected` to `acc`; mismatch lines read
 // "<name>[<flat index>]: got <a> expected <r> (<context>)".
 void compare(const HostTensor& got, const HostTensor& expected, double rtol, double atol, const std::string& name,

@@ -38,8 +38,6 @@ void compare_outputs(const task::TaskSpec& spec, const TensorSet& got, const Ten
                      const std::string& context, Findings& f);
 // Whether comparisons found no mismatch at all (Device::compare_outputs: the host need not look again).
 bool all_match(const std::vector<Comparison>& per_output);
-// Adds `from`'s counts and maxima to `into` (its listed lines, up to kMaxListedMismatches in all).
-void merge(const Comparison& from, Comparison& into);
 // Records the first input of `got` that differs from `pristine`.
 void check_inputs(const task::TaskSpec& spec, const TensorSet& got, const TensorSet& pristine,
                   const std::string& context, Findings& f);
