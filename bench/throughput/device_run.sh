@@ -6,12 +6,13 @@
 #   TAG=after TESTERS=1 BUDGET=12 bash bench/throughput/device_run.sh
 # Any KILN_<SECTION>_<KEY> in the environment reaches the Kiln the bench starts (KILN_TESTER_TIMING_SCREEN_BELOW=0).
 # CAMPAIGN_PREFIX=p: campaign ids p.<task>, so runs under one prefix try the same parameter sets.
+# KIT=path: unpack that kit instead of build-gpu/kit.tar.xz (a baseline build, say).
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 root=$PWD
 tag=${TAG:-run}
-tar xJf build-gpu/kit.tar.xz
+tar xJf "${KIT:-build-gpu/kit.tar.xz}"  # KIT=build-gpu/other.tar.xz: another build of the same binaries
 src=$(cat build-gpu/source_dir 2>/dev/null || echo "$root")
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
 build=$(cat build-gpu/build_dir 2>/dev/null || echo build)

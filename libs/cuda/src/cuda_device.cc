@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compare.h"
+#include "draw.h"
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/stats.h"
@@ -198,17 +199,6 @@ struct Contestant {
   }
 };
 
-// Each tensor in a device buffer of its own (at least one byte), copied from the host.
-Result<std::vector<DeviceBuffer>> to_device(const std::vector<eval::HostTensor>& tensors) {
-  std::vector<DeviceBuffer> out;
-  for (const auto& t : tensors) {
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1)));
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), t.data(), t.bytes(), cudaMemcpyHostToDevice));
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
 Status check_sgemm(const TensorSet& s) {
   const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
   if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
@@ -236,18 +226,34 @@ struct CudaDevice::State {
   std::unique_ptr<Gpu> gpu;
   std::vector<Contestant> all;  // candidate, reference, overhead, then the baselines
   size_t arenas = 1;            // device arenas per contestant
+  // The case's timing tensors, drawn here by begin_timing(): the donor's inputs, and what every block
+  // loads (load_block): inputs as perturbed so far, poisoned outputs.
   std::vector<DeviceBuffer> donor;
-  // The case's timing tensors on the device (load_block): inputs as perturbed so far, poisoned outputs.
-  // Made by begin_timing(); empty when there was no room for them (blocks then load from the host).
   std::vector<DeviceBuffer> master_in, master_out;
   DeviceBuffer compare_totals;  // compare_outputs()'s, one per output
+  DeviceBuffer differing;       // inputs_are_donor()'s count
   Overhead overhead_before;
+  // Where start() went (seconds): forking the runners, this process's context, the arenas, then waiting
+  // for the runners (their contexts, the arenas mapped, the kernels loaded).
+  std::vector<std::pair<std::string, double>> start_phases;
   const uint64_t placement_seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   bool host_clock = false;  // some case was timed by the evaluator's clock
 
   // The protocol's contestant `who` (candidate, reference, baselines) among `all`.
   Contestant& at(size_t who) { return all[who < 2 ? who : who + 1]; }
   Contestant& overhead() { return all[2]; }
+
+  // `like`'s bytes at `data` (device memory) poisoned the `variant` way, as HostTensor::poison() does on the
+  // host: one element poisoned there, repeated here. Asynchronous on the evaluator's stream.
+  Status poison(void* data, const HostTensor& like, int variant) {
+    HostTensor one(like.dtype(), {1});
+    one.poison(variant);
+    uint64_t pattern = 0;
+    const size_t unit = task::dtype_bytes(like.dtype());
+    std::memcpy(&pattern, one.data(), unit);
+    KILN_CUDA_RETURN_IF_ERROR(repeat_on_device(data, like.bytes(), pattern, unit, gpu->stream.get()));
+    return Status::ok();
+  }
 
   // One call on `inputs`/`outputs`: the runner is continued, calls its kernel, synchronizes its device and
   // answers; the evaluator's probe follows. `flush` empties the L2 first (off the clock).
@@ -337,11 +343,19 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   for (const auto& b : spec.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
   KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
   State& st = *s;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto began = Clock::now();
+  Clock::time_point runners_from = began;
   auto after_fork = [&](Runner::Runners& runners) -> Status {
+    st.start_phases.emplace_back("fork", since(began));
+    auto phase = Clock::now();
     int devices = 0;
     KILN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&devices));
     if (devices == 0) return failed_precondition("no CUDA device is visible");
     KILN_ASSIGN_OR_RETURN(st.gpu, open_gpu(st.cold));
+    st.start_phases.emplace_back("context", since(phase));
+    phase = Clock::now();
     // Several arenas each where the device has room for them (a quarter of its free memory at most).
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -370,10 +384,13 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     for (size_t i = 0; i < runners.size(); ++i) {
       KILN_RETURN_IF_ERROR(runners[i]->publish(handles[i].data(), handles[i].size() * sizeof(cudaIpcMemHandle_t)));
     }
+    st.start_phases.emplace_back("arenas", since(phase));
+    runners_from = Clock::now();
     return Status::ok();
   };
   KILN_ASSIGN_OR_RETURN(Runner::Runners runners,
                         Runner::start(kernels, 0, options.wipe_in_runners, &cuda_runner_device(), after_fork));
+  st.start_phases.emplace_back("runners", since(runners_from));
   for (size_t i = 0; i < runners.size(); ++i) st.all[i].runner = std::move(runners[i]);
   std::unique_ptr<CudaDevice> d(new CudaDevice(std::move(s)));
   for (const auto& c : d->s_->all) {
@@ -381,6 +398,8 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   }
   return d;
 }
+
+const std::vector<std::pair<std::string, double>>& CudaDevice::start_phases() const { return s_->start_phases; }
 
 double CudaDevice::reproducibility_us(double median_us) const {
   return std::min(kReproducibilityUs, kReproducibilityRel * median_us) + kReproducibilityProportional * median_us;
@@ -410,23 +429,22 @@ Status CudaDevice::load(size_t who, const TensorSet& tensors) {
   return c.upload(tensors);
 }
 
-// A block's load, device to device from the case's own copy of its timing tensors: the copy is made by
-// begin_timing() and perturbed with every contestant, so it holds what the host would send. A case of
-// hundreds of MiB then costs a fraction of a millisecond per block instead of tens over the bus.
-Status CudaDevice::load_block(size_t who, const TensorSet& tensors) {
-  if (s_->master_in.size() != tensors.inputs.size() || s_->master_out.size() != tensors.outputs.size()) {
-    return load(who, tensors);
+// A block's load, device to device from the case's own copy of its timing tensors: drawn by begin_timing()
+// and perturbed with every contestant. A case of hundreds of MiB costs a fraction of a millisecond per block.
+Status CudaDevice::load_block(size_t who, const TensorSet& shapes) {
+  if (s_->master_in.size() != shapes.inputs.size() || s_->master_out.size() != shapes.outputs.size()) {
+    return internal_error("load_block before begin_timing");
   }
   Contestant& c = s_->at(who);
-  c.layout = Layout(tensors, c.placement);
+  c.layout = Layout(shapes, c.placement);
   const cudaStream_t stream = s_->gpu->stream.get();
-  for (size_t i = 0; i < tensors.inputs.size(); ++i) {
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), s_->master_in[i].data(), tensors.inputs[i].bytes(),
+  for (size_t i = 0; i < shapes.inputs.size(); ++i) {
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), s_->master_in[i].data(), shapes.inputs[i].bytes(),
                                               cudaMemcpyDeviceToDevice, stream));
   }
-  for (size_t i = 0; i < tensors.outputs.size(); ++i) {
+  for (size_t i = 0; i < shapes.outputs.size(); ++i) {
     KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.out[i]), s_->master_out[i].data(),
-                                              tensors.outputs[i].bytes(), cudaMemcpyDeviceToDevice, stream));
+                                              shapes.outputs[i].bytes(), cudaMemcpyDeviceToDevice, stream));
   }
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Status::ok();
@@ -443,6 +461,12 @@ static_assert(static_cast<int>(CompareType::kF32) == static_cast<int>(task::DTyp
                   static_cast<int>(CompareType::kI8) == static_cast<int>(task::DType::kI8) &&
                   static_cast<int>(CompareType::kU8) == static_cast<int>(task::DType::kU8),
               "compare.h numbers the element types as task::DType does");
+static_assert(static_cast<int>(DrawKind::kNormal) == static_cast<int>(task::InitKind::kNormal) &&
+                  static_cast<int>(DrawKind::kUniform) == static_cast<int>(task::InitKind::kUniform) &&
+                  static_cast<int>(DrawKind::kInt) == static_cast<int>(task::InitKind::kInt) &&
+                  static_cast<int>(DrawKind::kZeros) == static_cast<int>(task::InitKind::kZeros) &&
+                  static_cast<int>(DrawKind::kOnes) == static_cast<int>(task::InitKind::kOnes),
+              "draw.h numbers the ways of drawing as task::InitKind does");
 
 // Both contestants' outputs compared in their arenas, on the evaluator's stream: after a call (the runner
 // synchronized its device before answering), so what is compared is what the call left.
@@ -493,25 +517,41 @@ Result<eval::Device::Call> CudaDevice::call(size_t who, CallKind kind) {
   return o.call;
 }
 
-Status CudaDevice::check_case(const TensorSet& tensors) {
-  return contestants() > 2 ? check_sgemm(tensors) : Status::ok();  // the baselines are cuBLAS SGEMM
+Status CudaDevice::check_case(const TensorSet& shapes) {
+  return contestants() > 2 ? check_sgemm(shapes) : Status::ok();  // the baselines are cuBLAS SGEMM
 }
 
-// The donor set goes to the device once; perturb() copies from it into every contestant's arena alike. So
-// does the first block's load (the case's own copy, load_block()), where there is room for it.
-Status CudaDevice::begin_timing(const TensorSet& donor, const TensorSet& first) {
+// The donor and the first block's tensors are drawn here, never on the host: perturb() copies from the
+// donor into every contestant's arena alike, and load_block() loads from the case's own copy.
+Status CudaDevice::begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                                uint64_t donor_seed) {
   s_->donor.clear();
   s_->master_in.clear();
   s_->master_out.clear();
-  KILN_ASSIGN_OR_RETURN(s_->donor, to_device(donor.inputs));
-  auto in = to_device(first.inputs);
-  auto out = in.is_ok() ? to_device(first.outputs) : in.status();
-  if (in.is_ok() && out.is_ok()) {
-    s_->master_in = std::move(in).value();
-    s_->master_out = std::move(out).value();
-  } else {
-    (void)cudaGetLastError();  // no room: every block loads from the host, as load() does
+  const cudaStream_t stream = s_->gpu->stream.get();
+  auto room = [](const Status& st) {
+    return st.with_context("no device memory for the timing's own copy of the case's tensors");
+  };
+  for (size_t i = 0; i < shapes.inputs.size(); ++i) {
+    const HostTensor& t = shapes.inputs[i];
+    const task::TensorSpec& how = spec.inputs[i];
+    const auto type = static_cast<CompareType>(t.dtype());
+    const auto kind = static_cast<DrawKind>(how.init);
+    for (auto [into, seed] : {std::pair{&s_->master_in, first_seed}, std::pair{&s_->donor, donor_seed}}) {
+      auto b = DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1));
+      if (!b.is_ok()) return room(b.status());
+      KILN_CUDA_RETURN_IF_ERROR(
+          draw_on_device(b->data(), type, t.elements(), kind, how.init_a, how.init_b, eval::mix_seed(seed, i), stream));
+      into->push_back(std::move(b).value());
+    }
   }
+  for (const HostTensor& t : shapes.outputs) {
+    auto b = DeviceBuffer::allocate(std::max<size_t>(t.bytes(), 1));
+    if (!b.is_ok()) return room(b.status());
+    KILN_RETURN_IF_ERROR(s_->poison(b->data(), t, 0));
+    s_->master_out.push_back(std::move(b).value());
+  }
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   for (auto& c : s_->all) {
     c.wall_us.clear();
     c.reported_us.clear();
@@ -591,6 +631,51 @@ Status CudaDevice::end_timing(std::vector<std::vector<double>>& samples, std::st
   for (auto& c : s_->all) c.placement = {};
   s_->master_in.clear();
   s_->master_out.clear();
+  return Status::ok();
+}
+
+// The donor (kept after timing) into contestant `who`'s arena, device to device, its outputs poisoned there.
+Status CudaDevice::load_donor(size_t who, const TensorSet& shapes, int variant) {
+  if (s_->donor.size() != shapes.inputs.size()) return internal_error("load_donor before begin_timing");
+  Contestant& c = s_->at(who);
+  c.layout = Layout(shapes, c.placement);
+  const cudaStream_t stream = s_->gpu->stream.get();
+  for (size_t i = 0; i < shapes.inputs.size(); ++i) {
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), s_->donor[i].data(), shapes.inputs[i].bytes(),
+                                              cudaMemcpyDeviceToDevice, stream));
+  }
+  for (size_t i = 0; i < shapes.outputs.size(); ++i) {
+    KILN_RETURN_IF_ERROR(s_->poison(c.at(c.layout.out[i]), shapes.outputs[i], variant));
+  }
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::ok();
+}
+
+Result<bool> CudaDevice::inputs_are_donor(size_t who) {
+  const Contestant& c = s_->at(who);
+  if (s_->donor.size() != c.layout.inputs.size()) return internal_error("inputs_are_donor before load_donor");
+  if (s_->differing.bytes() < sizeof(unsigned long long)) {
+    KILN_ASSIGN_OR_RETURN(s_->differing, DeviceBuffer::allocate(sizeof(unsigned long long)));
+  }
+  auto* count = static_cast<unsigned long long*>(s_->differing.data());
+  const cudaStream_t stream = s_->gpu->stream.get();
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, sizeof *count, stream));
+  for (size_t i = 0; i < c.layout.inputs.size(); ++i) {
+    const size_t bytes = eval::tensor_elements(c.layout.inputs[i]) *
+                         task::dtype_bytes(static_cast<task::DType>(c.layout.inputs[i].dtype));
+    KILN_CUDA_RETURN_IF_ERROR(count_differences(c.at(c.layout.in[i]), s_->donor[i].data(), bytes, count, stream));
+  }
+  unsigned long long host = 0;
+  KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&host, count, sizeof host, cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return host == 0;
+}
+
+Status CudaDevice::read_donor(TensorSet& into) {
+  for (size_t i = 0; i < into.inputs.size() && i < s_->donor.size(); ++i) {
+    KILN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(into.inputs[i].data(), s_->donor[i].data(), into.inputs[i].bytes(), cudaMemcpyDeviceToHost));
+  }
   return Status::ok();
 }
 

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/eval/device.h"
@@ -23,6 +24,8 @@ class CudaDevice final : public eval::Device {
   static Result<std::unique_ptr<CudaDevice>> start(const task::TaskSpec& spec, const eval::Candidate& candidate,
                                                    const eval::Candidate& reference, const eval::EvalOptions& options);
   ~CudaDevice() override;
+  // Where start() spent its time, in order: ("fork", s), ("context", s), ("arenas", s), ("runners", s).
+  const std::vector<std::pair<std::string, double>>& start_phases() const;
 
   const char* log_prefix() const override { return "kiln-eval-cuda"; }
   std::string timing_method() const override;
@@ -32,19 +35,23 @@ class CudaDevice final : public eval::Device {
   int candidate_pid() const override;
 
   Status load(size_t who, const eval::TensorSet& tensors) override;
-  Status load_block(size_t who, const eval::TensorSet& tensors) override;
+  Status load_block(size_t who, const eval::TensorSet& shapes) override;
   Status read(size_t who, eval::TensorSet& into, bool inputs_too) override;
   Result<Call> call(size_t who, CallKind kind) override;
 
   Result<bool> compare_outputs(size_t got, size_t expected, double rtol, double atol,
                                std::vector<eval::Comparison>& per_output) override;
 
-  Status check_case(const eval::TensorSet& tensors) override;
-  Status begin_timing(const eval::TensorSet& donor, const eval::TensorSet& first) override;
+  Status check_case(const eval::TensorSet& shapes) override;
+  Status begin_timing(const task::TaskSpec& spec, const eval::TensorSet& shapes, uint64_t first_seed,
+                      uint64_t donor_seed) override;
   Result<Block> begin_block(uint64_t block) override;
   Status perturb(const std::vector<eval::PerturbBlock>& blocks) override;
   Status begin_rounds() override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
+  Status load_donor(size_t who, const eval::TensorSet& shapes, int variant) override;
+  Result<bool> inputs_are_donor(size_t who) override;
+  Status read_donor(eval::TensorSet& into) override;
 
  private:
   struct State;

@@ -36,6 +36,7 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
     KILN_ASSIGN_OR_RETURN(device, CudaDevice::start(spec, candidate, reference, options));
   }
   const double start_s = lock.held_s(eval::DeviceLock::Mode::kShared);
+  const auto start_phases = device->start_phases();
   Result<proto::TestReport> report = eval::run_protocol(spec, *device, options);
   {
     auto held = lock.hold(eval::DeviceLock::Mode::kShared);  // without it (an error) the teardown goes ahead
@@ -49,6 +50,9 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
         eval::metadata_seconds(lock.held_s(eval::DeviceLock::Mode::kShared) - start_s);
     report->metadata["eval_start_teardown_wait_s"] =
         eval::metadata_seconds(lock.waited_s(eval::DeviceLock::Mode::kShared));
+    for (const auto& [phase, seconds] : start_phases) {
+      report->metadata["eval_start_" + phase + "_s"] = eval::metadata_seconds(seconds);
+    }
   }
   return report;
 }

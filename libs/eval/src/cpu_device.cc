@@ -186,17 +186,20 @@ Result<Device::Call> CpuDevice::call(size_t who, CallKind kind) {
   return c;
 }
 
-Status CpuDevice::check_case(const TensorSet& tensors) {
+Status CpuDevice::check_case(const TensorSet& shapes) {
   for (size_t i = 2; i < kernels_.size(); ++i) {
-    KILN_RETURN_IF_ERROR(kernels_[i].baseline->check(tensors.inputs, tensors.outputs));
+    KILN_RETURN_IF_ERROR(kernels_[i].baseline->check(shapes.inputs, shapes.outputs));
   }
   return Status::ok();
 }
 
-Status CpuDevice::begin_timing(const TensorSet& donor, const TensorSet& /*first*/) {
-  donor_ = donor;
+Status CpuDevice::begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                               uint64_t donor_seed) {
+  timing_.draw(spec, shapes, first_seed, donor_seed);
   return Status::ok();
 }
+
+Status CpuDevice::load_block(size_t who, const TensorSet& /*shapes*/) { return load(who, timing_.first); }
 
 Result<Device::Block> CpuDevice::begin_block(uint64_t block) {
   Block b;
@@ -222,15 +225,8 @@ Result<Device::Block> CpuDevice::begin_block(uint64_t block) {
 }
 
 Status CpuDevice::perturb(const std::vector<PerturbBlock>& blocks) {
-  for (size_t i = 0; i < blocks.size() && i < donor_.inputs.size(); ++i) {
-    const size_t n = donor_.inputs[i].elements();
-    if (n == 0) continue;
-    const size_t elem = donor_.inputs[i].bytes() / n;
-    const auto* from = static_cast<const char*>(donor_.inputs[i].data()) + blocks[i].source * elem;
-    for (auto& s : slots_) {
-      std::memcpy(static_cast<char*>(s.tensors.inputs[i].data()) + blocks[i].first * elem, from, blocks[i].len * elem);
-    }
-  }
+  timing_.perturb(timing_.first, blocks);
+  for (auto& s : slots_) timing_.perturb(s.tensors, blocks);
   return Status::ok();
 }
 
@@ -240,6 +236,30 @@ Status CpuDevice::end_timing(std::vector<std::vector<double>>& /*samples*/, std:
     current_[i] = runners_[i].get();
   }
   generation_.clear();
+  timing_.first = TensorSet{};
+  return Status::ok();
+}
+
+Status CpuDevice::load_donor(size_t who, const TensorSet& shapes, int variant) {
+  Slot& s = slots_[who];
+  s.invoker.reset();
+  s.tensors = timing_.donor_set(shapes, variant);
+  s.invoker = std::make_unique<Invoker>(s.tensors, scalars_);
+  return Status::ok();
+}
+
+Result<bool> CpuDevice::inputs_are_donor(size_t who) {
+  const TensorSet& s = slots_[who].tensors;
+  for (size_t i = 0; i < s.inputs.size() && i < timing_.donor.inputs.size(); ++i) {
+    if (!s.inputs[i].same_bytes(timing_.donor.inputs[i])) return false;
+  }
+  return true;
+}
+
+Status CpuDevice::read_donor(TensorSet& into) {
+  for (size_t i = 0; i < into.inputs.size() && i < timing_.donor.inputs.size(); ++i) {
+    into.inputs[i].copy_from(timing_.donor.inputs[i]);
+  }
   return Status::ok();
 }
 

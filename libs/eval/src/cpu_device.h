@@ -39,11 +39,16 @@ class CpuDevice final : public Device {
                                std::vector<Comparison>& per_output) override;
   Result<Call> call(size_t who, CallKind kind) override;
 
-  Status check_case(const TensorSet& tensors) override;
-  Status begin_timing(const TensorSet& donor, const TensorSet& first) override;
+  Status load_block(size_t who, const TensorSet& shapes) override;
+  Status check_case(const TensorSet& shapes) override;
+  Status begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                      uint64_t donor_seed) override;
   Result<Block> begin_block(uint64_t block) override;
   Status perturb(const std::vector<PerturbBlock>& blocks) override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
+  Status load_donor(size_t who, const TensorSet& shapes, int variant) override;
+  Result<bool> inputs_are_donor(size_t who) override;
+  Status read_donor(TensorSet& into) override;
 
  private:
   CpuDevice(const task::TaskSpec& spec, const EvalOptions& options);
@@ -61,7 +66,7 @@ class CpuDevice final : public Device {
   Runner::Runners generation_;  // fresh runners of a later timing block
   std::vector<Runner*> current_;
   std::vector<Slot> slots_;
-  TensorSet donor_;
+  HostTimingSets timing_;                  // the case being timed: its first block's tensors and its donor
   std::unique_ptr<CacheFlusher> flusher_;  // cold mode
 };
 

@@ -127,14 +127,13 @@ class Protocol {
     std::string speedups;
     for (const auto& dims : spec_.benchmark_cases) {
       const std::string shape = task::dims_string(dims);
-      KILN_ASSIGN_OR_RETURN(TensorSet host, allocate(spec_, dims));
-      fill(host, kTimingSeed);
+      // The case's tensors, their values unset: the device draws the timing's inputs where it keeps them.
+      KILN_ASSIGN_OR_RETURN(TensorSet shapes, allocate(spec_, dims));
       proto::CaseTiming timing;
-      TensorSet donor;  // the second input set of the timing, then the inputs of the check after it
-      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, host, donor, timing));
+      KILN_ASSIGN_OR_RETURN(bool timed, time_case(dims, shapes, timing));
       if (!timed) break;
       const auto recheck_began = Clock::now();
-      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, host, donor));
+      KILN_RETURN_IF_ERROR(recheck_after_timing(dims, shapes));
       recheck_s_ += seconds_since(recheck_began);
       if (candidate_failed()) break;
       f_.tested(shape);
@@ -150,6 +149,7 @@ class Protocol {
       report.performance.cases.push_back(std::move(timing));
     }
     report.metadata["eval_measure_s"] = metadata_seconds(seconds_since(began) - correctness_s);
+    report.metadata["eval_draw_s"] = metadata_seconds(draw_s_);
     report.performance.measured = report.performance.cases.size() == spec_.benchmark_cases.size();
     report.performance.method = device_.timing_method();
     detail::conclude(f_, report);
@@ -295,10 +295,9 @@ class Protocol {
 
   // Timing of one benchmark case; false when the candidate failed (recorded). Outputs that differ from the
   // reference's in a timed round are recorded and timing goes on: the check after timing may still find
-  // worse (inputs written), which the verdict names first. `host` follows the inputs
-  // as they move, so a block can load them as they stand; `donor` gets the second input set (the check
-  // after timing's inputs).
-  Result<bool> time_case(const task::Dims& dims, TensorSet& host, TensorSet& donor, proto::CaseTiming& timing) {
+  // worse (inputs written), which the verdict names first. `shapes` are the case's tensors, their values
+  // unset: the device draws the inputs.
+  Result<bool> time_case(const task::Dims& dims, const TensorSet& shapes, proto::CaseTiming& timing) {
     const TimingOptions& opt = options_.timing;
     const std::string shape = task::dims_string(dims);
     const size_t n = device_.contestants();
@@ -308,22 +307,13 @@ class Protocol {
     // from a cache keyed on the input address and a few sampled values can then not be both fast and right.
     // The second set is the check after timing's inputs (kRecheckSeed), drawn once for both: the blocks
     // land at places other than where they come from, so no timed round's inputs are those of the check.
-    // (Only inputs: devices copy from the donor's inputs alone, and a copy of the outputs would be wasted.)
-    donor.inputs = inputs_like(host);
-    fill(donor, kRecheckSeed);
-    TensorSet loaded;  // what every block loads: poisoned outputs (made once) and the inputs of the moment
-    loaded.outputs = outputs_like(host);
-    for (auto& o : loaded.outputs) o.poison(0);
-
     {
-      // The device's copies of the donor and of the first block (shared: other slots' correctness may run
-      // alongside, no slot's timing).
+      // The device draws both sets (shared: other slots' correctness may run alongside, no slot's timing).
       KILN_ASSIGN_OR_RETURN(DeviceLock::Hold shared, lock_.hold(DeviceLock::Mode::kShared));
-      KILN_RETURN_IF_ERROR(device_.check_case(host).with_context("case " + shape));
-      loaded.inputs.swap(host.inputs);
-      Status began = device_.begin_timing(donor, loaded);
-      loaded.inputs.swap(host.inputs);
-      KILN_RETURN_IF_ERROR(began);
+      KILN_RETURN_IF_ERROR(device_.check_case(shapes).with_context("case " + shape));
+      const auto drawing = Clock::now();
+      KILN_RETURN_IF_ERROR(device_.begin_timing(spec_, shapes, kTimingSeed, kRecheckSeed));
+      draw_s_ += seconds_since(drawing);
     }
     // Nothing else uses the device while this case is timed (other evaluation slots wait); the host work
     // above was done before taking it.
@@ -341,8 +331,8 @@ class Protocol {
     };
     // The timed outputs as read back (a comparison reads outputs only).
     TensorSet got, expected;
-    got.outputs = outputs_like(host);
-    expected.outputs = outputs_like(host);
+    got.outputs = outputs_like(shapes);
+    expected.outputs = outputs_like(shapes);
     std::vector<size_t> block_starts;
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
@@ -352,33 +342,23 @@ class Protocol {
       if (b.fresh) {
         // Fresh processes were forked from this one: memory written before then is shared copy-on-write
         // with them, and reading outputs back into it would copy every page first. New buffers cost less.
-        got.outputs = outputs_like(host);
-        expected.outputs = outputs_like(host);
+        got.outputs = outputs_like(shapes);
+        expected.outputs = outputs_like(shapes);
       }
       if (!b.candidate_death.empty()) {
         f_.crashed = b.candidate_death + " (" + shape + ", timing block " + std::to_string(block) + ")";
         return false;
       }
       block_starts.push_back(static_cast<size_t>(round));
-      // The inputs as they stand and poisoned outputs: `host`'s inputs lent to `loaded` (no copy of them).
-      loaded.inputs.swap(host.inputs);
-      Status status = Status::ok();
-      for (size_t who = 0; who < n && status.is_ok(); ++who) status = device_.load_block(who, loaded);
-      loaded.inputs.swap(host.inputs);
-      KILN_RETURN_IF_ERROR(status);
+      // The inputs as they stand and poisoned outputs, from the device's own copy.
+      for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load_block(who, shapes));
       if (block == 0 || b.fresh) return warm_up();
       return true;
     };
-    std::vector<PerturbBlock> blocks(host.inputs.size());
+    std::vector<PerturbBlock> blocks(shapes.inputs.size());
     auto perturb = [&](uint64_t round) -> Status {
-      for (size_t i = 0; i < host.inputs.size(); ++i) {
-        const size_t elements = host.inputs[i].elements();
-        blocks[i] = perturb_block(elements, round, i);
-        if (elements == 0) continue;
-        const size_t elem = host.inputs[i].bytes() / elements;
-        std::memcpy(static_cast<char*>(host.inputs[i].data()) + blocks[i].first * elem,
-                    static_cast<const char*>(donor.inputs[i].data()) + blocks[i].source * elem, blocks[i].len * elem);
-      }
+      for (size_t i = 0; i < shapes.inputs.size(); ++i)
+        blocks[i] = perturb_block(shapes.inputs[i].elements(), round, i);
       return device_.perturb(blocks);
     };
     int64_t compared = -1;  // the last round whose outputs were compared
@@ -480,20 +460,43 @@ class Protocol {
     return true;
   }
 
-  // After timing, the same buffers get new values (`donor`'s, drawn from kRecheckSeed): a kernel that
-  // caches results by where its inputs are fails here.
-  Status recheck_after_timing(const task::Dims& dims, TensorSet& host, TensorSet& donor) {
-    host.inputs.swap(donor.inputs);  // the kRecheckSeed inputs, drawn for the timing's donor
+  // After timing, the same buffers get new values (the donor's, drawn from kRecheckSeed): a kernel that
+  // caches results by where its inputs are fails here. Compared where the device keeps them; read back
+  // only to say what differs.
+  Status recheck_after_timing(const task::Dims& dims, const TensorSet& shapes) {
     const std::string context = task::dims_string(dims) + ", after timing";
-    TensorSet expected, got;
-    bool ok = false;
+    TensorSet got, expected, donor;
+    bool same_inputs = true;
+    std::vector<Comparison> on_device;
     {
       KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kShared));
-      KILN_ASSIGN_OR_RETURN(expected, reference_call(host, context));
-      KILN_ASSIGN_OR_RETURN(ok, candidate_call(host, 1, got, context));
+      KILN_RETURN_IF_ERROR(device_.load_donor(kReference, shapes, 0));
+      KILN_ASSIGN_OR_RETURN(Device::Call ref, device_.call(kReference, Kind::kCheck));
+      KILN_RETURN_IF_ERROR(failed(kReference, ref, context).status());
+      KILN_RETURN_IF_ERROR(device_.load_donor(kCandidate, shapes, 1));
+      KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kCandidate, Kind::kCheck));
+      KILN_ASSIGN_OR_RETURN(bool stop, failed(kCandidate, c, context));
+      if (stop) return Status::ok();
+      if (c.descriptors_changed && f_.changed_descriptor.empty()) {
+        f_.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
+      }
+      KILN_ASSIGN_OR_RETURN(same_inputs, device_.inputs_are_donor(kCandidate));
+      KILN_ASSIGN_OR_RETURN(bool there,
+                            device_.compare_outputs(kCandidate, kReference, spec_.rtol, spec_.atol, on_device));
+      if (same_inputs && there && detail::all_match(on_device)) {
+        for (const Comparison& cmp : on_device) merge(cmp, f_.cmp, detail::kMaxListedMismatches);
+        return Status::ok();
+      }
+      got = unfilled_like(shapes);
+      expected.outputs = outputs_like(shapes);
+      KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, !same_inputs));
+      KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
+      if (!same_inputs) {
+        donor.inputs = inputs_like(shapes);
+        KILN_RETURN_IF_ERROR(device_.read_donor(donor));
+      }
     }
-    if (!ok) return Status::ok();
-    detail::check_inputs(spec_, got, host, context, f_);
+    if (!same_inputs) detail::check_inputs(spec_, got, donor, context, f_);
     detail::compare_outputs(spec_, got, expected, context, f_);
     return Status::ok();
   }
@@ -527,6 +530,7 @@ class Protocol {
   DeviceLock lock_;
   double fill_s_ = 0;     // drawing inputs
   double recheck_s_ = 0;  // the checks after timing
+  double draw_s_ = 0;     // the device drawing the timing's inputs
 };
 
 }  // namespace

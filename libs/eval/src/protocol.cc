@@ -3,6 +3,7 @@
 #include "kiln/eval/device.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <map>
 
@@ -65,6 +66,42 @@ void fill_inputs(const task::TaskSpec& spec, TensorSet& set, uint64_t seed) {
 
 void poison_outputs(TensorSet& set, int variant) {
   for (auto& o : set.outputs) o.poison(variant);
+}
+
+TensorSet unfilled_like(const TensorSet& set) {
+  TensorSet out;
+  out.inputs.reserve(set.inputs.size());
+  out.outputs.reserve(set.outputs.size());
+  for (const auto& t : set.inputs) out.inputs.emplace_back(t.dtype(), t.shape());
+  for (const auto& t : set.outputs) out.outputs.emplace_back(t.dtype(), t.shape());
+  return out;
+}
+
+void HostTimingSets::draw(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                          uint64_t donor_seed) {
+  first = unfilled_like(shapes);
+  fill_inputs(spec, first, first_seed);
+  poison_outputs(first, 0);
+  donor.outputs.clear();
+  donor.inputs = unfilled_like(shapes).inputs;
+  fill_inputs(spec, donor, donor_seed);
+}
+
+void HostTimingSets::perturb(TensorSet& set, const std::vector<PerturbBlock>& blocks) const {
+  for (size_t i = 0; i < blocks.size() && i < donor.inputs.size() && i < set.inputs.size(); ++i) {
+    const size_t n = donor.inputs[i].elements();
+    if (n == 0 || blocks[i].len == 0) continue;
+    const size_t elem = donor.inputs[i].bytes() / n;
+    std::memcpy(static_cast<char*>(set.inputs[i].data()) + blocks[i].first * elem,
+                static_cast<const char*>(donor.inputs[i].data()) + blocks[i].source * elem, blocks[i].len * elem);
+  }
+}
+
+TensorSet HostTimingSets::donor_set(const TensorSet& shapes, int variant) const {
+  TensorSet set = unfilled_like(shapes);
+  for (size_t i = 0; i < set.inputs.size(); ++i) set.inputs[i].copy_from(donor.inputs[i]);
+  poison_outputs(set, variant);
+  return set;
 }
 
 PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input) {

@@ -82,6 +82,7 @@ class FakeDevice final : public Device {
   }
   Status read(size_t who, TensorSet& into, bool inputs_too) override {
     if (who == 0 && !inputs_too) ++output_reads;  // only the timed comparison reads the candidate's outputs alone
+    if (who == 0 && inputs_too) ++input_reads;
     if (inputs_too) into.inputs = slots_[who].inputs;
     into.outputs = slots_[who].outputs;
     return Status::ok();
@@ -114,10 +115,12 @@ class FakeDevice final : public Device {
     return true;
   }
   Status check_case(const TensorSet&) override { return Status::ok(); }
-  Status begin_timing(const TensorSet& donor, const TensorSet& /*first*/) override {
-    donor_ = donor;
+  Status begin_timing(const TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                      uint64_t donor_seed) override {
+    timing_.draw(spec, shapes, first_seed, donor_seed);
     return Status::ok();
   }
+  Status load_block(size_t who, const TensorSet& /*shapes*/) override { return load(who, timing_.first); }
   Result<Block> begin_block(uint64_t block) override {
     blocks.push_back(block);
     Block b;
@@ -126,9 +129,8 @@ class FakeDevice final : public Device {
   }
   Status perturb(const std::vector<PerturbBlock>& bs) override {
     ++perturbs;
-    for (auto& s : slots_) {
-      for (size_t i = 0; i < bs[0].len; ++i) s.inputs[0].set(bs[0].first + i, donor_.inputs[0].get(bs[0].source + i));
-    }
+    timing_.perturb(timing_.first, bs);
+    for (auto& s : slots_) timing_.perturb(s, bs);
     return Status::ok();
   }
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override {
@@ -137,11 +139,25 @@ class FakeDevice final : public Device {
     note = "fake note";
     return Status::ok();
   }
+  Status load_donor(size_t who, const TensorSet& shapes, int variant) override {
+    return load(who, timing_.donor_set(shapes, variant));
+  }
+  Result<bool> inputs_are_donor(size_t who) override {
+    for (size_t i = 0; i < slots_[who].inputs.size(); ++i) {
+      if (!slots_[who].inputs[i].same_bytes(timing_.donor.inputs[i])) return false;
+    }
+    return true;
+  }
+  Status read_donor(TensorSet& into) override {
+    into.inputs = timing_.donor.inputs;
+    return Status::ok();
+  }
 
   std::string load_failure;
   bool compares = false;
   int device_compares = 0;
   int output_reads = 0;
+  int input_reads = 0;
   std::function<void(CallKind)> on_call;
   int crash_at_timed_call = 0;
   uint64_t die_at_block = ~uint64_t{0};
@@ -154,7 +170,7 @@ class FakeDevice final : public Device {
  private:
   std::vector<Kernel> kernels_;
   std::vector<TensorSet> slots_;
-  TensorSet donor_;
+  kiln::eval::HostTimingSets timing_;
 };
 
 EvalOptions fast() {
@@ -262,6 +278,35 @@ TEST_CASE("driver: a candidate that writes its input is caught", "[eval][driver]
   const auto r = run(d);
   CHECK(r.status == status::kInputModified);
   CHECK(r.message.find("input 'x' was modified") != std::string::npos);
+}
+
+TEST_CASE("driver: the check after timing compares where the device keeps the tensors and reads back what differs",
+          "[eval][driver]") {
+  // Honest: the check after timing reads nothing back (correctness reads the candidate's inputs after
+  // each of its calls: two per case and seed).
+  FakeDevice d({twice, 5}, {twice, 20});
+  d.compares = true;
+  CHECK(run(d).status == status::kOk);
+  CHECK(d.input_reads == 2 * 2 * 2);
+  CHECK(d.output_reads == 0);
+
+  // A kernel that writes its input only once timing is over is caught there, on the donor's inputs.
+  Device::CallKind kind = Device::CallKind::kCheck;
+  bool timed = false;
+  Kernel late{[&](TensorSet& t) {
+                twice(t);
+                if (kind == Device::CallKind::kTimed) timed = true;
+                if (timed && kind == Device::CallKind::kCheck) t.inputs[0].set(1, -7.0);
+                return 0;
+              },
+              5};
+  FakeDevice w(late, {twice, 20});
+  w.compares = true;
+  w.on_call = [&kind](Device::CallKind k) { kind = k; };
+  const auto r = run(w);
+  CHECK(r.status == status::kInputModified);
+  CHECK(r.message.find("input 'x' was modified (N=4096, after timing)") != std::string::npos);
+  CHECK(w.input_reads == 2 * 2 * 2 + 1);
 }
 
 TEST_CASE("driver: a failing reference is the evaluator's error, never the candidate's verdict", "[eval][driver]") {

@@ -52,6 +52,21 @@ struct PerturbBlock {
 };
 PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input);
 
+// Tensors shaped like `set`'s, their values unset (the pages untouched until written).
+TensorSet unfilled_like(const TensorSet& set);
+
+// The timing tensors of a device that keeps them on the host (the CPU device): what begin_timing() draws,
+// perturbed as perturb() says.
+struct HostTimingSets {
+  TensorSet first;  // inputs from the first seed as perturbed so far; outputs poisoned (variant 0)
+  TensorSet donor;  // inputs from the donor seed
+  void draw(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed, uint64_t donor_seed);
+  // Copies `blocks` of the donor's inputs into `set`'s (and first's, with `set` = first).
+  void perturb(TensorSet& set, const std::vector<PerturbBlock>& blocks) const;
+  // The donor's inputs (a copy) and outputs shaped like `shapes`' poisoned the `variant` way.
+  TensorSet donor_set(const TensorSet& shapes, int variant) const;
+};
+
 // The task's scalars as the kernel ABI passes them: parallel arrays of names and values.
 struct Scalars {
   std::vector<const char*> names;
@@ -104,11 +119,10 @@ class Device {
 
   // Puts `tensors` where contestant `who` reads and writes them (at the current placement).
   virtual Status load(size_t who, const TensorSet& tensors) = 0;
-  // The load at the start of a timing block: `tensors` are the case's inputs as perturb() has left them
-  // and poisoned outputs, the same at every block but for those perturbations. A device may keep a copy of
-  // its own from begin_timing()'s `first`, perturbed alike, and load from it (a GPU copies device to device
-  // instead of moving the whole case over the bus every block).
-  virtual Status load_block(size_t who, const TensorSet& tensors) { return load(who, tensors); }
+  // The load at the start of a timing block: the case's timing inputs as perturb() has left them and
+  // poisoned outputs, from the device's own copy (begin_timing() drew it); `shapes` are the case's tensors,
+  // their values unset. (A GPU copies device to device instead of moving the case over the bus.)
+  virtual Status load_block(size_t who, const TensorSet& shapes) = 0;
   // What contestant `who`'s calls left there: the outputs, and the inputs when `inputs_too`.
   virtual Status read(size_t who, TensorSet& into, bool inputs_too) = 0;
   // One call of contestant `who` on its tensors. An error only for trouble on the evaluator's side: what
@@ -124,12 +138,15 @@ class Device {
     return false;
   }
 
-  // Timing of one benchmark case. Whether the baselines can run the case's tensors.
-  virtual Status check_case(const TensorSet& tensors) = 0;
-  // Before the case's timing, with the device held shared (what it copies overlaps no other slot's timing,
-  // and waits for none): `donor` is the second input set perturb() copies from, `first` what the first
-  // block loads (load_block may load every block from a copy of it made here).
-  virtual Status begin_timing(const TensorSet& donor, const TensorSet& first) = 0;
+  // Timing of one benchmark case. Whether the baselines can run the case's tensors (`shapes`: values unset).
+  virtual Status check_case(const TensorSet& shapes) = 0;
+  // Before the case's timing, with the device held shared (what it does overlaps no other slot's timing,
+  // and waits for none): the device draws the case's inputs where it keeps them, as fill_inputs() draws
+  // them, twice: from `first_seed`, what the first block loads (load_block()), and from `donor_seed`, the
+  // second set perturb() copies from and the check after timing's inputs (load_donor()). Neither set
+  // exists on the host, which for a case of hundreds of MiB saves drawing them there and sending them over.
+  virtual Status begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
+                              uint64_t donor_seed) = 0;
   // Block `block` of rounds starts (block 0 before the warm-up): the device may move every contestant's
   // tensors (the protocol loads them again right after) and may give contestants fresh processes, which
   // the protocol then warms up again. Returns whether it did; a candidate that died starting is
@@ -147,6 +164,14 @@ class Device {
   // final account of them; `note` goes to the log line of the case. Contestants go back to the placement
   // and processes of correctness.
   virtual Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) = 0;
+
+  // The check after timing (after end_timing()): contestant `who` gets the donor's inputs as begin_timing()
+  // drew them (unperturbed) and outputs poisoned the `variant` way.
+  virtual Status load_donor(size_t who, const TensorSet& shapes, int variant) = 0;
+  // Whether contestant `who`'s inputs are still the donor's, byte for byte (compared where they are).
+  virtual Result<bool> inputs_are_donor(size_t who) = 0;
+  // The donor's inputs (into.inputs, shaped like them), to say what changed when they are not.
+  virtual Status read_donor(TensorSet& into) = 0;
 
  protected:
   std::vector<std::string> names_;  // set by the device when it starts its contestants
