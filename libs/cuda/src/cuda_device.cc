@@ -25,10 +25,13 @@ using eval::HostTensor;
 using eval::Runner;
 using eval::TensorSet;
 
-// Calls of the overhead runner whose median is the fixed cost every call pays (waking a stopped process,
+// Calls of the overhead probe whose median is the fixed cost every call pays (waking a stopped process,
 // one tiny launch in the runner's context and the device's switch to it, the runner's synchronize, the
 // answer and the evaluator's probe), measured as the contestants are timed (after the flush in cold
-// mode); it is subtracted from every contestant's samples alike.
+// mode); it is subtracted from every contestant's samples alike. The probe is the reference runner's
+// second entry (Runner::stage's second_entry): a process and a CUDA context of its own for it cost every
+// evaluation a fourth context to create and destroy, which the driver does one at a time across every
+// evaluation slot of the GPU (on an H200 at 6 slots, creating the evaluator's context took 2.5 s).
 constexpr int kOverheadCalls = 60;
 // How much less than the evaluator's clock a candidate's own CUDA-event times may claim (the gap between
 // the clocks, its median against the reference's) before they are disbelieved and every contestant is
@@ -156,7 +159,7 @@ struct RawCall {
   double reported_us = 0;  // the runner's CUDA events around the call: precise, but the runner's word
 };
 
-// The fixed cost of a call on both clocks, from the overhead runner.
+// The fixed cost of a call on both clocks, from the overhead probe.
 struct Overhead {
   double wall_us = 0;
   double reported_us = 0;
@@ -239,9 +242,8 @@ struct CudaDevice::State {
   const uint64_t placement_seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   bool host_clock = false;  // some case was timed by the evaluator's clock
 
-  // The protocol's contestant `who` (candidate, reference, baselines) among `all`.
-  Contestant& at(size_t who) { return all[who < 2 ? who : who + 1]; }
-  Contestant& overhead() { return all[2]; }
+  // The protocol's contestant `who` (candidate, reference, baselines).
+  Contestant& at(size_t who) { return all[who]; }
 
   // `like`'s bytes at `data` (device memory) poisoned the `variant` way, as HostTensor::poison() does on the
   // host: one element poisoned there, repeated here. Asynchronous on the evaluator's stream.
@@ -258,7 +260,7 @@ struct CudaDevice::State {
   // One call on `inputs`/`outputs`: the runner is continued, calls its kernel, synchronizes its device and
   // answers; the evaluator's probe follows. `flush` empties the L2 first (off the clock).
   Result<RawCall> call(Contestant& c, const std::vector<kiln_tensor>& inputs, const std::vector<kiln_tensor>& outputs,
-                       bool flush) {
+                       bool flush, bool overhead_probe = false) {
     std::vector<kiln_tensor> live_in = inputs, live_out = outputs;
     kiln_args args{live_in.data(),
                    static_cast<int32_t>(live_in.size()),
@@ -269,7 +271,7 @@ struct CudaDevice::State {
                    static_cast<int32_t>(scalars.names.size()),
                    nullptr};
     Runner& runner = *c.runner;
-    KILN_RETURN_IF_ERROR(runner.stage(args));
+    KILN_RETURN_IF_ERROR(runner.stage(args, overhead_probe));
     if (flush) KILN_RETURN_IF_ERROR(gpu->flush_l2());
     RawCall o;
     const auto t0 = std::chrono::steady_clock::now();
@@ -296,12 +298,13 @@ struct CudaDevice::State {
     return o;
   }
 
-  // The fixed cost of a call on both clocks: medians of the overhead runner's calls.
+  // The fixed cost of a call on both clocks: medians of the overhead probe's calls (in the reference's
+  // runner, which is trusted).
   Result<Overhead> call_overhead() {
     std::vector<double> wall, reported;
     for (int i = 0; i < kOverheadCalls; ++i) {
-      KILN_ASSIGN_OR_RETURN(RawCall o, call(overhead(), {}, {}, cold));
-      if (!o.call.ok()) return internal_error("the overhead runner failed: " + o.call.what());
+      KILN_ASSIGN_OR_RETURN(RawCall o, call(at(1), {}, {}, cold, true));
+      if (!o.call.ok()) return internal_error("the call-overhead probe failed: " + o.call.what());
       wall.push_back(o.wall_us);
       reported.push_back(o.reported_us);
     }
@@ -337,9 +340,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
                                                       const eval::Candidate& reference,
                                                       const eval::EvalOptions& options) {
   auto s = std::make_unique<State>(spec, options);
-  std::vector<eval::RunnerKernel> kernels = {{"candidate", candidate.entry, candidate.library, nullptr},
-                                             {"reference", reference.entry, reference.library, nullptr},
-                                             {"overhead", overhead_entry, "", nullptr}};
+  std::vector<eval::RunnerKernel> kernels = {
+      {"candidate", candidate.entry, candidate.library, nullptr, nullptr},
+      {"reference", reference.entry, reference.library, nullptr, overhead_entry}};
   for (const auto& b : spec.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
   KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
   State& st = *s;
@@ -359,7 +362,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     // Several arenas each where the device has room for them (a quarter of its free memory at most).
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const size_t with_arenas = runners.size() - 1;
+    const size_t with_arenas = runners.size();
     st.arenas = kArenas;
     while (st.arenas > 1 && st.arenas * arena * with_arenas > free_bytes / 4) --st.arenas;
     // The arenas are allocated in turns, each turn starting with another contestant, so that no
@@ -373,7 +376,6 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     for (size_t k = 0; k < st.arenas; ++k) {
       for (size_t j = 0; j < runners.size(); ++j) {
         Contestant& c = st.all[(j + k) % runners.size()];
-        if (c.name == "overhead") continue;
         KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
         cudaIpcMemHandle_t handle;
         KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
@@ -393,9 +395,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   st.start_phases.emplace_back("runners", since(runners_from));
   for (size_t i = 0; i < runners.size(); ++i) st.all[i].runner = std::move(runners[i]);
   std::unique_ptr<CudaDevice> d(new CudaDevice(std::move(s)));
-  for (const auto& c : d->s_->all) {
-    if (c.name != "overhead") d->names_.push_back(c.name);
-  }
+  for (const auto& c : d->s_->all) d->names_.push_back(c.name);
   return d;
 }
 
@@ -606,7 +606,7 @@ Status CudaDevice::begin_rounds() {
 
 // The runners' CUDA events are precise; the candidate's are its own word. When they disagree with the
 // evaluator's clock, everybody is timed on that clock: coarser (the process hop), never in its favour.
-// Each sample loses the fixed cost of a call on its clock (from the overhead runner), never below a
+// Each sample loses the fixed cost of a call on its clock (from the overhead probe), never below a
 // tenth of the raw time: the subtraction corrects a bias, it must not invent speed.
 Status CudaDevice::end_timing(std::vector<std::vector<double>>& samples, std::string& note) {
   KILN_ASSIGN_OR_RETURN(const Overhead after, s_->call_overhead());

@@ -4,7 +4,7 @@
 // through CUDA IPC, and uploads, perturbs and reads the tensors there. A call is timed from continuing the
 // stopped runner to its answer (it synchronizes its whole device first) plus a probe of the device from the
 // evaluator's context; the runner's own CUDA events are used when they agree with that clock, and the
-// cost of an empty call (an overhead runner) is subtracted from every contestant alike. Internal to
+// cost of an empty call (the reference runner's second entry) is subtracted from every contestant alike. Internal to
 // libs/cuda.
 #pragma once
 

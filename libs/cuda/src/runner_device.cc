@@ -35,7 +35,7 @@ Status runner_init() {
   return Status::ok();
 }
 
-// `blob` holds one IPC handle per device arena (none for the call-overhead runner).
+// `blob` holds one IPC handle per device arena.
 Status runner_attach(const void* blob, size_t bytes) {
   if (bytes % sizeof(cudaIpcMemHandle_t) != 0) return invalid_argument("device arena handles of the wrong size");
   for (size_t k = 0; k < bytes / sizeof(cudaIpcMemHandle_t); ++k) {
@@ -80,7 +80,7 @@ int runner_call(eval::KernelEntry fn, kiln_args* args, char* error, size_t error
   call.stream = g_side.stream;
   // Events on this runner's stream around the call and a device-wide synchronize: everything the kernel
   // started, on any stream of this context, is part of the call (the synchronize's own cost is measured
-  // the same way on the overhead runner and subtracted).
+  // the same way on the overhead probe and subtracted).
   cudaEventRecord(g_side.start, g_side.stream);
   const int rc = fn(&call);
   const cudaError_t launch = cudaGetLastError();

@@ -41,6 +41,7 @@ enum BlobState : uint32_t { kNoBlob = 0, kBlobPublished = 1 };
 struct Control {
   alignas(64) std::atomic<uint32_t> seq{0};       // doorbell: the evaluator's call number
   alignas(64) std::atomic<uint32_t> done_seq{0};  // the runner's answer: the call number it finished
+  int32_t second_entry = 0;                       // the call runs RunnerKernel::second
   int32_t rc = 0;
   double reported_us = 0;
   alignas(64) std::atomic<uint32_t> state{kStarting};
@@ -131,7 +132,8 @@ void await_blob(Control* ctl) {
     while ((s = ctl->seq.load(std::memory_order_acquire)) == last) cpu_relax();
     last = s;
     ctl->error[0] = '\0';
-    ctl->rc = device ? device->call(fn, &ctl->args, ctl->error, kErrorBytes, &ctl->reported_us) : fn(&ctl->args);
+    const KernelEntry entry = ctl->second_entry && k.second ? k.second : fn;
+    ctl->rc = device ? device->call(entry, &ctl->args, ctl->error, kErrorBytes, &ctl->reported_us) : entry(&ctl->args);
     ctl->done_seq.store(s, std::memory_order_release);
     futex_wake(&ctl->done_seq);  // the evaluator may be asleep on it (a long call)
     // Stop every thread of this process now, from here, rather than when the evaluator gets to it: a
@@ -194,6 +196,7 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
       runner_main(control(runners[i]->arena_), kernels[i], device);
     }
     runners[i]->pid_ = pid;
+    runners[i]->has_second_ = kernels[i].second != nullptr;
     runners[i]->has_cpu_clock_ = ::clock_getcpuclockid(pid, &runners[i]->cpu_clock_) == 0;
   }
   if (after_fork) KILN_RETURN_IF_ERROR(after_fork(runners));
@@ -269,11 +272,13 @@ std::string Runner::device_error() const {
 
 double Runner::reported_us() const { return control(arena_)->reported_us; }
 
-Status Runner::stage(const kiln_args& args) {
+Status Runner::stage(const kiln_args& args, bool second_entry) {
   if (dead_) return unavailable(name_ + " runner: " + death_.what);
+  if (second_entry && !has_second_) return internal_error(name_ + " runner: no second entry to call");
   if (args.n_inputs > kMaxTensors || args.n_outputs > kMaxTensors || args.n_scalars > kMaxScalars)
     return invalid_argument("too many tensors or scalars for a runner");
   Control* ctl = control(arena_);
+  ctl->second_entry = second_entry ? 1 : 0;
   auto* base = static_cast<char*>(arena_);
   size_t offset = kDataOffset + std::min(placement_, kPlacementSlack) / 64 * 64;
   // Into the arena; on a device the tensors are in the device arena already and their descriptors name

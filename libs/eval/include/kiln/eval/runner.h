@@ -61,6 +61,10 @@ struct RunnerKernel {
   KernelEntry entry = nullptr;                 // a function of this process (the trusted reference, tests) ...
   std::string library;                         // ... or a shared object the runner loads once confined ...
   const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
+  // A second entry, a function of this process (never the candidate's code), that a call staged with
+  // `second_entry` runs instead: the CUDA device's call-overhead probe, in the reference's runner rather
+  // than in a process (and a CUDA context) of its own.
+  KernelEntry second = nullptr;
 };
 
 // How a runner call ended when it did not return: the runner process died or could not load its kernel.
@@ -102,7 +106,8 @@ class Runner {
   Result<int> call(kiln_args& args);
 
   // The steps of call(), for the timing loop (which flushes the cache between stage and invoke).
-  Status stage(const kiln_args& args);
+  // `second_entry`: the call runs the runner's RunnerKernel::second (an error where it has none).
+  Status stage(const kiln_args& args, bool second_entry = false);
   // Moves where stage() puts the tensors by `bytes` (a multiple of 64, at most kPlacementSlack): other
   // pages, other cache sets. The timing loop moves every contestant between blocks of rounds.
   void set_placement(size_t bytes) { placement_ = bytes; }
@@ -134,6 +139,7 @@ class Runner {
   pid_t pid_ = -1;
   clockid_t cpu_clock_ = CLOCK_MONOTONIC;  // the runner's process CPU clock
   bool has_cpu_clock_ = false;
+  bool has_second_ = false;  // RunnerKernel::second was given
   double cpu_at_answer_us_ = 0;
   double after_return_cpu_us_ = 0;
   void* arena_ = nullptr;
