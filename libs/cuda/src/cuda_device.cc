@@ -245,6 +245,17 @@ struct CudaDevice::State {
   // The protocol's contestant `who` (candidate, reference, baselines).
   Contestant& at(size_t who) { return all[who]; }
 
+  // `c`'s tensors laid out like `shapes` at its current placement, its inputs copied there from `from` (the
+  // device's own copies), on the evaluator's stream (asynchronous).
+  Status place_inputs(Contestant& c, const TensorSet& shapes, const std::vector<DeviceBuffer>& from) {
+    c.layout = Layout(shapes, c.placement);
+    for (size_t i = 0; i < shapes.inputs.size(); ++i) {
+      KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), from[i].data(), shapes.inputs[i].bytes(),
+                                                cudaMemcpyDeviceToDevice, gpu->stream.get()));
+    }
+    return Status::ok();
+  }
+
   // `like`'s bytes at `data` (device memory) poisoned the `variant` way, as HostTensor::poison() does on the
   // host: one element poisoned there, repeated here. Asynchronous on the evaluator's stream.
   Status poison(void* data, const HostTensor& like, int variant) {
@@ -436,12 +447,8 @@ Status CudaDevice::load_block(size_t who, const TensorSet& shapes) {
     return internal_error("load_block before begin_timing");
   }
   Contestant& c = s_->at(who);
-  c.layout = Layout(shapes, c.placement);
   const cudaStream_t stream = s_->gpu->stream.get();
-  for (size_t i = 0; i < shapes.inputs.size(); ++i) {
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), s_->master_in[i].data(), shapes.inputs[i].bytes(),
-                                              cudaMemcpyDeviceToDevice, stream));
-  }
+  KILN_RETURN_IF_ERROR(s_->place_inputs(c, shapes, s_->master_in));
   for (size_t i = 0; i < shapes.outputs.size(); ++i) {
     KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.out[i]), s_->master_out[i].data(),
                                               shapes.outputs[i].bytes(), cudaMemcpyDeviceToDevice, stream));
@@ -638,16 +645,11 @@ Status CudaDevice::end_timing(std::vector<std::vector<double>>& samples, std::st
 Status CudaDevice::load_donor(size_t who, const TensorSet& shapes, int variant) {
   if (s_->donor.size() != shapes.inputs.size()) return internal_error("load_donor before begin_timing");
   Contestant& c = s_->at(who);
-  c.layout = Layout(shapes, c.placement);
-  const cudaStream_t stream = s_->gpu->stream.get();
-  for (size_t i = 0; i < shapes.inputs.size(); ++i) {
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.at(c.layout.in[i]), s_->donor[i].data(), shapes.inputs[i].bytes(),
-                                              cudaMemcpyDeviceToDevice, stream));
-  }
+  KILN_RETURN_IF_ERROR(s_->place_inputs(c, shapes, s_->donor));
   for (size_t i = 0; i < shapes.outputs.size(); ++i) {
     KILN_RETURN_IF_ERROR(s_->poison(c.at(c.layout.out[i]), shapes.outputs[i], variant));
   }
-  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s_->gpu->stream.get()));
   return Status::ok();
 }
 
