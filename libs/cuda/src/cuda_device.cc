@@ -370,12 +370,13 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     KILN_ASSIGN_OR_RETURN(st.gpu, open_gpu(st.cold));
     st.start_phases.emplace_back("context", since(phase));
     phase = Clock::now();
-    // Several arenas each where the device has room for them (a quarter of its free memory at most).
+    // Several arenas each where the device has room for them: with the timing's own two copies of a case
+    // (begin_timing(), at most an arena's worth each), a quarter of its free memory at most.
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
     const size_t with_arenas = runners.size();
     st.arenas = kArenas;
-    while (st.arenas > 1 && st.arenas * arena * with_arenas > free_bytes / 4) --st.arenas;
+    while (st.arenas > 1 && (st.arenas * with_arenas + 2) * arena > free_bytes / 4) --st.arenas;
     // The arenas are allocated in turns, each turn starting with another contestant, so that no
     // contestant's arenas all come from one end of what the allocator hands out.
     std::vector<std::vector<cudaIpcMemHandle_t>> handles(runners.size());

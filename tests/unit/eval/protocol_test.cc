@@ -2,9 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kiln/eval/detail/protocol.h"
+#include "kiln/eval/device.h"
 
 using kiln::eval::TimingOptions;
 using kiln::eval::detail::Findings;
@@ -123,4 +126,44 @@ TEST_CASE("an interval widened for reproducibility moves each bound by the worse
   kiln::eval::detail::widen_interval(same, 0, 0);
   CHECK(same.speedup_lo == t.speedup_lo);
   CHECK(same.speedup_hi == t.speedup_hi);
+}
+
+TEST_CASE("a host device's timing sets: drawn as fill_inputs draws them, perturbed alike, the donor unmoved",
+          "[eval][timing]") {
+  using kiln::task::DType;
+  using kiln::task::InitKind;
+  kiln::task::TaskSpec spec;
+  spec.inputs = {{"x", DType::kF32, {"N"}, InitKind::kNormal, 0, 1}, {"k", DType::kI32, {"N"}, InitKind::kInt, 0, 9}};
+  spec.outputs = {{"y", DType::kF32, {"N"}, InitKind::kZeros, 0, 0}};
+  auto shapes = kiln::eval::allocate(spec, {{"N", 5000}});
+  REQUIRE(shapes.is_ok());
+  kiln::eval::HostTimingSets sets;
+  sets.draw(spec, *shapes, 11, 22);
+  for (const auto& [seed, drawn] : {std::pair{uint64_t{11}, &sets.first}, std::pair{uint64_t{22}, &sets.donor}}) {
+    kiln::eval::TensorSet want = kiln::eval::unfilled_like(*shapes);
+    kiln::eval::fill_inputs(spec, want, seed);
+    for (size_t i = 0; i < want.inputs.size(); ++i) CHECK(drawn->inputs[i].same_bytes(want.inputs[i]));
+  }
+  REQUIRE(sets.first.outputs.size() == 1);
+  CHECK(std::isnan(sets.first.outputs[0].get(0)));  // poisoned
+  CHECK(sets.donor.outputs.empty());
+
+  // A block of each input copied from the donor into `first` and into a contestant's copy alike.
+  kiln::eval::TensorSet contestant = sets.first;
+  std::vector<kiln::eval::PerturbBlock> blocks = {{100, 50, 4000}, {7, 16, 0}};
+  sets.perturb(sets.first, blocks);
+  sets.perturb(contestant, blocks);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(contestant.inputs[i].same_bytes(sets.first.inputs[i]));
+    for (size_t k = 0; k < blocks[i].len; ++k) {
+      CHECK(sets.first.inputs[i].get(blocks[i].first + k) == sets.donor.inputs[i].get(blocks[i].source + k));
+    }
+  }
+  // The check after timing's set: the donor's inputs as drawn, outputs poisoned the asked way.
+  const kiln::eval::TensorSet check = sets.donor_set(*shapes, 1);
+  kiln::eval::TensorSet want = kiln::eval::unfilled_like(*shapes);
+  kiln::eval::fill_inputs(spec, want, 22);
+  for (size_t i = 0; i < 2; ++i) CHECK(check.inputs[i].same_bytes(want.inputs[i]));
+  REQUIRE(check.outputs.size() == 1);
+  CHECK(std::isnan(check.outputs[0].get(0)));
 }
