@@ -143,8 +143,9 @@ class Device {
   // Before the case's timing, with the device held shared (what it does overlaps no other slot's timing,
   // and waits for none): the device draws the case's inputs where it keeps them, as fill_inputs() draws
   // them, twice: from `first_seed`, what the first block loads (load_block()), and from `donor_seed`, the
-  // second set perturb() copies from and the check after timing's inputs (load_donor()). Neither set
-  // exists on the host, which for a case of hundreds of MiB saves drawing them there and sending them over.
+  // second set perturb() copies from and the check after timing's inputs (load_donor()). On a GPU neither
+  // set exists on the host, which for a case of hundreds of MiB saves drawing them there and sending them
+  // over the bus.
   virtual Status begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
                               uint64_t donor_seed) = 0;
   // Block `block` of rounds starts (block 0 before the warm-up): the device may move every contestant's
@@ -156,7 +157,8 @@ class Device {
     std::string candidate_death;
   };
   virtual Result<Block> begin_block(uint64_t block) = 0;
-  // Before a round: copies `blocks[i]` of donor input i into input i of every contestant.
+  // Before a round: copies `blocks[i]` of donor input i into input i of every contestant and of the
+  // device's own copy that load_block() loads from.
   virtual Status perturb(const std::vector<PerturbBlock>& blocks) = 0;
   // After the warm-up, before the first timed round.
   virtual Status begin_rounds() { return Status::ok(); }
