@@ -22,7 +22,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
 ldd build/bin/kiln-eval-cuda build/bin/test_gpu | grep "not found" | sort -u
 for step in "$@"; do
   case $step in
-    tests) KILN_GPU_TESTS=1 timeout ${GPU_TIMEOUT:-540} build/bin/test_gpu -d yes ${GPU_FILTER:-} > "$out/gpu_tests.log" 2>&1
+    # GPU_FILTER is one Catch2 test spec (names with spaces, comma-separated alternatives, wildcards).
+    tests) KILN_GPU_TESTS=1 timeout ${GPU_TIMEOUT:-540} build/bin/test_gpu -d yes ${GPU_FILTER:+"$GPU_FILTER"} > "$out/gpu_tests.log" 2>&1
            echo "test_gpu exit $?"; grep -E "speedup|passed|failed|FAILED|with expansion|seconds:|sandbox" "$out/gpu_tests.log" | head -70 ;;
     bench) timeout ${BENCH_TIMEOUT:-170} bash bench/timing/cuda_runner.sh build/bin/kiln-eval-cuda "${RUNS:-5}" > "$out/cuda_runner.json" 2> "$out/cuda_runner.log"
            echo "bench exit $?"; cat "$out/cuda_runner.log" | cut -c1-160 | head -40 ;;
