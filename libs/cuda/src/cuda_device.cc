@@ -664,9 +664,8 @@ Result<bool> CudaDevice::inputs_are_donor(size_t who) {
   const cudaStream_t stream = s_->gpu->stream.get();
   KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, sizeof *count, stream));
   for (size_t i = 0; i < c.layout.inputs.size(); ++i) {
-    const size_t bytes = eval::tensor_elements(c.layout.inputs[i]) *
-                         task::dtype_bytes(static_cast<task::DType>(c.layout.inputs[i].dtype));
-    KILN_CUDA_RETURN_IF_ERROR(count_differences(c.at(c.layout.in[i]), s_->donor[i].data(), bytes, count, stream));
+    KILN_CUDA_RETURN_IF_ERROR(count_differences(c.at(c.layout.in[i]), s_->donor[i].data(),
+                                                eval::tensor_bytes(c.layout.inputs[i]), count, stream));
   }
   unsigned long long host = 0;
   KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&host, count, sizeof host, cudaMemcpyDeviceToHost, stream));

@@ -131,11 +131,15 @@ Status CpuDevice::check_started() const {
   return Status::ok();
 }
 
-Status CpuDevice::load(size_t who, const TensorSet& tensors) {
+void CpuDevice::install(size_t who, TensorSet tensors) {
   Slot& s = slots_[who];
   s.invoker.reset();
-  s.tensors = tensors;
+  s.tensors = std::move(tensors);
   s.invoker = std::make_unique<Invoker>(s.tensors, scalars_);
+}
+
+Status CpuDevice::load(size_t who, const TensorSet& tensors) {
+  install(who, tensors);
   return Status::ok();
 }
 
@@ -241,10 +245,7 @@ Status CpuDevice::end_timing(std::vector<std::vector<double>>& /*samples*/, std:
 }
 
 Status CpuDevice::load_donor(size_t who, const TensorSet& shapes, int variant) {
-  Slot& s = slots_[who];
-  s.invoker.reset();
-  s.tensors = timing_.donor_set(shapes, variant);
-  s.invoker = std::make_unique<Invoker>(s.tensors, scalars_);
+  install(who, timing_.donor_set(shapes, variant));
   return Status::ok();
 }
 

@@ -52,6 +52,8 @@ class CpuDevice final : public Device {
 
  private:
   CpuDevice(const task::TaskSpec& spec, const EvalOptions& options);
+  // `tensors` become contestant `who`'s (load(), load_donor()).
+  void install(size_t who, TensorSet tensors);
 
   // The tensors of one contestant as the evaluator keeps them, and their kiln_args.
   struct Slot {

@@ -64,22 +64,6 @@ constexpr double kCompareShare = 0.25;
 
 double seconds_since(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// Tensors shaped like `set`'s outputs, their values unset (filled by whoever uses them).
-std::vector<HostTensor> outputs_like(const TensorSet& set) {
-  std::vector<HostTensor> out;
-  out.reserve(set.outputs.size());
-  for (const auto& o : set.outputs) out.emplace_back(o.dtype(), o.shape());
-  return out;
-}
-
-// Tensors shaped like `set`'s inputs, their values unset.
-std::vector<HostTensor> inputs_like(const TensorSet& set) {
-  std::vector<HostTensor> in;
-  in.reserve(set.inputs.size());
-  for (const auto& t : set.inputs) in.emplace_back(t.dtype(), t.shape());
-  return in;
-}
-
 class Protocol {
  public:
   Protocol(const task::TaskSpec& spec, Device& device, const EvalOptions& options)
@@ -186,7 +170,7 @@ class Protocol {
   // poisoned the `variant` way for contestant `who`.
   Status load_poisoned(size_t who, TensorSet& values, int variant) {
     TensorSet set;
-    set.outputs = outputs_like(values);
+    set.outputs = unfilled_like(values.outputs);
     poison_outputs(set, variant);
     set.inputs.swap(values.inputs);
     Status loaded = device_.load(who, set);
@@ -204,8 +188,7 @@ class Protocol {
     if (c.descriptors_changed && f_.changed_descriptor.empty()) {
       f_.changed_descriptor = "the kernel changed a tensor descriptor (" + context + ")";
     }
-    got.inputs = inputs_like(values);
-    got.outputs = outputs_like(values);
+    got = unfilled_like(values);
     KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, true));
     return true;
   }
@@ -216,7 +199,7 @@ class Protocol {
     KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(kReference, Kind::kCheck));
     KILN_RETURN_IF_ERROR(failed(kReference, c, context).status());
     TensorSet expected;
-    expected.outputs = outputs_like(values);
+    expected.outputs = unfilled_like(values.outputs);
     KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
     return expected;
   }
@@ -331,8 +314,8 @@ class Protocol {
     };
     // The timed outputs as read back (a comparison reads outputs only).
     TensorSet got, expected;
-    got.outputs = outputs_like(shapes);
-    expected.outputs = outputs_like(shapes);
+    got.outputs = unfilled_like(shapes.outputs);
+    expected.outputs = unfilled_like(shapes.outputs);
     std::vector<size_t> block_starts;
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
@@ -342,8 +325,8 @@ class Protocol {
       if (b.fresh) {
         // Fresh processes were forked from this one: memory written before then is shared copy-on-write
         // with them, and reading outputs back into it would copy every page first. New buffers cost less.
-        got.outputs = outputs_like(shapes);
-        expected.outputs = outputs_like(shapes);
+        got.outputs = unfilled_like(shapes.outputs);
+        expected.outputs = unfilled_like(shapes.outputs);
       }
       if (!b.candidate_death.empty()) {
         f_.crashed = b.candidate_death + " (" + shape + ", timing block " + std::to_string(block) + ")";
@@ -488,11 +471,11 @@ class Protocol {
         return Status::ok();
       }
       got = unfilled_like(shapes);
-      expected.outputs = outputs_like(shapes);
+      expected.outputs = unfilled_like(shapes.outputs);
       KILN_RETURN_IF_ERROR(device_.read(kCandidate, got, !same_inputs));
       KILN_RETURN_IF_ERROR(device_.read(kReference, expected, false));
       if (!same_inputs) {
-        donor.inputs = inputs_like(shapes);
+        donor.inputs = unfilled_like(shapes.inputs);
         KILN_RETURN_IF_ERROR(device_.read_donor(donor));
       }
     }

@@ -68,14 +68,14 @@ void poison_outputs(TensorSet& set, int variant) {
   for (auto& o : set.outputs) o.poison(variant);
 }
 
-TensorSet unfilled_like(const TensorSet& set) {
-  TensorSet out;
-  out.inputs.reserve(set.inputs.size());
-  out.outputs.reserve(set.outputs.size());
-  for (const auto& t : set.inputs) out.inputs.emplace_back(t.dtype(), t.shape());
-  for (const auto& t : set.outputs) out.outputs.emplace_back(t.dtype(), t.shape());
+std::vector<HostTensor> unfilled_like(const std::vector<HostTensor>& tensors) {
+  std::vector<HostTensor> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.emplace_back(t.dtype(), t.shape());
   return out;
 }
+
+TensorSet unfilled_like(const TensorSet& set) { return {unfilled_like(set.inputs), unfilled_like(set.outputs)}; }
 
 void HostTimingSets::draw(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
                           uint64_t donor_seed) {
@@ -83,7 +83,7 @@ void HostTimingSets::draw(const task::TaskSpec& spec, const TensorSet& shapes, u
   fill_inputs(spec, first, first_seed);
   poison_outputs(first, 0);
   donor.outputs.clear();
-  donor.inputs = unfilled_like(shapes).inputs;
+  donor.inputs = unfilled_like(shapes.inputs);
   fill_inputs(spec, donor, donor_seed);
 }
 

@@ -68,10 +68,6 @@ inline void cpu_relax() {
 #endif
 }
 
-size_t tensor_bytes(const kiln_tensor& t) {
-  return task::dtype_bytes(static_cast<task::DType>(t.dtype)) * tensor_elements(t);
-}
-
 Control* control(void* arena) { return static_cast<Control*>(arena); }
 
 // Futexes on the shared arena (not FUTEX_PRIVATE: two processes).
@@ -434,6 +430,10 @@ Result<int> Runner::call(kiln_args& args) {
   KILN_RETURN_IF_ERROR(freeze());
   unstage(args);
   return rc;
+}
+
+size_t tensor_bytes(const kiln_tensor& t) {
+  return task::dtype_bytes(static_cast<task::DType>(t.dtype)) * tensor_elements(t);
 }
 
 size_t tensor_elements(const kiln_tensor& t) {

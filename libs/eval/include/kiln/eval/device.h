@@ -52,7 +52,8 @@ struct PerturbBlock {
 };
 PerturbBlock perturb_block(size_t elements, uint64_t round, size_t input);
 
-// Tensors shaped like `set`'s, their values unset (the pages untouched until written).
+// Tensors shaped like these, their values unset (the pages untouched until written).
+std::vector<HostTensor> unfilled_like(const std::vector<HostTensor>& tensors);
 TensorSet unfilled_like(const TensorSet& set);
 
 // The timing tensors of a device that keeps them on the host (the CPU device): what begin_timing() draws,

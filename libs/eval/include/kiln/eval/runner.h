@@ -49,8 +49,9 @@ struct RunnerDevice {
   int (*call)(KernelEntry fn, kiln_args* args, char* error, size_t error_bytes, double* reported_us) = nullptr;
 };
 
-// The elements a tensor descriptor spans (negative extents count as 0).
+// The elements a tensor descriptor spans (negative extents count as 0), and their bytes.
 size_t tensor_elements(const kiln_tensor& t);
+size_t tensor_bytes(const kiln_tensor& t);
 
 // The most a runner's device blob may hold, and the most tensors of each kind a call may pass.
 inline constexpr size_t kRunnerBlobBytes = 256;
