@@ -8,6 +8,7 @@
 #include <csignal>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/compiler/nvcc_graph.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
@@ -24,7 +26,7 @@ namespace kiln::compiler {
 namespace {
 
 // Part of every cache key: bump it when the way builds are made changes.
-constexpr std::string_view kCacheVersion = "kiln-compile-cache-v1";
+constexpr std::string_view kCacheVersion = "kiln-compile-cache-v2";
 // What the sandbox keeps of a compiler's output before trimming; enough for any useful log.
 constexpr size_t kMaxCompilerOutputBytes = 1u << 20;
 // A compiler run may not write files larger than this (a runaway template cannot fill the disk).
@@ -36,6 +38,12 @@ constexpr double kVersionTimeoutS = 30;
 constexpr size_t kMaxRetryLogBytes = 2048;
 constexpr std::string_view kOutputName = "out.so";
 constexpr std::string_view kAbiHeaderPath = "kiln/kernel_abi.h";
+// nvcc's dry run for a plan: a define that marks where a build's -D flags go, the folder for nvcc's
+// intermediate files, and how long asking may take.
+constexpr std::string_view kDefinesMark = "KILN_DEFINES_GO_HERE_=1";
+constexpr std::string_view kBuildDirMark = "@KILN_BUILD_DIR@";
+constexpr std::string_view kKeepDir = "kiln-steps";
+constexpr double kDryRunTimeoutS = 30;
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -65,8 +73,8 @@ std::string cuda_gencode(const std::string& arch) {
 
 namespace {
 
-std::vector<std::string> compile_flags(proto::Backend backend, const std::string& arch,
-                                       const std::map<std::string, std::string>& defines) {
+// The flags of a build but its -D flags.
+std::vector<std::string> base_flags(proto::Backend backend, const std::string& arch) {
   std::vector<std::string> flags;
   if (backend == proto::Backend::kCuda) {
     // Machine code for the target and its PTX embedded beside it, so a newer GPU can still JIT the kernel;
@@ -76,8 +84,39 @@ std::vector<std::string> compile_flags(proto::Backend backend, const std::string
   } else {
     flags = {"-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-I."};
   }
+  return flags;
+}
+
+std::vector<std::string> define_flags(const std::map<std::string, std::string>& defines) {
+  std::vector<std::string> flags;
   for (const auto& [k, v] : defines) flags.push_back("-D" + k + "=" + v);
   return flags;
+}
+
+// The -D flags the way nvcc's dry run writes them into its preprocessing commands ("-D \"K=V\"").
+std::string dryrun_defines(const std::map<std::string, std::string>& defines) {
+  std::string out;
+  for (const auto& [k, v] : defines) out += (out.empty() ? "" : " ") + std::string("-D \"") + k + "=" + v + "\"";
+  return out;
+}
+
+bool plain_file_name(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/')) return false;
+  }
+  return true;
+}
+
+// At most `max_bytes` of a file (a step's output; the rest is dropped and said so), "" when it is absent.
+std::string read_head(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string text(max_bytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(max_bytes));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (in.peek() != std::char_traits<char>::eof()) text += "\n[... the rest of " + path + " dropped]\n";
+  return text;
 }
 
 std::string join(const std::vector<std::string>& parts) {
@@ -227,6 +266,7 @@ CompilerOptions options_from_config(const config::CompilerConfig& config, const 
   o.cxx = config.cxx;
   o.nvcc = config.nvcc;
   o.cuda_arch = config.cuda_arch;
+  o.nvcc_mode = config.nvcc_mode;
   o.max_log_bytes = config.max_log_bytes;
   return o;
 }
@@ -238,6 +278,11 @@ CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<promethe
                      .Help("Builds served from the content-addressed compile cache")
                      .Register(*metrics_)
                      .Add({});
+  graph_fallbacks_ = &prometheus::BuildCounter()
+                          .Name("kiln_compile_nvcc_graph_fallbacks_total")
+                          .Help("CUDA builds whose steps failed as a graph and were run again by nvcc itself")
+                          .Register(*metrics_)
+                          .Add({});
 }
 
 Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOptions& options,
@@ -245,6 +290,9 @@ Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOpt
   if (options.cache_dir.empty()) return invalid_argument("compiler: cache_dir is empty");
   if (!(options.timeout_s > 0)) return invalid_argument("compiler: timeout_s must be positive");
   if (options.max_log_bytes <= 0) return invalid_argument("compiler: max_log_bytes must be positive");
+  if (options.nvcc_mode != "graph" && options.nvcc_mode != "serial") {
+    return invalid_argument("compiler: nvcc_mode must be graph or serial, not '" + options.nvcc_mode + "'");
+  }
   KILN_RETURN_IF_ERROR(make_dirs(options.cache_dir).with_context("compiler: cache_dir"));
   if (!metrics) metrics = std::make_shared<prometheus::Registry>();
   return std::unique_ptr<CompileHandler>(new CompileHandler(options, std::move(metrics)));
@@ -301,7 +349,9 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
                                                     const std::map<std::string, std::string>& defines) {
   KILN_ASSIGN_OR_RETURN(std::string version, toolchain(backend));
   const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
-  const std::vector<std::string> flags = compile_flags(backend, arch, defines);
+  const std::vector<std::string> base = base_flags(backend, arch);
+  std::vector<std::string> flags = base;
+  for (auto& d : define_flags(defines)) flags.push_back(std::move(d));
   const std::string flags_text = join(flags);
 
   // Everything that can change the binary: the package's sources and headers (not its task.yaml or notes),
@@ -338,24 +388,16 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   TempDir scratch("kiln-compile");
   KILN_RETURN_IF_ERROR(make_dirs(scratch.path() + "/kiln"));
   KILN_RETURN_IF_ERROR(
-      write_file_atomic(scratch.path() + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
+      write_file(scratch.path() + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
   for (const auto& [name, content] : sources) {
     // Names were checked by task::parse_task: relative, no "..".
     const std::string path = scratch.path() + "/" + name;
     KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
-    KILN_RETURN_IF_ERROR(write_file_atomic(path, content.data));
+    KILN_RETURN_IF_ERROR(write_file(path, content.data));
   }
 
-  sandbox::SandboxOptions run;
-  run.argv = {compiler};
-  run.argv.insert(run.argv.end(), flags.begin(), flags.end());
-  run.argv.insert(run.argv.end(), {"-o", std::string(kOutputName), source_name});
-  run.working_dir = scratch.path();
-  run.env = compiler_env(compiler, scratch.path());
-  run.timeout_s = options_.timeout_s;
-  run.file_size_bytes = kMaxOutputFileBytes;
-  run.max_output_bytes = kMaxCompilerOutputBytes;
-  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result, sandbox::run_sandboxed(run));
+  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result,
+                        run_compiler(backend, scratch.path(), source_name, base, defines, key));
 
   std::string out_text = result.stdout_text;
   std::string err_text = result.stderr_text;
@@ -367,13 +409,13 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   out.info.process.returncode = result.returncode();
   out.info.process.stdout_text = trim_log(out_text, out_budget);
   out.info.process.stderr_text = trim_log(err_text, err_budget);
-  if (!result.succeeded()) out.info.process.message = result.describe(run.timeout_s);
+  if (!result.succeeded()) out.info.process.message = result.describe(options_.timeout_s);
   out.info.compiler = backend == proto::Backend::kCuda ? "nvcc" : "g++";
   out.info.flags = flags_text;
   out.info.toolchain = version;
   out.info.duration_s = result.wall_s;
   out.timed_out = result.timed_out;
-  if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(run.timeout_s) + "\n" + log;
+  if (result.timed_out) log = "compile timed out after " + sandbox::format_seconds(options_.timeout_s) + "\n" + log;
   out.info.log = trim_log(log, max_log);
   if (backend == proto::Backend::kCuda) {
     PtxasUsage usage = parse_ptxas_usage(log);
@@ -383,7 +425,7 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
     out.info.stack_bytes = usage.stack_bytes;
   }
   if (crashed(result)) {
-    return unavailable(compiler + " " + result.describe(run.timeout_s) + " building " + source_name + ":\n" +
+    return unavailable(compiler + " " + result.describe(options_.timeout_s) + " building " + source_name + ":\n" +
                        trim_log(log, kMaxRetryLogBytes));
   }
   if (!result.succeeded()) return out;
@@ -401,6 +443,86 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   if (cached.is_ok()) cached = write_file_atomic(cache_base + ".build", proto::encode(out.info));
   if (!cached.is_ok()) spdlog::warn("compile cache: {}", cached.message());
   return out;
+}
+
+Result<NvccPlan> CompileHandler::nvcc_plan(const std::vector<std::string>& flags, const std::string& source_name) {
+  const std::string key = join(flags) + "\n" + source_name;
+  {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  }
+  auto plan = [&]() -> Result<NvccPlan> {
+    if (!plain_file_name(source_name)) return failed_precondition("the source's name needs quoting: " + source_name);
+    TempDir dir("kiln-nvcc-plan");
+    sandbox::SandboxOptions run;
+    run.argv = {options_.nvcc};
+    run.argv.insert(run.argv.end(), flags.begin(), flags.end());
+    run.argv.insert(run.argv.end(), {"-D", std::string(kDefinesMark), "-o", std::string(kOutputName), source_name,
+                                     "-dryrun", "-keep", "-keep-dir", std::string(kKeepDir)});
+    run.working_dir = dir.path();
+    run.env = compiler_env(options_.nvcc, dir.path());
+    run.timeout_s = kDryRunTimeoutS;
+    KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result, sandbox::run_sandboxed(run));
+    if (!result.succeeded()) return unavailable("nvcc -dryrun: " + result.describe(run.timeout_s));
+    KILN_ASSIGN_OR_RETURN(NvccPlan parsed, parse_nvcc_dryrun(result.stderr_text, std::string(kKeepDir)));
+    const std::string mark = "-D \"" + std::string(kDefinesMark) + "\"";
+    if (parsed.host_preprocess.find(mark) == std::string::npos ||
+        parsed.device_preprocess.find(mark) == std::string::npos) {
+      return failed_precondition("nvcc dry run: the -D flags are not where they were expected");
+    }
+    return rewrite_plan(rewrite_plan(parsed, mark, kDefinesMark), dir.path(), kBuildDirMark);
+  }();
+  if (!plan.is_ok()) spdlog::warn("compiler: nvcc runs its steps itself ({})", plan.status().message());
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  return plans_.emplace(key, std::move(plan)).first->second;
+}
+
+Result<sandbox::SandboxResult> CompileHandler::run_compiler(proto::Backend backend, const std::string& dir,
+                                                            const std::string& source_name,
+                                                            const std::vector<std::string>& base,
+                                                            const std::map<std::string, std::string>& defines,
+                                                            const std::string& key) {
+  const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
+  sandbox::SandboxOptions run;
+  run.working_dir = dir;
+  run.env = compiler_env(compiler, dir);
+  run.timeout_s = options_.timeout_s;
+  run.file_size_bytes = kMaxOutputFileBytes;
+  run.max_output_bytes = kMaxCompilerOutputBytes;
+
+  double graph_s = 0;
+  if (backend == proto::Backend::kCuda && options_.nvcc_mode == "graph") {
+    if (auto plan = nvcc_plan(base, source_name); plan.is_ok()) {
+      NvccPlan p = rewrite_plan(rewrite_plan(*plan, kDefinesMark, dryrun_defines(defines)), kBuildDirMark, dir);
+      NvccGraphFiles graph = nvcc_graph(p, nvcc_module_id(key, source_name));
+      KILN_RETURN_IF_ERROR(make_dirs(dir + "/" + std::string(kKeepDir)));
+      for (const auto& [name, content] : graph.files) KILN_RETURN_IF_ERROR(write_file(dir + "/" + name, content));
+      const std::string script = std::string(kKeepDir) + "/kiln-steps.sh";
+      KILN_RETURN_IF_ERROR(write_file(dir + "/" + script, graph.script));
+      run.argv = {"/bin/sh", script};
+      KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult steps, sandbox::run_sandboxed(run));
+      if (steps.succeeded() || steps.timed_out) {
+        // What nvcc would have printed: each step's output, in nvcc's order.
+        for (const auto& step : nvcc_graph_steps()) {
+          const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
+          steps.stdout_text += read_head(at + ".out", kMaxCompilerOutputBytes);
+          steps.stderr_text += read_head(at + ".err", kMaxCompilerOutputBytes);
+        }
+        return steps;
+      }
+      // A step failed: nvcc itself says what and how, in its own words, with the time that is left.
+      graph_fallbacks_->Increment();
+      graph_s = steps.wall_s;
+      run.timeout_s = std::max(1.0, options_.timeout_s - graph_s);
+    }
+  }
+  run.argv = {compiler};
+  run.argv.insert(run.argv.end(), base.begin(), base.end());
+  for (auto& d : define_flags(defines)) run.argv.push_back(std::move(d));
+  run.argv.insert(run.argv.end(), {"-o", std::string(kOutputName), source_name});
+  KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result, sandbox::run_sandboxed(run));
+  result.wall_s += graph_s;
+  return result;
 }
 
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {

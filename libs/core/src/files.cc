@@ -29,6 +29,15 @@ Result<std::string> read_file(const std::string& path, size_t max_bytes) {
   return ss.str();
 }
 
+Status write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return unavailable(path + ": cannot create: " + std::strerror(errno));
+  out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  out.close();
+  if (!out) return unavailable(path + ": write failed");
+  return Status::ok();
+}
+
 Status write_file_atomic(const std::string& path, const std::string& content) {
   fs::path target(path);
   std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmpXXXXXX")).string();

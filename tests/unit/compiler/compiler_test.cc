@@ -12,6 +12,7 @@
 #include "kiln/core/hash.h"
 #include "kiln/messaging/blobs.h"
 #include "kiln/proto/wire.h"
+#include "kiln/sandbox/sandbox.h"
 #include "kiln/service/task_source.h"
 #include "kiln/task/task.h"
 
@@ -58,12 +59,13 @@ struct Fixture {
     handler = std::move(h).value();
   }
 
-  double cache_hits() const {
+  double counter(const std::string& name) const {
     for (const auto& family : registry->Collect()) {
-      if (family.name == "kiln_compile_cache_hits_total") return family.metric.at(0).counter.value;
+      if (family.name == name) return family.metric.at(0).counter.value;
     }
     return -1;
   }
+  double cache_hits() const { return counter("kiln_compile_cache_hits_total"); }
 };
 
 // The verdict of a candidate's own failure: the job is answered, and the scorer scores it.
@@ -537,4 +539,143 @@ TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "
       CHECK(!test->reference_so.data.empty());
     }
   }
+}
+
+namespace {
+
+// A small CUDA task whose kernel uses shared memory (so ptxas has something to report).
+kiln::proto::CompileRequest twice_request(const std::string& kernel) {
+  kiln::proto::FileMap files;
+  files["task.yaml"].data = R"(name: twice
+backend: cuda
+dtype: fp32
+inputs: [{name: x, dtype: fp32, shape: [N], init: normal}]
+outputs: [{name: y, dtype: fp32, shape: [N]}]
+correctness: {cases: [{N: 1000}]}
+benchmark: {cases: [{N: 1000000}]}
+params: {BLOCK: [128, 256]}
+)";
+  files["kernel.cu"].data = kernel;
+  files["reference.cu"].data = R"(#include "kiln/kernel_abi.h"
+__global__ void twice(float* y, const float* x, long n) {
+  long i = blockIdx.x * 256l + threadIdx.x;
+  if (i < n) y[i] = 2.f * x[i];
+}
+extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
+  long n = a->inputs[0].shape[0];
+  twice<<<(n + 255) / 256, 256, 0, (cudaStream_t)a->stream>>>((float*)a->outputs[0].data,
+                                                           (const float*)a->inputs[0].data, n);
+  return 0;
+}
+)";
+  kiln::proto::CompileRequest req;
+  req.cand.program_id = "c3/p1";
+  req.cand.code = kernel;
+  req.cand.params = {{"BLOCK", "256"}};
+  req.backend = "cuda";
+  req.arch = "sm_90";
+  req.files = files;
+  return req;
+}
+
+const char* kTwiceKernel = R"(#include "kiln/kernel_abi.h"
+#ifndef BLOCK
+#define BLOCK 128
+#endif
+__global__ void twice(float* y, const float* x, long n) {
+  __shared__ float tile[BLOCK];
+  long i = blockIdx.x * (long)BLOCK + threadIdx.x;
+  tile[threadIdx.x] = i < n ? x[i] : 0.f;
+  __syncthreads();
+  if (i < n) y[i] = 2.f * tile[threadIdx.x];
+}
+extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
+  long n = a->inputs[0].shape[0];
+  // [EVOLVE_START]
+  twice<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, (cudaStream_t)a->stream>>>(
+      (float*)a->outputs[0].data, (const float*)a->inputs[0].data, n);
+  // [EVOLVE_END]
+  return 0;
+}
+)";
+
+// What cuobjdump (beside nvcc) finds embedded in a shared object: "" when there is no cuobjdump.
+std::string embedded_images(const std::string& nvcc, const std::string& so) {
+  const std::string cuobjdump = nvcc.substr(0, nvcc.rfind('/') + 1) + "cuobjdump";
+  if (access(cuobjdump.c_str(), X_OK) != 0) return "";
+  kiln::TempDir dir("kiln-cuobjdump");
+  REQUIRE(kiln::write_file(dir.path() + "/k.so", so).is_ok());
+  kiln::sandbox::SandboxOptions o;
+  o.argv = {cuobjdump, "--list-elf", "--list-ptx", "k.so"};
+  o.working_dir = dir.path();
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.timeout_s = 60;
+  auto r = kiln::sandbox::run_sandboxed(o);
+  REQUIRE(r.is_ok());
+  INFO(r->stderr_text);
+  CHECK(r->succeeded());
+  return r->stdout_text;
+}
+
+}  // namespace
+
+// nvcc's steps run as a graph must build what nvcc builds: the same resource usage, the machine code and
+// the PTX embedded where the CUDA tools (and the runtime) look for them.
+TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compiler][cuda][nvcc_graph]") {
+  CompilerOptions graph;
+  if (access(graph.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << graph.nvcc << "; skipped");
+    return;
+  }
+  CompilerOptions serial = graph;
+  serial.nvcc_mode = "serial";
+  REQUIRE(graph.nvcc_mode == "graph");
+  std::map<std::string, kiln::proto::TestRequest> built;
+  for (const auto& options : {graph, serial}) {
+    Fixture f(options);
+    auto out = f.handler->compile(twice_request(kTwiceKernel));
+    REQUIRE(out.next.size() == 1);
+    auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+    REQUIRE(test.is_ok());
+    INFO(options.nvcc_mode << ": " << test->build.log);
+    REQUIRE(test->build.ok);
+    CHECK(f.counter("kiln_compile_nvcc_graph_fallbacks_total") == 0);
+    CHECK(test->build.log.find("ptxas info") != std::string::npos);
+    auto so = kiln::proto::kernel_library(*test, 64u << 20);
+    REQUIRE(so.is_ok());
+    const std::string images = embedded_images(options.nvcc, *so);
+    if (!images.empty()) {
+      CHECK(images.find("sm_90") != std::string::npos);
+      CHECK(images.find(".ptx") != std::string::npos);
+    }
+    built[options.nvcc_mode] = *test;
+  }
+  const auto& g = built.at("graph").build;
+  const auto& s = built.at("serial").build;
+  CHECK(g.registers == s.registers);
+  CHECK(g.shared_bytes == 256 * 4);
+  CHECK(g.shared_bytes == s.shared_bytes);
+  CHECK(g.spill_bytes == s.spill_bytes);
+  CHECK(g.stack_bytes == s.stack_bytes);
+  CHECK(g.flags == s.flags);
+}
+
+// A candidate that does not compile: the graph stops, nvcc runs it again and its report is the one kept.
+TEST_CASE("a CUDA candidate that does not compile is reported in nvcc's words", "[compiler][cuda][nvcc_graph]") {
+  CompilerOptions options;
+  if (access(options.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << options.nvcc << "; skipped");
+    return;
+  }
+  Fixture f(options);
+  std::string broken = kTwiceKernel;
+  broken.replace(broken.find("y[i] = 2.f"), 10, "y[i] = 2.f * undefined_thing");
+  auto out = f.handler->compile(twice_request(broken));
+  auto score = score_of(out, "c3/p1");
+  INFO(score.build.log);
+  CHECK(!score.build.ok);
+  CHECK(score.build.log.find("undefined_thing") != std::string::npos);
+  CHECK(score.build.log.find("error") != std::string::npos);
+  CHECK(score.build.process.returncode != 0);
+  CHECK(f.counter("kiln_compile_nvcc_graph_fallbacks_total") == 1);
 }

@@ -43,6 +43,7 @@ struct CompilerConfig {
   std::string cxx = "g++";
   std::string nvcc = "/usr/local/cuda/bin/nvcc";
   std::string cuda_arch = "sm_90";
+  std::string nvcc_mode = "graph";  // graph | serial
   int64_t max_log_bytes = 8192;
   int64_t slots = 1;
   int metrics_port = 9472;

@@ -10,6 +10,8 @@ namespace kiln {
 Result<std::string> read_file(const std::string& path, size_t max_bytes = 64u << 20);
 // Writes through a temp file in the same directory, fsync, then rename: readers never see half a file.
 Status write_file_atomic(const std::string& path, const std::string& content);
+// Writes in place, no fsync: for scratch files that no reader sees half-written and nobody keeps.
+Status write_file(const std::string& path, const std::string& content);
 Status make_dirs(const std::string& path);
 
 // A temporary directory removed (recursively) when the owner goes out of scope.

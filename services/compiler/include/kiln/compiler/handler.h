@@ -18,13 +18,16 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "kiln/compiler/nvcc_graph.h"
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
 #include "kiln/messaging/handler.h"
 #include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
+#include "kiln/sandbox/sandbox.h"
 #include "kiln/service/service.h"
 
 namespace kiln::compiler {
@@ -36,6 +39,9 @@ struct CompilerOptions {
   std::string nvcc = "/usr/local/cuda/bin/nvcc";
   std::string cuda_arch = "sm_90";  // used when a request's arch is empty
   int64_t max_log_bytes = 8192;     // build logs sent on are trimmed to this
+  // "graph": nvcc's steps run as a graph (kiln/compiler/nvcc_graph.h), nvcc itself where they cannot be
+  // or when one fails; "serial": nvcc runs them, one after another.
+  std::string nvcc_mode = "graph";
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
@@ -87,12 +93,26 @@ class CompileHandler {
                       const std::string& source_name, const std::string& source,
                       const std::map<std::string, std::string>& defines);
 
+  // Runs the compiler on `source_name` in `dir`, where the sources are: for CUDA in "graph" mode, nvcc's
+  // steps as a graph, and nvcc itself (with the time left) when a step fails, so a failure reads as nvcc
+  // reports it. `key` is the build's cache key (names its module).
+  Result<sandbox::SandboxResult> run_compiler(proto::Backend backend, const std::string& dir,
+                                              const std::string& source_name, const std::vector<std::string>& base,
+                                              const std::map<std::string, std::string>& defines,
+                                              const std::string& key);
+  // nvcc's steps for `flags` (no -D flags) and `source_name`, from one dry run, kept (an error too: those
+  // builds are nvcc's own).
+  Result<NvccPlan> nvcc_plan(const std::vector<std::string>& flags, const std::string& source_name);
+
   CompilerOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
   std::shared_ptr<prometheus::Registry> metrics_;
-  prometheus::Counter* cache_hits_ = nullptr;  // kiln_compile_cache_hits_total
+  prometheus::Counter* cache_hits_ = nullptr;       // kiln_compile_cache_hits_total
+  prometheus::Counter* graph_fallbacks_ = nullptr;  // kiln_compile_nvcc_graph_fallbacks_total
   std::mutex toolchain_mu_;
   std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
+  std::mutex plans_mu_;
+  std::map<std::string, Result<NvccPlan>> plans_;  // flags and source name -> plan
 };
 
 // Handler factory for services/compiler/main.cc: compiler.* from the config, compiler.slots slots.

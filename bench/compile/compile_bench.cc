@@ -1,0 +1,202 @@
+// kiln-bench-compile: what a CUDA build costs through the compiler service, cache missed.
+//
+//  - per bundled CUDA task and nvcc mode (graph: nvcc's steps as a graph; serial: nvcc itself), `--reps`
+//    builds one at a time, each a cache miss (a -D flag no source reads makes each one new); the
+//    reference's build is warmed first, so a build is the candidate's: accept, write, compile, read back;
+//  - the compiler farm in the first mode: builds per second with 1, 2, 4... concurrent builders, up to
+//    `--max-builders` (default: the cores), and the speedup over one builder.
+//
+// JSON on stdout. No GPU needed; nvcc is.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "kiln/compiler/handler.h"
+#include "kiln/core/files.h"
+#include "kiln/proto/payloads.h"
+#include "kiln/proto/wire.h"
+#include "kiln/task/task.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Task {
+  std::string name;
+  kiln::proto::FileMap files;
+  std::string kernel_file;
+};
+
+struct Build {
+  bool ok = false;
+  double wall_s = 0;      // the compile() call
+  double compiler_s = 0;  // the compiler's run (BuildInfo::duration_s)
+  std::string error;
+};
+
+Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int salt) {
+  kiln::proto::CompileRequest req;
+  req.cand.campaign_id = "bench-compile";
+  req.cand.program_id = task.name + "/" + std::to_string(salt);
+  req.cand.code = task.files.at(task.kernel_file).data;
+  req.cand.params = {{"KILN_BENCH_SALT", std::to_string(salt)}};
+  req.backend = "cuda";
+  req.files = task.files;
+  const auto t0 = Clock::now();
+  auto out = compiler.compile(req);
+  Build b;
+  b.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (out.next.size() != 1 || out.next[0].service != "test.cuda") {
+    b.error = out.error.empty() ? "the build failed" : out.error.substr(0, 300);
+    if (!out.next.empty()) {
+      auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
+      if (score.is_ok()) b.error = score->error.substr(0, 300);
+    }
+    return b;
+  }
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  if (!test.is_ok()) return b;
+  b.ok = test->build.ok && !test->build.cache_hit;
+  b.compiler_s = test->build.duration_s;
+  return b;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const std::string& mode,
+                                                              const std::string& cache) {
+  kiln::compiler::CompilerOptions o;
+  o.nvcc = nvcc;
+  o.nvcc_mode = mode;
+  o.cache_dir = cache;
+  auto c = kiln::compiler::CompileHandler::create(o, nullptr);
+  if (!c.is_ok()) {
+    std::fprintf(stderr, "compiler: %s\n", c.status().message().c_str());
+    std::exit(2);
+  }
+  return std::move(c).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-bench-compile: CUDA builds through the compiler service, cache missed"};
+  std::string tasks_dir = "configs/tasks";
+  std::string nvcc = "/usr/local/cuda/bin/nvcc";
+  std::vector<std::string> modes = {"graph", "serial"};
+  int reps = 5;
+  int max_builders = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--tasks", tasks_dir, "folder of task packages; the cuda ones are built");
+  app.add_option("--nvcc", nvcc, "nvcc");
+  app.add_option("--modes", modes, "nvcc modes to compare, one builder each (the first also runs the farm)");
+  app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
+  app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<Task> tasks;
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& entry : std::filesystem::directory_iterator(tasks_dir)) dirs.push_back(entry.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& dir : dirs) {
+    auto files = kiln::task::load_package(dir.string());
+    if (!files.is_ok()) continue;
+    auto spec = kiln::task::parse_task(*files);
+    if (!spec.is_ok() || spec->backend != kiln::proto::Backend::kCuda) continue;
+    tasks.push_back({dir.filename().string(), *files, spec->kernel_file});
+  }
+  if (tasks.empty()) {
+    std::fprintf(stderr, "no cuda task in %s\n", tasks_dir.c_str());
+    return 2;
+  }
+
+  kiln::TempDir scratch("kiln-bench-compile");
+  json report = {{"cores", std::thread::hardware_concurrency()}, {"reps", reps}, {"nvcc", nvcc}};
+  int salt = 0;
+  for (const auto& mode : modes) {
+    auto compiler = make_compiler(nvcc, mode, scratch.path() + "/cache-" + mode);
+    json per_task = json::object();
+    std::vector<double> medians;
+    for (const auto& task : tasks) {
+      build_one(*compiler, task, ++salt);  // the reference, the toolchain's version and nvcc's plan
+      std::vector<double> walls, compilers;
+      int failed = 0;
+      std::string error;
+      for (int r = 0; r < reps; ++r) {
+        Build b = build_one(*compiler, task, ++salt);
+        if (!b.ok) {
+          ++failed;
+          error = b.error;
+          continue;
+        }
+        walls.push_back(b.wall_s);
+        compilers.push_back(b.compiler_s);
+      }
+      per_task[task.name] = {{"median_s", median(walls)},
+                             {"mean_s", mean(walls)},
+                             {"min_s", walls.empty() ? 0 : *std::min_element(walls.begin(), walls.end())},
+                             {"max_s", walls.empty() ? 0 : *std::max_element(walls.begin(), walls.end())},
+                             {"compiler_median_s", median(compilers)},
+                             {"failed", failed}};
+      if (!error.empty()) per_task[task.name]["error"] = error;
+      medians.push_back(median(walls));
+      std::fprintf(stderr, "%s %s: median %.3f s\n", mode.c_str(), task.name.c_str(), median(walls));
+    }
+    report["modes"][mode] = {{"tasks", per_task}, {"mean_of_medians_s", mean(medians)}};
+  }
+
+  if (max_builders > 0) {
+    json farm = json::object();
+    double one = 0;
+    std::vector<int> counts;
+    for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
+    counts.push_back(max_builders);
+    for (int n : counts) {
+      auto compiler = make_compiler(nvcc, modes.front(), scratch.path() + "/farm-" + std::to_string(n));
+      for (const auto& task : tasks) build_one(*compiler, task, ++salt);
+      const int jobs = std::max(2 * n, static_cast<int>(tasks.size()));
+      std::vector<int> salts(jobs);
+      for (auto& s : salts) s = ++salt;
+      std::atomic<int> next{0}, ok{0};
+      const auto t0 = Clock::now();
+      std::vector<std::thread> pool;
+      for (int t = 0; t < n; ++t) {
+        pool.emplace_back([&] {
+          for (int i = next++; i < jobs; i = next++) ok += build_one(*compiler, tasks[i % tasks.size()], salts[i]).ok;
+        });
+      }
+      for (auto& t : pool) t.join();
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double rate = ok / wall;
+      if (n == 1) one = rate;
+      farm[std::to_string(n)] = {{"jobs", jobs},
+                                 {"ok", ok.load()},
+                                 {"wall_s", wall},
+                                 {"builds_per_s", rate},
+                                 {"speedup", one > 0 ? rate / one : 0},
+                                 {"efficiency", one > 0 ? rate / one / n : 0}};
+      std::fprintf(stderr, "farm %d builders: %.2f builds/s\n", n, rate);
+    }
+    report["farm"] = farm;
+    report["farm_mode"] = modes.front();
+  }
+  std::printf("%s\n", report.dump(2).c_str());
+  return 0;
+}
