@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     for (int n : counts) {
       auto compiler = make_compiler(nvcc, modes.front(), scratch.path() + "/farm-" + std::to_string(n));
       for (const auto& task : tasks) build_one(*compiler, task, ++salt);
-      const int jobs = std::max(2 * n, static_cast<int>(tasks.size()));
+      const int jobs = std::max(4 * n, 2 * static_cast<int>(tasks.size()));
       std::vector<int> salts(jobs);
       for (auto& s : salts) s = ++salt;
       std::atomic<int> next{0}, ok{0};

@@ -426,121 +426,6 @@ TEST_CASE("bad parameters and bad payloads are refused", "[compiler]") {
   CHECK(out.error.rfind("compile: bad CompileRequest", 0) == 0);
 }
 
-TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
-  CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
-  Fixture f(options);
-  const std::string kernel = R"(#include "kiln/kernel_abi.h"
-#ifndef BLOCK
-#define BLOCK 128
-#endif
-__global__ void twice(float* y, const float* x, long n) {
-  __shared__ float tile[BLOCK];
-  long i = blockIdx.x * (long)BLOCK + threadIdx.x;
-  tile[threadIdx.x] = i < n ? x[i] : 0.f;
-  __syncthreads();
-  if (i < n) y[i] = 2.f * tile[threadIdx.x];
-}
-extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
-  long n = a->inputs[0].shape[0];
-  // [EVOLVE_START]
-  twice<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, (cudaStream_t)a->stream>>>(
-      (float*)a->outputs[0].data, (const float*)a->inputs[0].data, n);
-  // [EVOLVE_END]
-  return 0;
-}
-)";
-  kiln::proto::FileMap files;
-  files["task.yaml"].data = R"(name: twice
-backend: cuda
-dtype: fp32
-inputs: [{name: x, dtype: fp32, shape: [N], init: normal}]
-outputs: [{name: y, dtype: fp32, shape: [N]}]
-correctness: {cases: [{N: 1000}]}
-benchmark: {cases: [{N: 1000000}]}
-params: {BLOCK: [128, 256]}
-)";
-  files["kernel.cu"].data = kernel;
-  files["reference.cu"].data = kernel;
-  kiln::proto::CompileRequest req;
-  req.cand.program_id = "c2/p1";
-  req.cand.code = kernel;
-  req.cand.params = {{"BLOCK", "256"}};
-  req.backend = "cuda";
-  req.arch = "sm_90";
-  req.files = files;
-  auto out = f.handler->compile(req);
-  REQUIRE(out.next.size() == 1);
-  INFO(out.next[0].service);
-  REQUIRE(out.next[0].service == "test.cuda");
-  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
-  REQUIRE(test.is_ok());
-  const auto& b = test->build;
-  INFO(b.log);
-  CHECK(b.ok);
-  CHECK(b.compiler == "nvcc");
-  CHECK(b.flags.find("-gencode arch=compute_90,code=[sm_90,compute_90]") != std::string::npos);
-  CHECK(b.flags.find("-cudart shared") != std::string::npos);
-  CHECK(b.flags.find("-DBLOCK=256") != std::string::npos);
-  CHECK(b.registers > 0);
-  CHECK(b.shared_bytes == 256 * 4);
-  CHECK(b.spill_bytes == 0);
-  CHECK(b.toolchain.find("release") != std::string::npos);  // "Cuda compilation tools, release 13.0, V13.0.88"
-}
-
-TEST_CASE("the -gencode value embeds the target's machine code and its PTX", "[compiler][cuda]") {
-  CHECK(kiln::compiler::cuda_gencode("sm_90") == "arch=compute_90,code=[sm_90,compute_90]");
-  CHECK(kiln::compiler::cuda_gencode("sm_90a") == "arch=compute_90a,code=[sm_90a,compute_90a]");
-  CHECK(kiln::compiler::cuda_gencode("sm_80") == "arch=compute_80,code=[sm_80,compute_80]");
-}
-
-// Every bundled CUDA task goes through nvcc here, also on machines without a GPU: program 0 with its
-// default parameters, one other parameter combination, and the reference; ptxas's report must be read.
-TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "[compiler][cuda]") {
-  CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
-  Fixture f(options);
-  const std::map<std::string, std::map<std::string, std::string>> tasks = {
-      {"cuda_rmsnorm", {{"BLOCK", "1024"}, {"VEC", "2"}}},
-      {"cuda_softmax", {{"BLOCK", "128"}, {"VEC", "1"}}},
-      {"cuda_sgemm", {{"BM", "64"}, {"BN", "128"}, {"BK", "16"}, {"TM", "4"}, {"TN", "8"}}},
-      {"cuda_reduce_sum", {{"BLOCK", "512"}, {"VEC", "2"}, {"BLOCKS_PER_SM", "8"}}},
-      {"cuda_transpose", {{"TILE", "64"}, {"BLOCK_ROWS", "16"}}},
-  };
-  for (const auto& [name, params] : tasks) {
-    for (const bool with_params : {false, true}) {
-      INFO(name << (with_params ? " with parameters" : " with defaults"));
-      auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
-      REQUIRE(files.is_ok());
-      kiln::proto::CompileRequest req;
-      req.cand.campaign_id = "c-" + name;
-      req.cand.program_id = name + (with_params ? "/p1" : "/p0");
-      req.cand.code = files->at("kernel.cu").data;
-      if (with_params) req.cand.params = params;
-      req.backend = "cuda";
-      req.arch = "sm_90";
-      req.files = *files;
-      auto out = f.handler->compile(req);
-      REQUIRE(out.next.size() == 1);
-      REQUIRE(out.next[0].service == "test.cuda");
-      auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
-      REQUIRE(test.is_ok());
-      INFO(test->build.log);
-      CHECK(test->build.ok);
-      CHECK(test->build.registers > 0);
-      CHECK(test->build.spill_bytes == 0);
-      CHECK(!test->kernel_so.data.empty());
-      CHECK(!test->reference_so.data.empty());
-    }
-  }
-}
-
 namespace {
 
 // A small CUDA task whose kernel uses shared memory (so ptxas has something to report).
@@ -618,6 +503,83 @@ std::string embedded_images(const std::string& nvcc, const std::string& so) {
 }
 
 }  // namespace
+
+TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
+  CompilerOptions options;
+  if (access(options.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << options.nvcc << "; skipped");
+    return;
+  }
+  Fixture f(options);
+  auto req = twice_request(kTwiceKernel);
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  INFO(out.next[0].service);
+  REQUIRE(out.next[0].service == "test.cuda");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  const auto& b = test->build;
+  INFO(b.log);
+  CHECK(b.ok);
+  CHECK(b.compiler == "nvcc");
+  CHECK(b.flags.find("-gencode arch=compute_90,code=[sm_90,compute_90]") != std::string::npos);
+  CHECK(b.flags.find("-cudart shared") != std::string::npos);
+  CHECK(b.flags.find("-DBLOCK=256") != std::string::npos);
+  CHECK(b.registers > 0);
+  CHECK(b.shared_bytes == 256 * 4);
+  CHECK(b.spill_bytes == 0);
+  CHECK(b.toolchain.find("release") != std::string::npos);  // "Cuda compilation tools, release 13.0, V13.0.88"
+}
+
+TEST_CASE("the -gencode value embeds the target's machine code and its PTX", "[compiler][cuda]") {
+  CHECK(kiln::compiler::cuda_gencode("sm_90") == "arch=compute_90,code=[sm_90,compute_90]");
+  CHECK(kiln::compiler::cuda_gencode("sm_90a") == "arch=compute_90a,code=[sm_90a,compute_90a]");
+  CHECK(kiln::compiler::cuda_gencode("sm_80") == "arch=compute_80,code=[sm_80,compute_80]");
+}
+
+// Every bundled CUDA task goes through nvcc here, also on machines without a GPU: program 0 with its
+// default parameters, one other parameter combination, and the reference; ptxas's report must be read.
+TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "[compiler][cuda]") {
+  CompilerOptions options;
+  if (access(options.nvcc.c_str(), X_OK) != 0) {
+    WARN("no nvcc at " << options.nvcc << "; skipped");
+    return;
+  }
+  Fixture f(options);
+  const std::map<std::string, std::map<std::string, std::string>> tasks = {
+      {"cuda_rmsnorm", {{"BLOCK", "1024"}, {"VEC", "2"}}},
+      {"cuda_softmax", {{"BLOCK", "128"}, {"VEC", "1"}}},
+      {"cuda_sgemm", {{"BM", "64"}, {"BN", "128"}, {"BK", "16"}, {"TM", "4"}, {"TN", "8"}}},
+      {"cuda_reduce_sum", {{"BLOCK", "512"}, {"VEC", "2"}, {"BLOCKS_PER_SM", "8"}}},
+      {"cuda_transpose", {{"TILE", "64"}, {"BLOCK_ROWS", "16"}}},
+  };
+  for (const auto& [name, params] : tasks) {
+    for (const bool with_params : {false, true}) {
+      INFO(name << (with_params ? " with parameters" : " with defaults"));
+      auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
+      REQUIRE(files.is_ok());
+      kiln::proto::CompileRequest req;
+      req.cand.campaign_id = "c-" + name;
+      req.cand.program_id = name + (with_params ? "/p1" : "/p0");
+      req.cand.code = files->at("kernel.cu").data;
+      if (with_params) req.cand.params = params;
+      req.backend = "cuda";
+      req.arch = "sm_90";
+      req.files = *files;
+      auto out = f.handler->compile(req);
+      REQUIRE(out.next.size() == 1);
+      REQUIRE(out.next[0].service == "test.cuda");
+      auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+      REQUIRE(test.is_ok());
+      INFO(test->build.log);
+      CHECK(test->build.ok);
+      CHECK(test->build.registers > 0);
+      CHECK(test->build.spill_bytes == 0);
+      CHECK(!test->kernel_so.data.empty());
+      CHECK(!test->reference_so.data.empty());
+    }
+  }
+}
 
 // nvcc's steps run as a graph must build what nvcc builds: the same resource usage, the machine code and
 // the PTX embedded where the CUDA tools (and the runtime) look for them.
