@@ -500,19 +500,21 @@ Result<sandbox::SandboxResult> CompileHandler::run_compiler(proto::Backend backe
       const std::string script = std::string(kKeepDir) + "/kiln-steps.sh";
       KILN_RETURN_IF_ERROR(write_file(dir + "/" + script, graph.script));
       run.argv = {"/bin/sh", script};
-      KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult steps, sandbox::run_sandboxed(run));
-      if (steps.succeeded() || steps.timed_out) {
+      auto steps = sandbox::run_sandboxed(run);
+      if (steps.is_ok() && (steps->succeeded() || steps->timed_out)) {
         // What nvcc would have printed: each step's output, in nvcc's order.
         for (const auto& step : nvcc_graph_steps()) {
           const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
-          steps.stdout_text += read_head(at + ".out", kMaxCompilerOutputBytes);
-          steps.stderr_text += read_head(at + ".err", kMaxCompilerOutputBytes);
+          steps->stdout_text += read_head(at + ".out", kMaxCompilerOutputBytes);
+          steps->stderr_text += read_head(at + ".err", kMaxCompilerOutputBytes);
         }
         return steps;
       }
-      // A step failed: nvcc itself says what and how, in its own words, with the time that is left.
+      // A step failed (or the shell did not start): nvcc itself says what and how, in its own words, with
+      // the time that is left.
       graph_fallbacks_->Increment();
-      graph_s = steps.wall_s;
+      if (!steps.is_ok()) spdlog::warn("compiler: nvcc's steps did not start: {}", steps.status().message());
+      graph_s = steps.is_ok() ? steps->wall_s : 0;
       run.timeout_s = std::max(1.0, options_.timeout_s - graph_s);
     }
   }
