@@ -16,6 +16,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
+#include "kiln/core/strings.h"
 #include "kiln/compiler/nvcc_graph.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
@@ -130,13 +131,6 @@ std::vector<std::string> compiler_env(const std::string& compiler, const std::st
   auto dir = std::filesystem::path(compiler).parent_path();
   if (!dir.empty()) path = dir.string() + ":" + path;
   return {"PATH=" + path, "HOME=" + scratch, "TMPDIR=" + scratch, "LC_ALL=C"};
-}
-
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  if (from.empty()) return;
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
-    s.replace(at, from.size(), to);
-  }
 }
 
 std::optional<int64_t> parse_int(std::string_view digits) {

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <optional>
 
+#include "kiln/core/strings.h"
+
 namespace kiln::compiler {
 namespace {
 
@@ -65,8 +67,6 @@ std::optional<std::string> value_of(const std::vector<std::string>& w, std::stri
   return std::nullopt;
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) { return s.size() >= suffix.size() && s.ends_with(suffix); }
-
 // `cmd` without the word that starts with `prefix` (up to the next unquoted blank); nullopt when absent.
 std::optional<std::string> without_word(std::string_view cmd, std::string_view prefix) {
   for (size_t at = cmd.find(prefix); at != std::string_view::npos; at = cmd.find(prefix, at + 1)) {
@@ -91,13 +91,6 @@ size_t count_of(std::string_view s, std::string_view what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string_view::npos; at = s.find(what, at + what.size())) ++n;
   return n;
-}
-
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  if (from.empty()) return;
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
-    s.replace(at, from.size(), to);
-  }
 }
 
 bool plain_value(std::string_view v) {
@@ -186,12 +179,12 @@ Result<NvccPlan> parse_nvcc_dryrun(std::string_view text, const std::string& kee
       plan.cicc = without_word(line, "--gen_module_id_file").value_or(std::string(line));
     } else if (tool == "ptxas") {
       KILN_RETURN_IF_ERROR(set_once(plan.ptxas, line, "ptxas (one target only)"));
-    } else if (has_word(w, "-E") && ends_with(output, ".cpp4.ii")) {
+    } else if (has_word(w, "-E") && output.ends_with(".cpp4.ii")) {
       KILN_RETURN_IF_ERROR(set_once(plan.host_preprocess, line, "host preprocessing"));
-    } else if (has_word(w, "-E") && ends_with(output, ".cpp1.ii")) {
+    } else if (has_word(w, "-E") && output.ends_with(".cpp1.ii")) {
       KILN_RETURN_IF_ERROR(set_once(plan.device_preprocess, line, "device preprocessing"));
     } else if (has_word(w, "-c") &&
-               std::any_of(w.begin(), w.end(), [](const std::string& x) { return ends_with(x, ".cudafe1.cpp"); })) {
+               std::any_of(w.begin(), w.end(), [](const std::string& x) { return x.ends_with(".cudafe1.cpp"); })) {
       KILN_RETURN_IF_ERROR(set_once(plan.host_compile, line, "host compile"));
       plan.host_compiler = w.front();
     } else if (has_word(w, "-c") && line.find("link.stub") != std::string_view::npos) {

@@ -22,6 +22,13 @@ using kiln::messaging::Outcome;
 
 namespace {
 
+// False (and says so) where this machine has no nvcc: the CUDA build tests are skipped there.
+bool have_nvcc(const CompilerOptions& options) {
+  if (access(options.nvcc.c_str(), X_OK) == 0) return true;
+  WARN("no nvcc at " << options.nvcc << "; skipped");
+  return false;
+}
+
 kiln::proto::FileMap rmsnorm_files() {
   auto files = kiln::task::load_package(KILN_SOURCE_DIR "/configs/tasks/rmsnorm");
   REQUIRE(files.is_ok());
@@ -506,10 +513,7 @@ std::string embedded_images(const std::string& nvcc, const std::string& so) {
 
 TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
   CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
+  if (!have_nvcc(options)) return;
   Fixture f(options);
   auto req = twice_request(kTwiceKernel);
   auto out = f.handler->compile(req);
@@ -541,10 +545,7 @@ TEST_CASE("the -gencode value embeds the target's machine code and its PTX", "[c
 // default parameters, one other parameter combination, and the reference; ptxas's report must be read.
 TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "[compiler][cuda]") {
   CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
+  if (!have_nvcc(options)) return;
   Fixture f(options);
   const std::map<std::string, std::map<std::string, std::string>> tasks = {
       {"cuda_rmsnorm", {{"BLOCK", "1024"}, {"VEC", "2"}}},
@@ -585,10 +586,7 @@ TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "
 // the PTX embedded where the CUDA tools (and the runtime) look for them.
 TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compiler][cuda][nvcc_graph]") {
   CompilerOptions graph;
-  if (access(graph.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << graph.nvcc << "; skipped");
-    return;
-  }
+  if (!have_nvcc(graph)) return;
   CompilerOptions serial = graph;
   serial.nvcc_mode = "serial";
   REQUIRE(graph.nvcc_mode == "graph");
@@ -625,10 +623,7 @@ TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compil
 // A candidate that does not compile: the graph stops, nvcc runs it again and its report is the one kept.
 TEST_CASE("a CUDA candidate that does not compile is reported in nvcc's words", "[compiler][cuda][nvcc_graph]") {
   CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
+  if (!have_nvcc(options)) return;
   Fixture f(options);
   std::string broken = kTwiceKernel;
   broken.replace(broken.find("y[i] = 2.f"), 10, "y[i] = 2.f * undefined_thing");
