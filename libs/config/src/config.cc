@@ -66,6 +66,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"compiler.nvcc", &c.compiler.nvcc},
       {"compiler.cuda_arch", &c.compiler.cuda_arch},
       {"compiler.nvcc_mode", &c.compiler.nvcc_mode},
+      {"compiler.huge_pages", &c.compiler.huge_pages},
       {"compiler.max_log_bytes", &c.compiler.max_log_bytes},
       {"compiler.slots", &c.compiler.slots},
       {"compiler.metrics_port", &c.compiler.metrics_port},
@@ -395,6 +396,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.non_empty("compiler.nvcc", cc.nvcc);
   v.non_empty("compiler.cuda_arch", cc.cuda_arch);
   v.one_of("compiler.nvcc_mode", cc.nvcc_mode, {"graph", "serial"});
+  v.one_of("compiler.huge_pages", cc.huge_pages, {"on", "off"});
   v.at_least("compiler.max_log_bytes", cc.max_log_bytes, 1);
   v.at_least("compiler.slots", cc.slots, 1);
   v.port("compiler.metrics_port", cc.metrics_port);

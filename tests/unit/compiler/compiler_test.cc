@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -353,6 +354,36 @@ TEST_CASE("a compiler that takes too long is stopped: the candidate's failure, o
   CHECK(out.error.find("compile timed out after 0.05 s") != std::string::npos);
 }
 
+TEST_CASE("the build tools run with huge pages asked of glibc unless turned off", "[compiler]") {
+  // A g++ that fails the candidate's build and says what GLIBC_TUNABLES it was given.
+  kiln::TempDir bin("kiln-env-cxx");
+  const std::string cxx = bin.path() + "/env-g++";
+  REQUIRE(
+      kiln::write_file_atomic(cxx,
+                              "#!/bin/sh\n"
+                              "for arg; do\n"
+                              "  [ \"$arg\" = kernel.cpp ] && { echo \"tunables=[$GLIBC_TUNABLES]\" >&2; exit 1; }\n"
+                              "done\n"
+                              "exec g++ \"$@\"\n")
+          .is_ok());
+  REQUIRE(::chmod(cxx.c_str(), 0755) == 0);
+  for (bool huge : {true, false}) {
+    CompilerOptions options;
+    options.cxx = cxx;
+    options.huge_pages = huge;
+    Fixture f(options);
+    auto score = score_of(f.handler->compile(request_for(rmsnorm_files(), "c1/p30")), "c1/p30");
+    CHECK_FALSE(score.build.ok);
+    INFO(score.error);
+    CHECK(score.error.find(huge ? "tunables=[glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67108864]" : "tunables=[]") !=
+          std::string::npos);
+  }
+  auto config = kiln::config::KilnConfig{}.compiler;
+  CHECK(kiln::compiler::options_from_config(config, "").huge_pages);
+  config.huge_pages = "off";
+  CHECK_FALSE(kiln::compiler::options_from_config(config, "").huge_pages);
+}
+
 // The three kinds of fault, each with its one outcome: only the candidate's own is scored against it.
 TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the candidate's scored", "[compiler]") {
   // A g++ that crashes once on the candidate (the toolchain's fault, this time only) and then builds it.
@@ -618,6 +649,12 @@ TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compil
   CHECK(g.spill_bytes == s.spill_bytes);
   CHECK(g.stack_bytes == s.stack_bytes);
   CHECK(g.flags == s.flags);
+  // Where the host toolchain has gold, the graph links with it (gold marks what it links); nvcc does not.
+  if (std::system("g++ -fuse-ld=gold -Wl,--version >/dev/null 2>&1") == 0) {
+    const std::string gold_note = ".note.gnu.gold-version";
+    CHECK(kiln::proto::kernel_library(built.at("graph"), 64u << 20)->find(gold_note) != std::string::npos);
+    CHECK(kiln::proto::kernel_library(built.at("serial"), 64u << 20)->find(gold_note) == std::string::npos);
+  }
 }
 
 // A candidate that does not compile: the graph stops, nvcc runs it again and its report is the one kept.

@@ -78,11 +78,12 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.broker.external_allowlist == defaults.broker.external_allowlist);
   CHECK(file.tester.gpu_claim_dir == defaults.tester.gpu_claim_dir);
   CHECK(file.compiler.nvcc_mode == defaults.compiler.nvcc_mode);
+  CHECK(file.compiler.huge_pages == defaults.compiler.huge_pages);
 
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 87);
+  CHECK(leaves.size() == 88);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";

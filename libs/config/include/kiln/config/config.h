@@ -44,6 +44,7 @@ struct CompilerConfig {
   std::string nvcc = "/usr/local/cuda/bin/nvcc";
   std::string cuda_arch = "sm_90";
   std::string nvcc_mode = "graph";  // graph | serial
+  std::string huge_pages = "on";    // on | off: the build tools' malloc asks for transparent huge pages
   int64_t max_log_bytes = 8192;
   int64_t slots = 1;
   int metrics_port = 9472;

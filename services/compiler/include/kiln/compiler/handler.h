@@ -42,6 +42,10 @@ struct CompilerOptions {
   // "graph": nvcc's steps run as a graph (kiln/compiler/nvcc_graph.h), nvcc itself where they cannot be
   // or when one fails; "serial": nvcc runs them, one after another.
   std::string nvcc_mode = "graph";
+  // The build tools run with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (and a 64 MiB heap top pad): their heap
+  // is backed by transparent huge pages where the kernel allows it (THP "madvise" or "always"). cudafe++
+  // and ptxas spend much of their time faulting in small pages; the output is the same byte for byte.
+  bool huge_pages = true;
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
