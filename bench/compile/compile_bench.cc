@@ -1,8 +1,9 @@
 // kiln-bench-compile: what a CUDA build costs through the compiler service, cache missed.
 //
 //  - per bundled CUDA task and nvcc mode (graph: nvcc's steps as a graph; serial: nvcc itself), `--reps`
-//    builds one at a time, each a cache miss (a -D flag no source reads makes each one new); the
-//    reference's build is warmed first, so a build is the candidate's: accept, write, compile, read back;
+//    builds one at a time, the modes taking turns, each a cache miss (a -D flag no source reads makes each one new);
+//    the reference's build is warmed first, so a build is the candidate's: accept, write, compile, read back;
+//  - `--huge-pages both` runs each mode with and without the tools' heap on huge pages;
 //  - the compiler farm in the first mode: builds per second with 1, 2, 4... concurrent builders, up to
 //    `--max-builders` (default: the cores), and the speedup over one builder.
 //
@@ -81,11 +82,20 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
-std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const std::string& mode,
+// A mode as the bench names it: "graph" or "serial", with "/no-huge-pages" where the tools' heap is not asked
+// for huge pages (compiler.huge_pages: off).
+struct Variant {
+  std::string mode;
+  bool huge_pages = true;
+  std::string name() const { return huge_pages ? mode : mode + "/no-huge-pages"; }
+};
+
+std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
                                                               const std::string& cache) {
   kiln::compiler::CompilerOptions o;
   o.nvcc = nvcc;
-  o.nvcc_mode = mode;
+  o.nvcc_mode = variant.mode;
+  o.huge_pages = variant.huge_pages;
   o.cache_dir = cache;
   auto c = kiln::compiler::CompileHandler::create(o, nullptr);
   if (!c.is_ok()) {
@@ -107,9 +117,18 @@ int main(int argc, char** argv) {
   app.add_option("--tasks", tasks_dir, "folder of task packages; the cuda ones are built");
   app.add_option("--nvcc", nvcc, "nvcc");
   app.add_option("--modes", modes, "nvcc modes to compare, one builder each (the first also runs the farm)");
+  std::string huge_pages = "on";
+  app.add_option("--huge-pages", huge_pages,
+                 "on | off | both: each mode with the tools' heap on huge pages, not, or both")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
   CLI11_PARSE(app, argc, argv);
+  std::vector<Variant> variants;
+  for (const auto& mode : modes) {
+    if (huge_pages != "off") variants.push_back({mode, true});
+    if (huge_pages != "on") variants.push_back({mode, false});
+  }
 
   std::vector<Task> tasks;
   std::vector<std::filesystem::path> dirs;
@@ -130,37 +149,48 @@ int main(int argc, char** argv) {
   kiln::TempDir scratch("kiln-bench-compile");
   json report = {{"cores", std::thread::hardware_concurrency()}, {"reps", reps}, {"nvcc", nvcc}};
   int salt = 0;
-  for (const auto& mode : modes) {
-    auto compiler = make_compiler(nvcc, mode, scratch.path() + "/cache-" + mode);
-    json per_task = json::object();
-    std::vector<double> medians;
-    for (const auto& task : tasks) {
-      build_one(*compiler, task, ++salt);  // the reference, the toolchain's version and nvcc's plan
-      std::vector<double> walls, compilers;
-      int failed = 0;
-      std::string error;
-      for (int r = 0; r < reps; ++r) {
-        Build b = build_one(*compiler, task, ++salt);
+  // The variants take turns, build by build, so that a drift of the machine (another tenant, the file
+  // cache, the clocks) weighs on each of them alike.
+  std::vector<std::unique_ptr<kiln::compiler::CompileHandler>> compilers;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    compilers.push_back(make_compiler(nvcc, variants[v], scratch.path() + "/cache-" + std::to_string(v)));
+  }
+  std::vector<json> per_task(variants.size(), json::object());
+  std::vector<std::vector<double>> medians(variants.size());
+  for (const auto& task : tasks) {
+    std::vector<std::vector<double>> walls(variants.size()), compiler_s(variants.size());
+    std::vector<int> failed(variants.size(), 0);
+    std::vector<std::string> error(variants.size());
+    for (auto& c : compilers) build_one(*c, task, ++salt);  // the reference, the toolchain's version, the plan
+    for (int r = 0; r < reps; ++r) {
+      for (size_t v = 0; v < variants.size(); ++v) {
+        Build b = build_one(*compilers[v], task, ++salt);
         if (!b.ok) {
-          ++failed;
-          error = b.error;
+          ++failed[v];
+          error[v] = b.error;
           continue;
         }
-        walls.push_back(b.wall_s);
-        compilers.push_back(b.compiler_s);
+        walls[v].push_back(b.wall_s);
+        compiler_s[v].push_back(b.compiler_s);
       }
-      per_task[task.name] = {{"median_s", median(walls)},
-                             {"mean_s", mean(walls)},
-                             {"min_s", walls.empty() ? 0 : *std::min_element(walls.begin(), walls.end())},
-                             {"max_s", walls.empty() ? 0 : *std::max_element(walls.begin(), walls.end())},
-                             {"compiler_median_s", median(compilers)},
-                             {"failed", failed}};
-      if (!error.empty()) per_task[task.name]["error"] = error;
-      medians.push_back(median(walls));
-      std::fprintf(stderr, "%s %s: median %.3f s\n", mode.c_str(), task.name.c_str(), median(walls));
     }
-    report["modes"][mode] = {{"tasks", per_task}, {"mean_of_medians_s", mean(medians)}};
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const auto& w = walls[v];
+      per_task[v][task.name] = {{"median_s", median(w)},
+                                {"mean_s", mean(w)},
+                                {"min_s", w.empty() ? 0 : *std::min_element(w.begin(), w.end())},
+                                {"max_s", w.empty() ? 0 : *std::max_element(w.begin(), w.end())},
+                                {"compiler_median_s", median(compiler_s[v])},
+                                {"failed", failed[v]}};
+      if (!error[v].empty()) per_task[v][task.name]["error"] = error[v];
+      medians[v].push_back(median(w));
+      std::fprintf(stderr, "%s %s: median %.3f s\n", variants[v].name().c_str(), task.name.c_str(), median(w));
+    }
   }
+  for (size_t v = 0; v < variants.size(); ++v) {
+    report["modes"][variants[v].name()] = {{"tasks", per_task[v]}, {"mean_of_medians_s", mean(medians[v])}};
+  }
+  compilers.clear();
 
   if (max_builders > 0) {
     json farm = json::object();
@@ -169,7 +199,7 @@ int main(int argc, char** argv) {
     for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
     counts.push_back(max_builders);
     for (int n : counts) {
-      auto compiler = make_compiler(nvcc, modes.front(), scratch.path() + "/farm-" + std::to_string(n));
+      auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n));
       for (const auto& task : tasks) build_one(*compiler, task, ++salt);
       const int jobs = std::max(4 * n, 2 * static_cast<int>(tasks.size()));
       std::vector<int> salts(jobs);
@@ -195,7 +225,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "farm %d builders: %.2f builds/s\n", n, rate);
     }
     report["farm"] = farm;
-    report["farm_mode"] = modes.front();
+    report["farm_mode"] = variants.front().name();
   }
   std::printf("%s\n", report.dump(2).c_str());
   return 0;

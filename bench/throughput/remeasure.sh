@@ -7,6 +7,9 @@
 # re-measured.
 #   bash bench/throughput/remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]
 #   TOL=0.03 CUDA_ARCH=sm_90 EVAL_ARGS="--min-time 0.5" bash bench/throughput/remeasure.sh ...
+# EVAL_WRAP="taskset -c 0-3": a command the evaluator runs under. LOGS=dir: each evaluator's log kept there as <kernel_id>.log. ONLY=regex: only the kernels of the tasks it matches. LOAD=N (CUDA): under a campaign's conditions, N
+# evaluators beside the one measuring, each evaluating the other CUDA tasks' first kernels over and over,
+# all of them taking turns on one device lock as a tester's slots do (a timed case holds it alone).
 set -uo pipefail
 reg=${1:?usage: remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]}
 tasks=${2:?usage: remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]}
@@ -27,6 +30,43 @@ for e in json.load(open(sys.argv[1]))["kernels"]:
                      for c in e["cases"])
     print("\t".join([e["kernel_id"], e["language"], e["task_name"], e["source_path"], params, cases]))
 PY
+if [ -n "${ONLY:-}" ]; then
+  awk -F'\t' -v only="$ONLY" '$3 ~ only' "$work/entries.tsv" > "$work/only.tsv" && mv "$work/only.tsv" "$work/entries.tsv"
+fi
+lock_args=()
+if [ "${LOAD:-0}" -gt 0 ]; then
+  lock_args=(--device-lock "$work/device.lock")
+  load="$work/load"
+  loaded=()
+  for t in "$tasks"/*/; do
+    t=${t%/}
+    grep -qE '^backend: *cuda' "$t/task.yaml" 2>/dev/null || continue
+    name=$(basename "$t")
+    cut -f3 "$work/entries.tsv" | grep -qx "$name" && continue  # not a task being measured
+    mkdir -p "$load/$name/kiln"
+    cp "$root/libs/core/include/kiln/kernel_abi.h" "$load/$name/kiln/"
+    if "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
+         -cudart shared -I"$load/$name" -o "$load/$name/kernel.so" "$t/kernel.cu" > /dev/null 2>&1 &&
+       "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
+         -cudart shared -I"$load/$name" -o "$load/$name/reference.so" "$t/reference.cu" > /dev/null 2>&1; then
+      loaded+=("$t")
+    fi
+  done
+  [ "${#loaded[@]}" -gt 0 ] || { echo '{"error": "LOAD: no other CUDA task to load the device with"}'; exit 2; }
+  for i in $(seq "$LOAD"); do
+    (
+      k=$i
+      while [ ! -e "$load/stop" ]; do
+        t=${loaded[$((k % ${#loaded[@]}))]}
+        name=$(basename "$t")
+        "$bin/kiln-eval-cuda" --task "$t" --kernel "$load/$name/kernel.so" --reference "$load/$name/reference.so" \
+          --out "$load/$name-$i.msgpack" "${lock_args[@]}" > /dev/null 2>&1
+        k=$((k + 1))
+      done
+    ) &
+  done
+  trap 'touch "$load/stop"; wait; rm -rf "$work"' EXIT
+fi
 failed=0 unmeasured=0 n=0
 while IFS=$'\t' read -r id lang task source params cases; do
   n=$((n + 1))
@@ -49,8 +89,10 @@ while IFS=$'\t' read -r id lang task source params cases; do
     echo "{\"kernel_id\": \"$id\", \"error\": \"build failed: $(tail -1 "$dir/build.log" | tr -d '"\\')\"}"; unmeasured=$((unmeasured + 1)); continue
   fi
   # shellcheck disable=SC2086
-  "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
-    ${EVAL_ARGS:-} > "$dir/eval.log" 2>&1
+  # shellcheck disable=SC2086
+  ${EVAL_WRAP:-} "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
+    ${EVAL_ARGS:-} "${lock_args[@]}" > "$dir/eval.log" 2>&1
+  [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS" && cp "$dir/eval.log" "$LOGS/$id.log"; }
   python3 - "$id" "$cases" "$tol" "$dir/eval.log" <<'PY'
 import json, re, sys
 kid, cases, tol, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
@@ -90,6 +132,6 @@ sys.exit(0 if ok else (2 if not measured else 1))
 PY
   case $? in 0) ;; 1) failed=$((failed + 1)) ;; *) unmeasured=$((unmeasured + 1)) ;; esac
 done < "$work/entries.tsv"
-echo "{\"kernels\": $n, \"moved_more_than_tol\": $failed, \"not_remeasured\": $unmeasured, \"tol\": $tol}"
+echo "{\"kernels\": $n, \"moved_more_than_tol\": $failed, \"not_remeasured\": $unmeasured, \"tol\": $tol, \"load\": ${LOAD:-0}}"
 [ "$unmeasured" -eq 0 ] || exit 2
 [ "$failed" -eq 0 ] || exit 1
