@@ -28,7 +28,10 @@ for e in json.load(open(sys.argv[1]))["kernels"]:
     cases = ";".join("%s=%r/%r/%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"],
                                        c.get("candidate_latency_us", 0), c.get("baseline_latency_us", 0))
                      for c in e["cases"])
-    print("\t".join([e["kernel_id"], e["language"], e["task_name"], e["source_path"], params, cases]))
+    # the registered candidate's spread (the entry's first case): p10/p90/cv
+    t = e.get("timing", {}).get("candidate", {})
+    spread = "%r/%r/%r" % (t.get("p10_us", 0), t.get("p90_us", 0), t.get("cv", 0))
+    print("\t".join([e["kernel_id"], e["language"], e["task_name"], e["source_path"], params, cases, spread]))
 PY
 if [ -n "${ONLY:-}" ]; then
   awk -F'\t' -v only="$ONLY" '$3 ~ only' "$work/entries.tsv" > "$work/only.tsv" && mv "$work/only.tsv" "$work/entries.tsv"
@@ -68,7 +71,7 @@ if [ "${LOAD:-0}" -gt 0 ]; then
   trap 'touch "$load/stop"; wait; rm -rf "$work"' EXIT
 fi
 failed=0 unmeasured=0 n=0
-while IFS=$'\t' read -r id lang task source params cases; do
+while IFS=$'\t' read -r id lang task source params cases spread; do
   n=$((n + 1))
   dir="$work/$id"
   if [ ! -d "$tasks/$task" ]; then echo "{\"kernel_id\": \"$id\", \"error\": \"no task $task under $tasks\"}"; unmeasured=$((unmeasured + 1)); continue; fi
@@ -93,9 +96,10 @@ while IFS=$'\t' read -r id lang task source params cases; do
   ${EVAL_WRAP:-} "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
     ${EVAL_ARGS:-} "${lock_args[@]}" > "$dir/eval.log" 2>&1
   [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS" && cp "$dir/eval.log" "$LOGS/$id.log"; }
-  python3 - "$id" "$cases" "$tol" "$dir/eval.log" <<'PY'
+  python3 - "$id" "$cases" "$tol" "$dir/eval.log" "$spread" <<'PY'
 import json, re, sys
 kid, cases, tol, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
+registered_spread = [float(v) for v in sys.argv[5].split("/")] if len(sys.argv) > 5 and sys.argv[5] else []
 registered, medians = {}, {}
 for c in cases.split(";"):
     shape, value = c.rsplit("=", 1)
@@ -105,6 +109,9 @@ for c in cases.split(";"):
 # The evaluator's medians line: "...: B=8192,H=8192: medians: candidate 74.2 us, reference 2697.8 us"
 remeasured_medians = {m.group(1): (float(m.group(2)), float(m.group(3)))
                       for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: candidate ([0-9.e+-]+) us, reference ([0-9.e+-]+) us", log)}
+# "...; p10..p90: candidate 129.2..217.8 us (cv 0.246), reference ...": the candidate's spread, re-measured.
+spreads = {m.group(1): [float(m.group(2)), float(m.group(3)), float(m.group(4))]
+           for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: .*? p10\.\.p90: candidate ([0-9.e+-]+)\.\.([0-9.e+-]+) us \(cv ([0-9.e+-]+)\)", log)}
 # The evaluator's verdict line: "... speedup 36.4x [35.9x, 36.8x] on B=8192,H=8192; speedup ... on ..."
 measured = {m.group(4): (float(m.group(1)), float(m.group(2)), float(m.group(3)))
             for m in re.finditer(r"speedup ([0-9.e+-]+)x \[([0-9.e+-]+)x, ([0-9.e+-]+)x\] on ([A-Za-z0-9_=,]+)", log)}
@@ -122,6 +129,9 @@ for shape, reg in registered.items():
         (c0, r0), (c1, r1) = medians[shape], remeasured_medians[shape]
         case["candidate_us"] = [round(c0, 3), c1]
         case["reference_us"] = [round(r0, 3), r1]
+    if shape in spreads:
+        # p10, p90 (us) and cv of the candidate's samples: the registry's (its first case), re-measured
+        case["candidate_p10_p90_cv"] = [registered_spread, spreads[shape]]
     out["cases"].append(case)
     ok = ok and abs(moved) <= tol
 out["within_tolerance"] = ok

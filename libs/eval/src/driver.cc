@@ -437,9 +437,15 @@ class Protocol {
       std::fprintf(stderr, "%s: %s: interval widened for reproducibility by %.2f us (candidate), %.2f us (reference)\n",
                    device_.log_prefix(), shape.c_str(), cand_us, ref_us);
     }
-    // Which side moved, when two measurements of one kernel disagree (bench/throughput/remeasure.sh).
-    std::fprintf(stderr, "%s: %s: medians: candidate %.3f us, reference %.3f us\n", device_.log_prefix(), shape.c_str(),
-                 timing.candidate.median_us, timing.reference.median_us);
+    // Which side moved, when two measurements of one kernel disagree, and whether its samples have one mode
+    // or two (a wide p10..p90 moves the median with the share of slow samples; bench/throughput/remeasure.sh).
+    const auto& c = timing.candidate;
+    const auto& r = timing.reference;
+    std::fprintf(stderr,
+                 "%s: %s: medians: candidate %.3f us, reference %.3f us; p10..p90: candidate %.3f..%.3f us (cv %.3f), "
+                 "reference %.3f..%.3f us (cv %.3f)\n",
+                 device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
+                 r.p90_us, r.cv);
     return true;
   }
 
