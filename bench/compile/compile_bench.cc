@@ -3,7 +3,8 @@
 //  - per bundled CUDA task and nvcc mode (graph: nvcc's steps as a graph; serial: nvcc itself), `--reps`
 //    builds one at a time, the modes taking turns, each a cache miss (a -D flag no source reads makes each one new);
 //    the reference's build is warmed first, so a build is the candidate's: accept, write, compile, read back;
-//  - `--huge-pages both` runs each mode with and without the tools' heap on huge pages;
+//  - `--huge-pages both` runs each mode with and without the tools' heap on huge pages; `--keep-builds DIR`
+//    keeps each task's first build per mode (to compare what the modes built);
 //  - the compiler farm in the first mode: builds per second with 1, 2, 4... concurrent builders, up to
 //    `--max-builders` (default: the cores), and the speedup over one builder.
 //
@@ -43,6 +44,7 @@ struct Build {
   double wall_s = 0;      // the compile() call
   double compiler_s = 0;  // the compiler's run (BuildInfo::duration_s)
   std::string error;
+  std::string so;  // the kernel's shared object
 };
 
 Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int salt) {
@@ -69,6 +71,7 @@ Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int 
   if (!test.is_ok()) return b;
   b.ok = test->build.ok && !test->build.cache_hit;
   b.compiler_s = test->build.duration_s;
+  if (auto so = kiln::proto::kernel_library(*test, 256u << 20); so.is_ok()) b.so = std::move(so).value();
   return b;
 }
 
@@ -117,6 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--tasks", tasks_dir, "folder of task packages; the cuda ones are built");
   app.add_option("--nvcc", nvcc, "nvcc");
   app.add_option("--modes", modes, "nvcc modes to compare, one builder each (the first also runs the farm)");
+  std::string keep_builds;
+  app.add_option("--keep-builds", keep_builds, "folder: each task's first build per mode kept as <task>.<mode>.so");
   std::string huge_pages = "on";
   app.add_option("--huge-pages", huge_pages,
                  "on | off | both: each mode with the tools' heap on huge pages, not, or both")
@@ -172,6 +177,13 @@ int main(int argc, char** argv) {
         }
         walls[v].push_back(b.wall_s);
         compiler_s[v].push_back(b.compiler_s);
+        if (r == 0 && !keep_builds.empty()) {
+          std::string name = variants[v].name();
+          std::replace(name.begin(), name.end(), '/', '-');
+          auto kept = kiln::make_dirs(keep_builds);
+          if (kept.is_ok()) kept = kiln::write_file_atomic(keep_builds + "/" + task.name + "." + name + ".so", b.so);
+          if (!kept.is_ok()) std::fprintf(stderr, "--keep-builds: %s\n", kept.message().c_str());
+        }
       }
     }
     for (size_t v = 0; v < variants.size(); ++v) {

@@ -540,6 +540,24 @@ std::string embedded_images(const std::string& nvcc, const std::string& so) {
   return r->stdout_text;
 }
 
+// The fat binaries a shared object embeds (its .nv_fatbin section, read by objcopy); "" without objcopy.
+std::string fatbin_section(const std::string& so) {
+  kiln::TempDir dir("kiln-fatbin");
+  REQUIRE(kiln::write_file(dir.path() + "/k.so", so).is_ok());
+  kiln::sandbox::SandboxOptions o;
+  o.argv = {"/bin/sh", "-c",
+            "command -v objcopy >/dev/null || exit 0; objcopy -O binary --only-section=.nv_fatbin k.so k.fatbin"};
+  o.working_dir = dir.path();
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.timeout_s = 60;
+  auto r = kiln::sandbox::run_sandboxed(o);
+  REQUIRE(r.is_ok());
+  INFO(r->stderr_text);
+  REQUIRE(r->succeeded());
+  auto fatbin = kiln::read_file(dir.path() + "/k.fatbin");
+  return fatbin.is_ok() ? *fatbin : "";
+}
+
 }  // namespace
 
 TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
@@ -649,6 +667,14 @@ TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compil
   CHECK(g.spill_bytes == s.spill_bytes);
   CHECK(g.stack_bytes == s.stack_bytes);
   CHECK(g.flags == s.flags);
+  // The same machine code and PTX, byte for byte: nvcc's section holds the kernel's fat binary after the
+  // device link's (which the graph, with nothing to link, leaves out).
+  const std::string graph_fatbin = fatbin_section(*kiln::proto::kernel_library(built.at("graph"), 64u << 20));
+  const std::string serial_fatbin = fatbin_section(*kiln::proto::kernel_library(built.at("serial"), 64u << 20));
+  if (!graph_fatbin.empty()) {
+    CHECK(graph_fatbin.size() < serial_fatbin.size());
+    CHECK(serial_fatbin.ends_with(graph_fatbin));
+  }
   // Where the host toolchain has gold, the graph links with it (gold marks what it links); nvcc does not.
   if (std::system("g++ -fuse-ld=gold -Wl,--version >/dev/null 2>&1") == 0) {
     const std::string gold_note = ".note.gnu.gold-version";
