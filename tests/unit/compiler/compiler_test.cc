@@ -522,39 +522,40 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )";
 
-// What cuobjdump (beside nvcc) finds embedded in a shared object: "" when there is no cuobjdump.
-std::string embedded_images(const std::string& nvcc, const std::string& so) {
-  const std::string cuobjdump = nvcc.substr(0, nvcc.rfind('/') + 1) + "cuobjdump";
-  if (access(cuobjdump.c_str(), X_OK) != 0) return "";
-  kiln::TempDir dir("kiln-cuobjdump");
-  REQUIRE(kiln::write_file(dir.path() + "/k.so", so).is_ok());
+// Runs `argv` on a shared object (written as k.so in a scratch folder); the finished run and that folder.
+struct OnLibrary {
+  kiln::TempDir dir{"kiln-so-tool"};
+  kiln::sandbox::SandboxResult run;
+};
+std::unique_ptr<OnLibrary> run_on_library(const std::string& so, std::vector<std::string> argv) {
+  auto out = std::make_unique<OnLibrary>();
+  REQUIRE(kiln::write_file(out->dir.path() + "/k.so", so).is_ok());
   kiln::sandbox::SandboxOptions o;
-  o.argv = {cuobjdump, "--list-elf", "--list-ptx", "k.so"};
-  o.working_dir = dir.path();
-  o.env = {"PATH=/usr/bin:/bin"};
-  o.timeout_s = 60;
-  auto r = kiln::sandbox::run_sandboxed(o);
-  REQUIRE(r.is_ok());
-  INFO(r->stderr_text);
-  CHECK(r->succeeded());
-  return r->stdout_text;
-}
-
-// The fat binaries a shared object embeds (its .nv_fatbin section, read by objcopy); "" without objcopy.
-std::string fatbin_section(const std::string& so) {
-  kiln::TempDir dir("kiln-fatbin");
-  REQUIRE(kiln::write_file(dir.path() + "/k.so", so).is_ok());
-  kiln::sandbox::SandboxOptions o;
-  o.argv = {"/bin/sh", "-c",
-            "command -v objcopy >/dev/null || exit 0; objcopy -O binary --only-section=.nv_fatbin k.so k.fatbin"};
-  o.working_dir = dir.path();
+  o.argv = std::move(argv);
+  o.working_dir = out->dir.path();
   o.env = {"PATH=/usr/bin:/bin"};
   o.timeout_s = 60;
   auto r = kiln::sandbox::run_sandboxed(o);
   REQUIRE(r.is_ok());
   INFO(r->stderr_text);
   REQUIRE(r->succeeded());
-  auto fatbin = kiln::read_file(dir.path() + "/k.fatbin");
+  out->run = std::move(r).value();
+  return out;
+}
+
+// What cuobjdump (beside nvcc) finds embedded in a shared object: "" when there is no cuobjdump.
+std::string embedded_images(const std::string& nvcc, const std::string& so) {
+  const std::string cuobjdump = nvcc.substr(0, nvcc.rfind('/') + 1) + "cuobjdump";
+  if (access(cuobjdump.c_str(), X_OK) != 0) return "";
+  return run_on_library(so, {cuobjdump, "--list-elf", "--list-ptx", "k.so"})->run.stdout_text;
+}
+
+// The fat binaries a shared object embeds (its .nv_fatbin section, read by objcopy); "" without objcopy.
+std::string fatbin_section(const std::string& so) {
+  auto done = run_on_library(
+      so, {"/bin/sh", "-c",
+           "command -v objcopy >/dev/null || exit 0; objcopy -O binary --only-section=.nv_fatbin k.so k.fatbin"});
+  auto fatbin = kiln::read_file(done->dir.path() + "/k.fatbin");
   return fatbin.is_ok() ? *fatbin : "";
 }
 
