@@ -441,11 +441,13 @@ class Protocol {
     // or two (a wide p10..p90 moves the median with the share of slow samples; bench/throughput/remeasure.sh).
     const auto& c = timing.candidate;
     const auto& r = timing.reference;
+    const detail::OrderMedians order = detail::candidate_medians_by_order(samples[kCandidate]);
     std::fprintf(stderr,
                  "%s: %s: medians: candidate %.3f us, reference %.3f us; p10..p90: candidate %.3f..%.3f us (cv %.3f), "
-                 "reference %.3f..%.3f us (cv %.3f)\n",
+                 "reference %.3f..%.3f us (cv %.3f); candidate right after the reference %.3f us, after itself %.3f "
+                 "us\n",
                  device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
-                 r.p90_us, r.cv);
+                 r.p90_us, r.cv, order.after_reference_us, order.after_itself_us);
     return true;
   }
 

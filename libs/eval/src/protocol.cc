@@ -244,6 +244,13 @@ proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<doubl
   return t;
 }
 
+OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us) {
+  std::vector<double> side[2];
+  for (size_t i = 0; i < candidate_us.size(); ++i) side[i % 2].push_back(candidate_us[i]);
+  return {side[0].empty() ? 0 : compute_stats(side[0]).median_us,
+          side[1].empty() ? 0 : compute_stats(side[1]).median_us};
+}
+
 void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us) {
   const double c = t.candidate.median_us, r = t.reference.median_us;
   if (c <= 0 || r <= 0) return;

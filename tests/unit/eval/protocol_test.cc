@@ -167,3 +167,17 @@ TEST_CASE("a host device's timing sets: drawn as fill_inputs draws them, perturb
   REQUIRE(check.outputs.size() == 1);
   CHECK(std::isnan(check.outputs[0].get(0)));
 }
+
+TEST_CASE("the candidate's samples split by what ran right before them on the device", "[eval][timing]") {
+  using kiln::eval::detail::candidate_medians_by_order;
+  // Even rounds: right after the reference; odd rounds: right after the candidate's own call.
+  auto order = candidate_medians_by_order({220, 130, 218, 129, 222, 131, 219});
+  CHECK(order.after_reference_us == 219.5);  // 218, 219, 220, 222
+  CHECK(order.after_itself_us == 130);
+  order = candidate_medians_by_order({100});
+  CHECK(order.after_reference_us == 100);
+  CHECK(order.after_itself_us == 0);
+  order = candidate_medians_by_order({});
+  CHECK(order.after_reference_us == 0);
+  CHECK(order.after_itself_us == 0);
+}

@@ -85,6 +85,17 @@ proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<doubl
                                  uint64_t bootstrap_seed, int64_t warmup_iters, const std::string& stop_reason,
                                  const std::vector<size_t>& block_starts = {});
 
+// The candidate's median over the rounds in which it ran right after the reference and over the others.
+// The loop alternates the order inside each round (even rounds end with the candidate, odd rounds begin
+// with it), so sample i followed the reference when i is even and its own call when i is odd. A gap between
+// the two is the other contestant's wake on the device (clocks, power state, caches); 0 where a side has
+// no sample.
+struct OrderMedians {
+  double after_reference_us = 0;
+  double after_itself_us = 0;
+};
+OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us);
+
 // Widens t's speedup interval as if the candidate's median could be off by `candidate_us` and the
 // reference's by `reference_us`, each in the worse direction: lo * (1 - r/ref) / (1 + c/cand),
 // hi * (1 + r/ref) / (1 - c/cand) (that last factor at most 2).
