@@ -112,6 +112,9 @@ remeasured_medians = {m.group(1): (float(m.group(2)), float(m.group(3)))
 # "...; candidate right after the reference 131.2 us, after itself 130.9 us": the order's wake, if any.
 orders = {m.group(1): [float(m.group(2)), float(m.group(3))]
           for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: .*?candidate right after the reference ([0-9.e+-]+) us, after itself ([0-9.e+-]+) us", log)}
+# "...; candidate's block medians 129.5..220.1 us": each block on its own processes and buffers.
+block_ranges = {m.group(1): [float(m.group(2)), float(m.group(3))]
+                for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: .*?candidate's block medians ([0-9.e+-]+)\.\.([0-9.e+-]+) us", log)}
 # "...; p10..p90: candidate 129.2..217.8 us (cv 0.246), reference ...": the candidate's spread, re-measured.
 spreads = {m.group(1): [float(m.group(2)), float(m.group(3)), float(m.group(4))]
            for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: .*? p10\.\.p90: candidate ([0-9.e+-]+)\.\.([0-9.e+-]+) us \(cv ([0-9.e+-]+)\)", log)}
@@ -132,6 +135,8 @@ for shape, reg in registered.items():
         (c0, r0), (c1, r1) = medians[shape], remeasured_medians[shape]
         case["candidate_us"] = [round(c0, 3), c1]
         case["reference_us"] = [round(r0, 3), r1]
+    if shape in block_ranges:
+        case["candidate_block_medians_us"] = block_ranges[shape]
     if shape in orders:
         case["candidate_us_after_reference_after_itself"] = orders[shape]
     if shape in spreads:

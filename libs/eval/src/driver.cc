@@ -442,12 +442,14 @@ class Protocol {
     const auto& c = timing.candidate;
     const auto& r = timing.reference;
     const detail::OrderMedians order = detail::candidate_medians_by_order(samples[kCandidate]);
+    const detail::BlockRange blocks_range = detail::block_median_range(samples[kCandidate], block_starts);
     std::fprintf(stderr,
                  "%s: %s: medians: candidate %.3f us, reference %.3f us; p10..p90: candidate %.3f..%.3f us (cv %.3f), "
                  "reference %.3f..%.3f us (cv %.3f); candidate right after the reference %.3f us, after itself %.3f "
-                 "us\n",
+                 "us; candidate's block medians %.3f..%.3f us\n",
                  device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
-                 r.p90_us, r.cv, order.after_reference_us, order.after_itself_us);
+                 r.p90_us, r.cv, order.after_reference_us, order.after_itself_us, blocks_range.lo_us,
+                 blocks_range.hi_us);
     return true;
   }
 

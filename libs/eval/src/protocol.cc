@@ -251,6 +251,23 @@ OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us)
           side[1].empty() ? 0 : compute_stats(side[1]).median_us};
 }
 
+BlockRange block_median_range(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts) {
+  BlockRange range;
+  bool any = false;
+  for (size_t b = 0; b < std::max<size_t>(block_starts.size(), 1); ++b) {
+    const size_t begin = block_starts.empty() ? 0 : block_starts[b];
+    const size_t end = b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size();
+    if (begin >= end || end > samples_us.size()) continue;
+    const double m = compute_stats(std::vector<double>(samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                       samples_us.begin() + static_cast<std::ptrdiff_t>(end)))
+                         .median_us;
+    range.lo_us = any ? std::min(range.lo_us, m) : m;
+    range.hi_us = any ? std::max(range.hi_us, m) : m;
+    any = true;
+  }
+  return range;
+}
+
 void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us) {
   const double c = t.candidate.median_us, r = t.reference.median_us;
   if (c <= 0 || r <= 0) return;

@@ -181,3 +181,18 @@ TEST_CASE("the candidate's samples split by what ran right before them on the de
   CHECK(order.after_reference_us == 0);
   CHECK(order.after_itself_us == 0);
 }
+
+TEST_CASE("the candidate's per-block medians span what the blocks' processes and buffers made of it",
+          "[eval][timing]") {
+  using kiln::eval::detail::block_median_range;
+  // Three blocks: medians 130, 220, 131.
+  auto range = block_median_range({129, 130, 131, 219, 220, 221, 131, 131}, {0, 3, 6});
+  CHECK(range.lo_us == 130);
+  CHECK(range.hi_us == 220);
+  range = block_median_range({5, 7, 6}, {});  // no block starts: one block
+  CHECK(range.lo_us == 6);
+  CHECK(range.hi_us == 6);
+  range = block_median_range({}, {0});
+  CHECK(range.lo_us == 0);
+  CHECK(range.hi_us == 0);
+}

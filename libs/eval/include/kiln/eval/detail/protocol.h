@@ -96,6 +96,15 @@ struct OrderMedians {
 };
 OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us);
 
+// The lowest and the highest of the per-block medians of `samples_us` (`block_starts`: the first sample of
+// each block, ascending from 0): a block runs on its own processes and buffers, so a wide range is the
+// placement's doing, not the order's. {0, 0} without samples.
+struct BlockRange {
+  double lo_us = 0;
+  double hi_us = 0;
+};
+BlockRange block_median_range(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts);
+
 // Widens t's speedup interval as if the candidate's median could be off by `candidate_us` and the
 // reference's by `reference_us`, each in the worse direction: lo * (1 - r/ref) / (1 + c/cand),
 // hi * (1 + r/ref) / (1 - c/cand) (that last factor at most 2).
