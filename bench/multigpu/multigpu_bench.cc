@@ -406,12 +406,13 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
         log.is_ok() && log->find("service tester-") != std::string::npos && log->find("restarted") != std::string::npos;
   }
   if (!o.keep.empty()) {
-    // What a later look needs (the testers' logs, the promoted kernels for an independent re-measure).
+    // What a later look needs (the testers' logs, the promoted kernels for an independent re-measure, the
+    // archive with every evaluation's log).
     namespace fs = std::filesystem;
     const fs::path to = fs::path(o.keep) / ("testers-" + std::to_string(testers) + (kill ? "-kill" : ""));
     std::error_code ec;
     fs::create_directories(to, ec);
-    for (const char* what : {"state/logs", "registry", "up.log", "kiln.yaml"}) {
+    for (const char* what : {"state/logs", "state/archive.db", "registry", "up.log", "kiln.yaml"}) {
       const fs::path from = fs::path(dir.path()) / what;
       if (fs::exists(from, ec))
         fs::copy(from, to / fs::path(what).filename(),
