@@ -289,6 +289,7 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
       {"timing_max_noise", short_number(t.max_noise)},
       {"timing_precision", short_number(t.precision)},
       {"timing_warmup_iters", std::to_string(t.warmup_iters)},
+      {"timing_settle_calls", std::to_string(t.settle_calls)},
       {"timeout_s", short_number(options_.timeout_s)},
   };
   // The evaluator's version as built: its binary's hash (the child is rebuilt with Kiln, and any change
@@ -396,6 +397,10 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
   if (!device_lock_.empty()) {
     argv.push_back("--device-lock");
     argv.push_back(device_lock_);
+  }
+  if (t.settle_calls > 0) {
+    argv.push_back("--settle-calls");
+    argv.push_back(std::to_string(t.settle_calls));
   }
   if (screen_below > 0) {
     argv.push_back("--screen-below");

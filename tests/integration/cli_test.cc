@@ -94,3 +94,11 @@ TEST_CASE("the evaluation child refuses a precision of 1 or more or not a number
                        30);
   CHECK(r.err.find("--precision: expected 0 <= P < 1 (0: off), got 1.000000") != std::string::npos);
 }
+
+TEST_CASE("the evaluation child refuses a negative settle count before loading anything", "[integration][cli]") {
+  auto r = run_process({bin_dir() + "/kiln-eval", "--task", "t", "--kernel", "k.so", "--reference", "r.so", "--out",
+                        "o.msgpack", "--settle-calls", "-1"},
+                       30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--settle-calls: expected N >= 0 (0: off)") != std::string::npos);
+}

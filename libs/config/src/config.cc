@@ -86,6 +86,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.timing.warmup_iters", &c.tester.timing.warmup_iters},
       {"tester.timing.screen_below", &c.tester.timing.screen_below},
       {"tester.timing.precision", &c.tester.timing.precision},
+      {"tester.timing.settle_calls", &c.tester.timing.settle_calls},
       {"tester.metrics_port", &c.tester.metrics_port},
       {"tester.profile", &c.tester.profile},
       {"tester.screen_by_best", &c.tester.screen_by_best},
@@ -429,6 +430,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("tester.timing.warmup_iters", t.timing.warmup_iters, 0);
   v.non_negative("tester.timing.screen_below", t.timing.screen_below);
   v.non_negative("tester.timing.precision", t.timing.precision);
+  v.at_least("tester.timing.settle_calls", t.timing.settle_calls, 0);
   if (t.timing.precision >= 1) v.error("tester.timing.precision", "must be < 1 (a relative half-width; 0 = off)");
   if (t.timing.screen_below > c.scorer.min_speedup) {
     v.error("tester.timing.screen_below",

@@ -302,12 +302,14 @@ class Protocol {
     // above was done before taking it.
     KILN_ASSIGN_OR_RETURN(DeviceLock::Hold held, lock_.hold(DeviceLock::Mode::kExclusive));
 
+    size_t previous = n;  // whose call ran last on the device (n: nobody's yet)
     auto warm_up = [&]() -> Result<bool> {
       for (int64_t w = 0; w < opt.warmup_iters; ++w) {
         for (size_t who = 0; who < n; ++who) {
           KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(who, Kind::kWarmUp));
           KILN_ASSIGN_OR_RETURN(bool stop, failed(who, c, shape + ", warm-up"));
           if (stop) return false;
+          previous = who;
         }
       }
       return true;
@@ -372,6 +374,7 @@ class Protocol {
     KILN_RETURN_IF_ERROR(device_.begin_rounds());
     std::vector<std::vector<double>> samples(n);
     std::vector<RunningStats> running(n);
+    int64_t settled = 0;  // timed calls preceded by settling calls
     detail::StoppingRule rule(opt);
     const auto start = Clock::now();
     std::string stop_reason;
@@ -402,11 +405,22 @@ class Protocol {
       // Alternate the order inside each round so neither side always runs right after the other.
       for (size_t k = 0; k < n; ++k) {
         const size_t who = round % 2 == 0 ? n - 1 - k : k;
+        // Settling: a short contestant right after a much longer one is timed after calls of its own.
+        if (opt.settle_calls > 0 && previous < n && previous != who && running[who].n() > 0 &&
+            running[previous].n() > 0 && running[who].mean() * kSettleRatio <= running[previous].mean()) {
+          for (int64_t s = 0; s < opt.settle_calls; ++s) {
+            KILN_ASSIGN_OR_RETURN(Device::Call settle, device_.call(who, Kind::kWarmUp));
+            KILN_ASSIGN_OR_RETURN(bool stop, failed(who, settle, shape + ", settling"));
+            if (stop) return false;
+          }
+          ++settled;
+        }
         KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(who, Kind::kTimed));
         KILN_ASSIGN_OR_RETURN(bool stop, failed(who, c, shape + ", timing"));
         if (stop) return false;
         samples[who].push_back(c.sample_us);
         running[who].add(c.sample_us);
+        previous = who;
       }
       stop_reason = rule.after_round(round + 1, seconds_since(start),
                                      std::max(running[kCandidate].cv(), running[kReference].cv()));
@@ -421,6 +435,10 @@ class Protocol {
     const double timing_s = seconds_since(start);
     std::string note;
     KILN_RETURN_IF_ERROR(device_.end_timing(samples, note));
+    if (settled > 0) {
+      note += (note.empty() ? "" : "; ") + std::to_string(settled) + " timed calls settled by " +
+              std::to_string(opt.settle_calls) + " of their own first";
+    }
     std::fprintf(
         stderr, "%s: %s: %zu rounds in %zu blocks (%.2f s; outputs compared after %lld, %.2f s), stop: %s%s%s\n",
         device_.log_prefix(), shape.c_str(), samples[kCandidate].size(), block_starts.size(), timing_s,

@@ -30,7 +30,8 @@ void print_usage(const char* name) {
   std::fprintf(stderr,
                "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
-               "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--device-lock FILE]\n"
+               "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--settle-calls N]\n"
+               "       [--device-lock FILE]\n"
                "       [--no-timing] [--profile]\n",
                name);
 }
@@ -92,11 +93,14 @@ Result<Args> parse_args(int argc, char** argv) {
       KILN_RETURN_IF_ERROR(number(t.screen_below));
     else if (flag == "--precision")
       KILN_RETURN_IF_ERROR(number(t.precision));
+    else if (flag == "--settle-calls")
+      KILN_RETURN_IF_ERROR(integer(t.settle_calls));
     else
       return invalid_argument("unknown flag " + flag);
   }
   if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
     return invalid_argument("--task, --kernel, --reference and --out are required");
+  if (a.eval.timing.settle_calls < 0) return invalid_argument("--settle-calls: expected N >= 0 (0: off)");
   if (!(a.eval.timing.precision >= 0 && a.eval.timing.precision < 1))
     return invalid_argument("--precision: expected 0 <= P < 1 (0: off), got " +
                             std::to_string(a.eval.timing.precision));

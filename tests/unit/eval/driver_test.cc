@@ -57,11 +57,13 @@ int twice(TensorSet& t) {
 }
 
 // A contestant: what a call does to its tensors, and the time it "takes": `us`, give or take up to
-// `spread` of it (a fixed pseudo-random sequence over its calls).
+// `spread` of it (a fixed pseudo-random sequence over its calls), plus `wake_us` when the call before it on
+// the device was another contestant's.
 struct Kernel {
   std::function<int(TensorSet&)> run = twice;
   double us = 10;
   double spread = 0;
+  double wake_us = 0;
 };
 
 class FakeDevice final : public Device {
@@ -100,6 +102,8 @@ class FakeDevice final : public Device {
     const uint64_t draw = (static_cast<uint64_t>(calls[{who, kind}]) * 0x9E3779B97F4A7C15ULL) >> 11;
     const double unit = static_cast<double>(draw) / static_cast<double>(uint64_t{1} << 53);  // [0, 1)
     c.sample_us = k.us * (1 + k.spread * (2 * unit - 1));
+    if (last_ != who && last_ != kNobody) c.sample_us += k.wake_us;
+    last_ = who;
     return c;
   }
   // With `compares`, a device that compares outputs where they are (as a GPU does): compare() itself on
@@ -168,8 +172,10 @@ class FakeDevice final : public Device {
   bool ended = false;
 
  private:
+  static constexpr size_t kNobody = ~size_t{0};
   std::vector<Kernel> kernels_;
   std::vector<TensorSet> slots_;
+  size_t last_ = kNobody;  // whose call ran last
   kiln::eval::HostTimingSets timing_;
 };
 
@@ -580,4 +586,27 @@ TEST_CASE("device lock: shared holders that both ask to time a case let go first
   CHECK(b_during == Mode::kExclusive);
   CHECK(a->held() == Mode::kNone);
   CHECK(b->held() == Mode::kNone);
+}
+
+TEST_CASE("driver: settling times a short candidate in its own wake, not the long reference's", "[eval][driver]") {
+  // The candidate takes 5 us, 25 us right after the reference (100 us): the loop alternates the order, so
+  // half its timed calls follow the reference and its median lands between the two.
+  const Kernel candidate{twice, 5, 0, 20};
+  const Kernel reference{twice, 100};
+  FakeDevice plain(candidate, reference);
+  const auto unsettled = run(plain);
+  REQUIRE(unsettled.status == status::kOk);
+  CHECK(unsettled.performance.cases[0].speedup < 10);
+  CHECK(plain.calls[{0, Device::CallKind::kWarmUp}] == 2);  // the warm-up only
+
+  auto o = fast();
+  o.timing.settle_calls = 1;
+  FakeDevice settled(candidate, reference);
+  const auto r = run(settled, o);
+  REQUIRE(r.status == status::kOk);
+  CHECK(r.performance.cases[0].speedup == Approx(20.0));  // 100 / 5: only the first round is unsettled
+  const int rounds = static_cast<int>(settled.rounds);
+  // One settling call in every round but the first whose candidate follows the reference (even rounds).
+  CHECK(settled.calls[{0, Device::CallKind::kWarmUp}] == 2 + (rounds + 1) / 2 - 1);
+  CHECK(settled.calls[{1, Device::CallKind::kWarmUp}] == 2);  // the long reference never settles
 }

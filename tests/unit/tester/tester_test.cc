@@ -506,6 +506,28 @@ TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
   CHECK(score.test.message == "crashed: the result was not written by the evaluator (its authentication failed)");
 }
 
+TEST_CASE("the tester passes tester.timing.settle_calls to the evaluator and says so", "[tester]") {
+  Fixture f;
+  // The evaluator behind a script that says how it was called.
+  const std::string script = f.dir.path() + "/argv-eval";
+  REQUIRE(kiln::write_file_atomic(script,
+                                  "#!/bin/sh\necho \"argv: $*\" >&2\nexec " KILN_BINARY_DIR "/bin/kiln-eval \"$@\"\n")
+              .is_ok());
+  REQUIRE(::chmod(script.c_str(), 0755) == 0);
+  for (const int64_t settle : {0, 2}) {
+    TesterOptions o = quick_options();
+    o.eval_binary = script;
+    o.timing.settle_calls = settle;
+    auto handler = make(o);
+    auto score = run_job(*handler, f.request(f.build("correct")));
+    INFO(kiln::proto::combined_output(score.test.process));
+    CHECK(score.test.status == status::kOk);
+    CHECK(score.test.metadata.at("timing_settle_calls") == std::to_string(settle));
+    const bool passed = kiln::proto::combined_output(score.test.process).find("--settle-calls 2") != std::string::npos;
+    CHECK(passed == (settle == 2));
+  }
+}
+
 TEST_CASE("a kernel that will not load is a load failure", "[tester]") {
   Fixture f;
   auto handler = make();

@@ -64,6 +64,9 @@ struct TimingConfig {
   // Precision stop (0: off): a case also stops once its speedup's 95 % interval is within +-this of the
   // speedup (kiln::eval::TimingOptions::precision).
   double precision = 0.01;
+  // Settling (0: off): untimed calls a short contestant makes before a timed call that follows a much
+  // longer one (kiln::eval::TimingOptions::settle_calls).
+  int64_t settle_calls = 0;
 };
 
 // tester.slots 0 on the cuda backend. On one H200 four slots scored 1376 candidates an hour (one slot, on an

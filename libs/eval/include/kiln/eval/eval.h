@@ -42,7 +42,15 @@ struct TimingOptions {
   // does) would otherwise run every case to max_time_s. Checked at block starts, after min_samples and
   // min_time_s and from the sixth block on, at most once per sixth of the time measured so far.
   double precision = 0;
+  // Settling (0: off). A contestant whose timed call would come right after a call of one at least
+  // kSettleRatio times longer (the loop alternates them) first makes this many untimed calls of its own,
+  // so what it is timed in is its own wake on the device (contexts, translations, clocks), not the other
+  // one's. Costs this many short calls per round; a long contestant never settles.
+  int64_t settle_calls = 0;
 };
+
+// Settling applies when the contestant that ran before is this many times longer (running means).
+inline constexpr double kSettleRatio = 4;
 
 struct EvalOptions {
   TimingOptions timing;
