@@ -100,5 +100,5 @@ TEST_CASE("the evaluation child refuses a negative settle count before loading a
                         "o.msgpack", "--settle-calls", "-1"},
                        30);
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--settle-calls: expected N >= 0 (0: off)") != std::string::npos);
+  CHECK(r.err.find("kiln-eval: --settle-calls: expected a number, got -1") != std::string::npos);
 }

@@ -100,7 +100,6 @@ Result<Args> parse_args(int argc, char** argv) {
   }
   if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
     return invalid_argument("--task, --kernel, --reference and --out are required");
-  if (a.eval.timing.settle_calls < 0) return invalid_argument("--settle-calls: expected N >= 0 (0: off)");
   if (!(a.eval.timing.precision >= 0 && a.eval.timing.precision < 1))
     return invalid_argument("--precision: expected 0 <= P < 1 (0: off), got " +
                             std::to_string(a.eval.timing.precision));
