@@ -129,6 +129,12 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
   CLI11_PARSE(app, argc, argv);
+  if (!keep_builds.empty()) {
+    if (auto made = kiln::make_dirs(keep_builds); !made.is_ok()) {
+      std::fprintf(stderr, "--keep-builds: %s\n", made.message().c_str());
+      return 2;
+    }
+  }
   std::vector<Variant> variants;
   for (const auto& mode : modes) {
     if (huge_pages != "off") variants.push_back({mode, true});
@@ -180,8 +186,7 @@ int main(int argc, char** argv) {
         if (r == 0 && !keep_builds.empty()) {
           std::string name = variants[v].name();
           std::replace(name.begin(), name.end(), '/', '-');
-          auto kept = kiln::make_dirs(keep_builds);
-          if (kept.is_ok()) kept = kiln::write_file_atomic(keep_builds + "/" + task.name + "." + name + ".so", b.so);
+          auto kept = kiln::write_file_atomic(keep_builds + "/" + task.name + "." + name + ".so", b.so);
           if (!kept.is_ok()) std::fprintf(stderr, "--keep-builds: %s\n", kept.message().c_str());
         }
       }

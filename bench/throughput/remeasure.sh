@@ -36,6 +36,15 @@ PY
 if [ -n "${ONLY:-}" ]; then
   awk -F'\t' -v only="$ONLY" '$3 ~ only' "$work/entries.tsv" > "$work/only.tsv" && mv "$work/only.tsv" "$work/entries.tsv"
 fi
+# Builds the way the compiler service does, the kernel ABI header from DIR/kiln: nvcc_build DIR ARGS...
+nvcc_build() {
+  local dir=$1; shift
+  "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
+    -cudart shared -I"$dir" "$@"
+}
+gxx_build() { local dir=$1; shift; g++ -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I"$dir" "$@"; }
+# DIR/kiln/kernel_abi.h, as a task's sources include it.
+with_abi() { mkdir -p "$1/kiln" && cp "$root/libs/core/include/kiln/kernel_abi.h" "$1/kiln/"; }
 lock_args=()
 if [ "${LOAD:-0}" -gt 0 ]; then
   lock_args=(--device-lock "$work/device.lock")
@@ -46,12 +55,9 @@ if [ "${LOAD:-0}" -gt 0 ]; then
     grep -qE '^backend: *cuda' "$t/task.yaml" 2>/dev/null || continue
     name=$(basename "$t")
     cut -f3 "$work/entries.tsv" | grep -qx "$name" && continue  # not a task being measured
-    mkdir -p "$load/$name/kiln"
-    cp "$root/libs/core/include/kiln/kernel_abi.h" "$load/$name/kiln/"
-    if "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
-         -cudart shared -I"$load/$name" -o "$load/$name/kernel.so" "$t/kernel.cu" > /dev/null 2>&1 &&
-       "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
-         -cudart shared -I"$load/$name" -o "$load/$name/reference.so" "$t/reference.cu" > /dev/null 2>&1; then
+    with_abi "$load/$name"
+    if nvcc_build "$load/$name" -o "$load/$name/kernel.so" "$t/kernel.cu" > /dev/null 2>&1 &&
+       nvcc_build "$load/$name" -o "$load/$name/reference.so" "$t/reference.cu" > /dev/null 2>&1; then
       loaded+=("$t")
     fi
   done
@@ -75,15 +81,15 @@ while IFS=$'\t' read -r id lang task source params cases spread; do
   n=$((n + 1))
   dir="$work/$id"
   if [ ! -d "$tasks/$task" ]; then echo "{\"kernel_id\": \"$id\", \"error\": \"no task $task under $tasks\"}"; unmeasured=$((unmeasured + 1)); continue; fi
-  mkdir -p "$dir/task" "$dir/kiln"
+  mkdir -p "$dir/task"
   cp -r "$tasks/$task/." "$dir/task/"
-  cp "$root/libs/core/include/kiln/kernel_abi.h" "$dir/kiln/"
+  with_abi "$dir"
   if [ "$lang" = cuda ]; then
     ext=cu evaluator="$bin/kiln-eval-cuda"
-    build() { "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" -cudart shared -I"$dir" "$@"; }
+    build() { nvcc_build "$dir" "$@"; }
   else
     ext=cpp evaluator="$bin/kiln-eval"
-    build() { g++ -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I"$dir" "$@"; }
+    build() { gxx_build "$dir" "$@"; }
   fi
   cp "$reg/$source" "$dir/kernel.$ext"
   # shellcheck disable=SC2086
@@ -91,7 +97,6 @@ while IFS=$'\t' read -r id lang task source params cases spread; do
      ! build -o "$dir/reference.so" "$dir/task/reference.$ext" >> "$dir/build.log" 2>&1; then
     echo "{\"kernel_id\": \"$id\", \"error\": \"build failed: $(tail -1 "$dir/build.log" | tr -d '"\\')\"}"; unmeasured=$((unmeasured + 1)); continue
   fi
-  # shellcheck disable=SC2086
   # shellcheck disable=SC2086
   ${EVAL_WRAP:-} "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
     ${EVAL_ARGS:-} "${lock_args[@]}" > "$dir/eval.log" 2>&1
