@@ -398,10 +398,8 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
     argv.push_back("--device-lock");
     argv.push_back(device_lock_);
   }
-  if (t.settle_calls > 0) {
-    argv.push_back("--settle-calls");
-    argv.push_back(std::to_string(t.settle_calls));
-  }
+  argv.push_back("--settle-calls");  // 0 too: the evaluator's own default is to settle
+  argv.push_back(std::to_string(t.settle_calls));
   if (screen_below > 0) {
     argv.push_back("--screen-below");
     argv.push_back(number(screen_below));

@@ -581,7 +581,7 @@ Result<eval::Device::Block> CudaDevice::begin_block(uint64_t block) {
   return Block{};
 }
 
-Status CudaDevice::perturb(const std::vector<eval::PerturbBlock>& blocks) {
+Status CudaDevice::perturb(size_t who, const std::vector<eval::PerturbBlock>& blocks) {
   const cudaStream_t stream = s_->gpu->stream.get();
   // Block i of the donor into input i at `base(i)`; the element size from the candidate's descriptor's
   // dtype (every contestant and the donor hold the same tensors).
@@ -595,14 +595,14 @@ Status CudaDevice::perturb(const std::vector<eval::PerturbBlock>& blocks) {
     }
     return Status::ok();
   };
-  // The case's own copy first, alike (load_block loads the next block from it).
-  if (!s_->master_in.empty()) {
-    KILN_RETURN_IF_ERROR(copy_blocks([&](size_t i) { return static_cast<char*>(s_->master_in[i].data()); }));
+  // The case's own copy (load_block loads the next block from it) is read on this stream only.
+  if (who == kOwnCopy) {
+    if (s_->master_in.empty()) return Status::ok();
+    return copy_blocks([&](size_t i) { return static_cast<char*>(s_->master_in[i].data()); });
   }
-  for (size_t who = 0; who < contestants(); ++who) {
-    Contestant& c = s_->at(who);
-    KILN_RETURN_IF_ERROR(copy_blocks([&](size_t i) { return c.at(c.layout.in[i]); }));
-  }
+  // A contestant's runner calls on a stream of its own: the copy is done before it is called.
+  Contestant& c = s_->at(who);
+  KILN_RETURN_IF_ERROR(copy_blocks([&](size_t i) { return c.at(c.layout.in[i]); }));
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Status::ok();
 }

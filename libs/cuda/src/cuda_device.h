@@ -46,7 +46,7 @@ class CudaDevice final : public eval::Device {
   Status begin_timing(const task::TaskSpec& spec, const eval::TensorSet& shapes, uint64_t first_seed,
                       uint64_t donor_seed) override;
   Result<Block> begin_block(uint64_t block) override;
-  Status perturb(const std::vector<eval::PerturbBlock>& blocks) override;
+  Status perturb(size_t who, const std::vector<eval::PerturbBlock>& blocks) override;
   Status begin_rounds() override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
   Status load_donor(size_t who, const eval::TensorSet& shapes, int variant) override;

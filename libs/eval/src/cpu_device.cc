@@ -228,9 +228,8 @@ Result<Device::Block> CpuDevice::begin_block(uint64_t block) {
   return b;
 }
 
-Status CpuDevice::perturb(const std::vector<PerturbBlock>& blocks) {
-  timing_.perturb(timing_.first, blocks);
-  for (auto& s : slots_) timing_.perturb(s.tensors, blocks);
+Status CpuDevice::perturb(size_t who, const std::vector<PerturbBlock>& blocks) {
+  timing_.perturb(who == kOwnCopy ? timing_.first : slots_[who].tensors, blocks);
   return Status::ok();
 }
 

@@ -44,7 +44,7 @@ class CpuDevice final : public Device {
   Status begin_timing(const task::TaskSpec& spec, const TensorSet& shapes, uint64_t first_seed,
                       uint64_t donor_seed) override;
   Result<Block> begin_block(uint64_t block) override;
-  Status perturb(const std::vector<PerturbBlock>& blocks) override;
+  Status perturb(size_t who, const std::vector<PerturbBlock>& blocks) override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
   Status load_donor(size_t who, const TensorSet& shapes, int variant) override;
   Result<bool> inputs_are_donor(size_t who) override;

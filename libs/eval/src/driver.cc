@@ -344,7 +344,7 @@ class Protocol {
     auto perturb = [&](uint64_t round) -> Status {
       for (size_t i = 0; i < shapes.inputs.size(); ++i)
         blocks[i] = perturb_block(shapes.inputs[i].elements(), round, i);
-      return device_.perturb(blocks);
+      return device_.perturb(Device::kOwnCopy, blocks);
     };
     int64_t compared = -1;  // the last round whose outputs were compared
     double compare_s = 0;   // wall time spent comparing timed outputs
@@ -415,6 +415,8 @@ class Protocol {
           }
           ++settled;
         }
+        // The round's inputs reach each contestant right before its timed call (after its settling calls).
+        KILN_RETURN_IF_ERROR(device_.perturb(who, blocks));
         KILN_ASSIGN_OR_RETURN(Device::Call c, device_.call(who, Kind::kTimed));
         KILN_ASSIGN_OR_RETURN(bool stop, failed(who, c, shape + ", timing"));
         if (stop) return false;

@@ -66,6 +66,15 @@ struct Kernel {
   double wake_us = 0;
 };
 
+uint64_t digest(const std::vector<kiln::eval::HostTensor>& tensors) {
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a
+  for (const auto& t : tensors) {
+    const auto* p = static_cast<const unsigned char*>(t.data());
+    for (size_t i = 0; i < t.bytes(); ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
 class FakeDevice final : public Device {
  public:
   FakeDevice(Kernel candidate, Kernel reference) : kernels_{std::move(candidate), std::move(reference)} {
@@ -92,11 +101,13 @@ class FakeDevice final : public Device {
   Result<Call> call(size_t who, CallKind kind) override {
     ++calls[{who, kind}];
     if (on_call) on_call(kind);
+    if (on_who) on_who(who, kind);
     Call c;
     if (who == 0 && crash_at_timed_call > 0 && kind == CallKind::kTimed && calls[{0, kind}] == crash_at_timed_call) {
       c.death = "SIGSEGV";
       return c;
     }
+    if (who == 0) candidate_inputs.emplace_back(kind, digest(slots_[0].inputs));
     const Kernel& k = kernels_[who];
     c.rc = k.run(slots_[who]);
     const uint64_t draw = (static_cast<uint64_t>(calls[{who, kind}]) * 0x9E3779B97F4A7C15ULL) >> 11;
@@ -131,10 +142,13 @@ class FakeDevice final : public Device {
     if (block == die_at_block) b.candidate_death = "SIGKILL";
     return b;
   }
-  Status perturb(const std::vector<PerturbBlock>& bs) override {
-    ++perturbs;
-    timing_.perturb(timing_.first, bs);
-    for (auto& s : slots_) timing_.perturb(s, bs);
+  Status perturb(size_t who, const std::vector<PerturbBlock>& bs) override {
+    if (who == kOwnCopy) {
+      ++perturbs;
+      timing_.perturb(timing_.first, bs);
+    } else {
+      timing_.perturb(slots_[who], bs);
+    }
     return Status::ok();
   }
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override {
@@ -163,11 +177,14 @@ class FakeDevice final : public Device {
   int output_reads = 0;
   int input_reads = 0;
   std::function<void(CallKind)> on_call;
+  std::function<void(size_t, CallKind)> on_who;  // before every call: whose, and which kind
   int crash_at_timed_call = 0;
   uint64_t die_at_block = ~uint64_t{0};
   std::map<std::pair<size_t, CallKind>, int> calls;
   std::vector<uint64_t> blocks;
   int perturbs = 0;
+  // Every call of the candidate, and a digest of the inputs it ran on.
+  std::vector<std::pair<CallKind, uint64_t>> candidate_inputs;
   size_t rounds = 0;
   bool ended = false;
 
@@ -205,10 +222,12 @@ TEST_CASE("driver: an honest candidate is correct and its speedup is the ratio o
   CHECK(r.performance.cases[0].speedup == Approx(4.0));
   CHECK(r.performance.cases[0].speedup_lo == Approx(4.0));
   // Correctness: two candidate calls and one reference call per case and seed, and each once more after
-  // timing; the warm-up before block 0; a perturbation before every timed round.
+  // timing; the warm-up before block 0 and, 4x shorter than the reference, one settling call in every
+  // round but the first whose candidate follows the reference; a perturbation before every timed round.
   CHECK(d.calls[{0, Device::CallKind::kCheck}] == 2 * 2 * 2 + 1);
   CHECK(d.calls[{1, Device::CallKind::kCheck}] == 2 * 2 + 1);
-  CHECK(d.calls[{0, Device::CallKind::kWarmUp}] == 2);
+  CHECK(d.calls[{0, Device::CallKind::kWarmUp}] == 2 + (static_cast<int>(d.rounds) + 1) / 2 - 1);
+  CHECK(d.calls[{1, Device::CallKind::kWarmUp}] == 2);
   CHECK(d.perturbs == static_cast<int>(d.rounds));
   CHECK(d.calls[{0, Device::CallKind::kTimed}] == static_cast<int>(d.rounds));
   CHECK(d.ended);
@@ -593,8 +612,10 @@ TEST_CASE("driver: settling times a short candidate in its own wake, not the lon
   // half its timed calls follow the reference and its median lands between the two.
   const Kernel candidate{twice, 5, 0, 20};
   const Kernel reference{twice, 100};
+  auto off = fast();
+  off.timing.settle_calls = 0;
   FakeDevice plain(candidate, reference);
-  const auto unsettled = run(plain);
+  const auto unsettled = run(plain, off);
   REQUIRE(unsettled.status == status::kOk);
   CHECK(unsettled.performance.cases[0].speedup < 10);
   CHECK(plain.calls[{0, Device::CallKind::kWarmUp}] == 2);  // the warm-up only
@@ -609,4 +630,47 @@ TEST_CASE("driver: settling times a short candidate in its own wake, not the lon
   // One settling call in every round but the first whose candidate follows the reference (even rounds).
   CHECK(settled.calls[{0, Device::CallKind::kWarmUp}] == 2 + (rounds + 1) / 2 - 1);
   CHECK(settled.calls[{1, Device::CallKind::kWarmUp}] == 2);  // the long reference never settles
+  // Settling calls run on the round before's inputs: a result the candidate kept from one is stale for the
+  // timed call after it (where the comparisons catch it), as one kept from an earlier round is.
+  const auto& seen = settled.candidate_inputs;
+  int settling = 0;
+  uint64_t last_timed = 0;
+  for (size_t i = 0; i + 1 < seen.size(); ++i) {
+    if (seen[i].first == Device::CallKind::kTimed) last_timed = seen[i].second;
+    if (seen[i].first != Device::CallKind::kWarmUp || seen[i + 1].first != Device::CallKind::kTimed) continue;
+    if (last_timed == 0) continue;  // the warm-up before the first round
+    INFO("candidate call " << i);
+    CHECK(seen[i].second == last_timed);
+    ++settling;
+  }
+  CHECK(settling == (rounds + 1) / 2 - 1);
+}
+
+TEST_CASE("driver: a candidate that replays its settling call's output is caught", "[eval][driver]") {
+  // Computes honestly, except that a timed call right after an untimed call of its own hands back what
+  // that call produced: right, were the settling call run on the timed call's inputs.
+  auto kept = std::make_shared<TensorSet>();
+  auto replay = std::make_shared<bool>(false);
+  Kernel cheat{[kept, replay](TensorSet& t) {
+                 if (*replay && !kept->outputs.empty()) {
+                   t.outputs[0].copy_from(kept->outputs[0]);
+                 } else {
+                   twice(t);
+                 }
+                 *kept = t;
+                 return 0;
+               },
+               5, 0, 20};
+  auto o = fast();
+  o.timing.settle_calls = 1;
+  FakeDevice device(cheat, Kernel{twice, 100});
+  std::pair<size_t, Device::CallKind> before{2, Device::CallKind::kTimed};
+  device.on_who = [&](size_t who, Device::CallKind kind) {
+    *replay =
+        who == 0 && kind == Device::CallKind::kTimed && before.first == 0 && before.second == Device::CallKind::kWarmUp;
+    before = {who, kind};
+  };
+  const auto r = run(device, o);
+  INFO(r.message);
+  CHECK(r.status == status::kMismatch);
 }

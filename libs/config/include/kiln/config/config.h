@@ -66,7 +66,7 @@ struct TimingConfig {
   double precision = 0.01;
   // Settling (0: off): untimed calls a short contestant makes before a timed call that follows a much
   // longer one (kiln::eval::TimingOptions::settle_calls).
-  int64_t settle_calls = 0;
+  int64_t settle_calls = 1;
 };
 
 // tester.slots 0 on the cuda backend. On one H200 four slots scored 1376 candidates an hour (one slot, on an

@@ -158,9 +158,13 @@ class Device {
     std::string candidate_death;
   };
   virtual Result<Block> begin_block(uint64_t block) = 0;
-  // Before a round: copies `blocks[i]` of donor input i into input i of every contestant and of the
-  // device's own copy that load_block() loads from.
-  virtual Status perturb(const std::vector<PerturbBlock>& blocks) = 0;
+  // Copies `blocks[i]` of donor input i into input i of contestant `who`, or of the device's own copy
+  // that load_block() loads from (`who` kOwnCopy). The protocol perturbs its own copy when a round starts
+  // and each contestant right before its timed call of the round: every timed call follows a copy into
+  // its own inputs alike, and the untimed calls that settle a contestant before its timed call
+  // (TimingOptions::settle_calls) run on the previous round's inputs, so a result kept from them is stale.
+  static constexpr size_t kOwnCopy = ~size_t{0};
+  virtual Status perturb(size_t who, const std::vector<PerturbBlock>& blocks) = 0;
   // After the warm-up, before the first timed round.
   virtual Status begin_rounds() { return Status::ok(); }
   // After the last round: `samples` (per contestant, as call() gave them) may be replaced by the device's
