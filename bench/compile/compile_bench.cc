@@ -6,7 +6,10 @@
 //  - `--huge-pages both` runs each mode with and without the tools' heap on huge pages; `--keep-builds DIR`
 //    keeps each task's first build per mode (to compare what the modes built);
 //  - the compiler farm in the first mode: builds per second with 1, 2, 4... concurrent builders, up to
-//    `--max-builders` (default: the cores), and the speedup over one builder.
+//    `--max-builders` (default: the cores), and the speedup over one builder; with the CPU time the
+//    builds' tools took (their processes' user + system time), the cores they kept busy, and the rate the
+//    machine's CPUs would allow at that cost per build;
+//  - the machine: CPUs (hardware threads) and physical cores.
 //
 // JSON on stdout. No GPU needed; nvcc is.
 #include <algorithm>
@@ -17,8 +20,11 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <set>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "CLI/CLI.hpp"
 #include "kiln/compiler/handler.h"
@@ -32,6 +38,26 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// User + system time of the waited-for child processes so far (the tools every build ran).
+double children_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_CHILDREN, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// Physical cores: distinct sets of hardware threads that share one (0 where the topology is not readable).
+int physical_cores() {
+  std::set<std::string> cores;
+  for (unsigned cpu = 0; cpu < 4096; ++cpu) {
+    auto siblings =
+        kiln::read_file("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list", 4096);
+    if (!siblings.is_ok()) break;
+    cores.insert(*siblings);
+  }
+  return static_cast<int>(cores.size());
+}
 
 struct Task {
   std::string name;
@@ -209,6 +235,8 @@ int main(int argc, char** argv) {
   }
   compilers.clear();
 
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  report["machine"] = {{"cpus", cpus}, {"physical_cores", physical_cores()}};
   if (max_builders > 0) {
     json farm = json::object();
     double one = 0;
@@ -222,6 +250,7 @@ int main(int argc, char** argv) {
       std::vector<int> salts(jobs);
       for (auto& s : salts) s = ++salt;
       std::atomic<int> next{0}, ok{0};
+      const double cpu0 = children_cpu_s();
       const auto t0 = Clock::now();
       std::vector<std::thread> pool;
       for (int t = 0; t < n; ++t) {
@@ -231,15 +260,21 @@ int main(int argc, char** argv) {
       }
       for (auto& t : pool) t.join();
       const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double cpu = children_cpu_s() - cpu0;
       const double rate = ok / wall;
+      const double cpu_per_build = ok > 0 ? cpu / ok : 0;
       if (n == 1) one = rate;
       farm[std::to_string(n)] = {{"jobs", jobs},
                                  {"ok", ok.load()},
                                  {"wall_s", wall},
                                  {"builds_per_s", rate},
                                  {"speedup", one > 0 ? rate / one : 0},
-                                 {"efficiency", one > 0 ? rate / one / n : 0}};
-      std::fprintf(stderr, "farm %d builders: %.2f builds/s\n", n, rate);
+                                 {"efficiency", one > 0 ? rate / one / n : 0},
+                                 {"cpu_s_per_build", cpu_per_build},
+                                 {"cores_busy", cpu / wall},
+                                 {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
+      std::fprintf(stderr, "farm %d builders: %.2f builds/s, %.2f CPU s per build, %.1f cores busy\n", n, rate,
+                   cpu_per_build, cpu / wall);
     }
     report["farm"] = farm;
     report["farm_mode"] = variants.front().name();
