@@ -581,6 +581,11 @@ Result<eval::Device::Block> CudaDevice::begin_block(uint64_t block) {
   return Block{};
 }
 
+std::string CudaDevice::placement(size_t who) const {
+  const Placement& p = s_->at(who).placement;
+  return "arena " + std::to_string(p.arena) + " +" + std::to_string(p.offset / 1024) + " KiB";
+}
+
 Status CudaDevice::perturb(size_t who, const std::vector<eval::PerturbBlock>& blocks) {
   const cudaStream_t stream = s_->gpu->stream.get();
   // Block i of the donor into input i at `base(i)`; the element size from the candidate's descriptor's

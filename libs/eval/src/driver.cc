@@ -49,6 +49,8 @@ constexpr size_t kPreciseBlocks = 6;
 constexpr double kPreciseConfidence = 0.95;
 constexpr int kPreciseResamples = 400;
 constexpr double kPreciseSpacing = 1.0 / 6;
+// The log lists the candidate's median and placement for this many blocks at most.
+constexpr size_t kLoggedBlocks = 40;
 // Timed outputs are compared with the reference's after every one of a case's first rounds (a run cut
 // short by a loaded machine or by screening has few rounds, and a cheat must not get through them on the
 // luck of the draw), after the first round of every block on fresh processes (a cache the candidate filled
@@ -319,7 +321,8 @@ class Protocol {
     got.outputs = unfilled_like(shapes.outputs);
     expected.outputs = unfilled_like(shapes.outputs);
     std::vector<size_t> block_starts;
-    bool fresh_block = false;  // the current block runs on processes that have not been timed before
+    std::vector<std::string> placements;  // the candidate's, per block (Device::placement)
+    bool fresh_block = false;             // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
       const uint64_t block = block_starts.size();
       KILN_ASSIGN_OR_RETURN(Device::Block b, device_.begin_block(block));
@@ -335,6 +338,7 @@ class Protocol {
         return false;
       }
       block_starts.push_back(static_cast<size_t>(round));
+      placements.push_back(device_.placement(kCandidate));
       // The inputs as they stand and poisoned outputs, from the device's own copy.
       for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load_block(who, shapes));
       if (block == 0 || b.fresh) return warm_up();
@@ -470,6 +474,20 @@ class Protocol {
                  device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
                  r.p90_us, r.cv, order.after_reference_us, order.after_itself_us, blocks_range.lo_us,
                  blocks_range.hi_us);
+    // Each block's candidate median and where its tensors sat: a kernel whose speed depends on where its
+    // tensors land shows it here as two groups of blocks.
+    std::string per_block;
+    const std::vector<double> medians = detail::block_medians(samples[kCandidate], block_starts);
+    for (size_t b = 0; b < medians.size() && b < kLoggedBlocks; ++b) {
+      char one[96];
+      const std::string& at = b < placements.size() ? placements[b] : std::string();
+      std::snprintf(one, sizeof one, "%s%.1f%s%s%s", b == 0 ? "" : ", ", medians[b], at.empty() ? "" : " (", at.c_str(),
+                    at.empty() ? "" : ")");
+      per_block += one;
+    }
+    if (medians.size() > kLoggedBlocks) per_block += ", ...";
+    std::fprintf(stderr, "%s: %s: candidate's blocks (median us): %s\n", device_.log_prefix(), shape.c_str(),
+                 per_block.c_str());
     return true;
   }
 

@@ -251,21 +251,25 @@ OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us)
           side[1].empty() ? 0 : compute_stats(side[1]).median_us};
 }
 
-BlockRange block_median_range(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts) {
-  BlockRange range;
-  bool any = false;
+std::vector<double> block_medians(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts) {
+  std::vector<double> medians;
   for (size_t b = 0; b < std::max<size_t>(block_starts.size(), 1); ++b) {
     const size_t begin = block_starts.empty() ? 0 : block_starts[b];
-    const size_t end = b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size();
-    if (begin >= end || end > samples_us.size()) continue;
-    const double m = compute_stats(std::vector<double>(samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                       samples_us.begin() + static_cast<std::ptrdiff_t>(end)))
-                         .median_us;
-    range.lo_us = any ? std::min(range.lo_us, m) : m;
-    range.hi_us = any ? std::max(range.hi_us, m) : m;
-    any = true;
+    const size_t end =
+        std::min(b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size(), samples_us.size());
+    if (begin >= end) continue;
+    medians.push_back(compute_stats(std::vector<double>(samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                        samples_us.begin() + static_cast<std::ptrdiff_t>(end)))
+                          .median_us);
   }
-  return range;
+  return medians;
+}
+
+BlockRange block_median_range(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts) {
+  const std::vector<double> medians = block_medians(samples_us, block_starts);
+  if (medians.empty()) return {};
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  return {*lo, *hi};
 }
 
 void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us) {

@@ -195,4 +195,9 @@ TEST_CASE("the candidate's per-block medians span what the blocks' processes and
   range = block_median_range({}, {0});
   CHECK(range.lo_us == 0);
   CHECK(range.hi_us == 0);
+  // Each block's, in order: a block whose start is past the samples has none.
+  using kiln::eval::detail::block_medians;
+  CHECK(block_medians({129, 130, 131, 219, 220, 221, 131, 131}, {0, 3, 6}) == std::vector<double>{130, 220, 131});
+  CHECK(block_medians({1, 2, 3}, {0, 2, 5}) == std::vector<double>{1.5, 3});
+  CHECK(block_medians({}, {}).empty());
 }

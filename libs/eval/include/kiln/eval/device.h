@@ -158,6 +158,9 @@ class Device {
     std::string candidate_death;
   };
   virtual Result<Block> begin_block(uint64_t block) = 0;
+  // Where contestant `who`'s tensors sit in the current block, in a few words for the log ("arena 2
+  // +40960"); empty where the device does not say.
+  virtual std::string placement(size_t /*who*/) const { return {}; }
   // Copies `blocks[i]` of donor input i into input i of contestant `who`, or of the device's own copy
   // that load_block() loads from (`who` kOwnCopy). The protocol perturbs its own copy when a round starts
   // and each contestant right before its timed call of the round: every timed call follows a copy into

@@ -104,6 +104,8 @@ struct BlockRange {
   double hi_us = 0;
 };
 BlockRange block_median_range(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts);
+// Each block's median, in order (blocks without samples left out).
+std::vector<double> block_medians(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts);
 
 // Widens t's speedup interval as if the candidate's median could be off by `candidate_us` and the
 // reference's by `reference_us`, each in the worse direction: lo * (1 - r/ref) / (1 + c/cand),
