@@ -33,8 +33,9 @@ for task in $(for p in ${ONLY:-cuda_*}; do echo "$tasks"/$p; done); do
       "$eval_bin" --task "$task" --kernel "$so" --reference "$so" --out "$work/r.msgpack" \
         ${EVAL_ARGS:---min-time 0.3 --max-time 2} > /dev/null 2> "$work/err.txt"
       nums=$(python3 "$root/bench/timing/report_numbers.py" "$work/r.msgpack" 2>/dev/null || echo "")
-      widen=$(grep -o 'widened for reproducibility by [0-9.]* us (candidate), [0-9.]* us' "$work/err.txt" |
-              grep -o '[0-9.]* us' | grep -o '[0-9.]*' | tr '\n' ' ')
+      # The allowance each median got towards slower (+): the candidate's, then the reference's.
+      widen=$(grep -o 'widened for reproducibility and placement by +[0-9.]*/-[0-9.]* us (candidate), +[0-9.]*' "$work/err.txt" |
+              grep -o '+[0-9.]*' | tr -d '+' | tr '\n' ' ')
       stop=$(grep -o 'stop: [a-z_]*' "$work/err.txt" | head -1 | cut -d' ' -f2)
       echo "$name $kernel $i: ${nums:-no report} | widened ${widen:-none} | stop ${stop:-none}" >&2
       [ -z "$nums" ] && tail -c 300 "$work/err.txt" >&2

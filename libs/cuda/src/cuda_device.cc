@@ -586,6 +586,8 @@ std::string CudaDevice::placement(size_t who) const {
   return "arena " + std::to_string(p.arena) + " +" + std::to_string(p.offset / 1024) + " KiB";
 }
 
+int CudaDevice::placement_group(size_t who) const { return static_cast<int>(s_->at(who).placement.arena); }
+
 Status CudaDevice::perturb(size_t who, const std::vector<eval::PerturbBlock>& blocks) {
   const cudaStream_t stream = s_->gpu->stream.get();
   // Block i of the donor into input i at `base(i)`; the element size from the candidate's descriptor's

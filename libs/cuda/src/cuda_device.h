@@ -48,6 +48,7 @@ class CudaDevice final : public eval::Device {
   Result<Block> begin_block(uint64_t block) override;
   Status perturb(size_t who, const std::vector<eval::PerturbBlock>& blocks) override;
   std::string placement(size_t who) const override;
+  int placement_group(size_t who) const override;
   Status begin_rounds() override;
   Status end_timing(std::vector<std::vector<double>>& samples, std::string& note) override;
   Status load_donor(size_t who, const eval::TensorSet& shapes, int variant) override;

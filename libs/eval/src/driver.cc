@@ -1,5 +1,6 @@
 // run_protocol(): DESIGN §5 once, for every device (kiln/eval/device.h).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -254,11 +255,25 @@ class Protocol {
                                                  resamples, block_starts, confidence);
     t.speedup_lo = iv.lo;
     t.speedup_hi = iv.hi;
-    if (widen) {
-      detail::widen_interval(t, device_.reproducibility_us(t.candidate.median_us),
-                             device_.reproducibility_us(t.reference.median_us));
-    }
+    if (widen) own_up(t, samples, block_starts);
     return t;
+  }
+
+  // Widens `t` for what another evaluation could measure: each median off by the device's reproducibility
+  // (widen_interval), and moved to its slowest or fastest placement group's, on top of that (cover_interval).
+  // Returns the candidate's and the reference's allowances.
+  std::pair<detail::Allowance, detail::Allowance> own_up(proto::CaseTiming& t,
+                                                         const std::vector<std::vector<double>>& samples,
+                                                         const std::vector<size_t>& block_starts) const {
+    const double cand_us = device_.reproducibility_us(t.candidate.median_us);
+    const double ref_us = device_.reproducibility_us(t.reference.median_us);
+    detail::widen_interval(t, cand_us, ref_us);
+    const detail::Allowance c = detail::group_spread(samples[kCandidate], block_starts, block_groups_[kCandidate]);
+    const detail::Allowance r = detail::group_spread(samples[kReference], block_starts, block_groups_[kReference]);
+    const detail::Allowance cand{cand_us + c.slower_us, cand_us + c.faster_us};
+    const detail::Allowance ref{ref_us + r.slower_us, ref_us + r.faster_us};
+    detail::cover_interval(t, cand, ref);
+    return {cand, ref};
   }
 
   // Screening: whether the candidate's interval so far lies wholly below the bar it would have to reach.
@@ -322,7 +337,8 @@ class Protocol {
     expected.outputs = unfilled_like(shapes.outputs);
     std::vector<size_t> block_starts;
     std::vector<std::string> placements;  // the candidate's, per block (Device::placement)
-    bool fresh_block = false;             // the current block runs on processes that have not been timed before
+    for (auto& g : block_groups_) g.clear();
+    bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
       const uint64_t block = block_starts.size();
       KILN_ASSIGN_OR_RETURN(Device::Block b, device_.begin_block(block));
@@ -339,6 +355,7 @@ class Protocol {
       }
       block_starts.push_back(static_cast<size_t>(round));
       placements.push_back(device_.placement(kCandidate));
+      for (size_t who : {kCandidate, kReference}) block_groups_[who].push_back(device_.placement_group(who));
       // The inputs as they stand and poisoned outputs, from the device's own copy.
       for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load_block(who, shapes));
       if (block == 0 || b.fresh) return warm_up();
@@ -454,12 +471,12 @@ class Protocol {
     timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines, options_.bootstrap_seed,
                                     opt.warmup_iters, stop_reason, block_starts);
     timing.timing_s = timing_s;
-    const double cand_us = device_.reproducibility_us(timing.candidate.median_us);
-    const double ref_us = device_.reproducibility_us(timing.reference.median_us);
-    detail::widen_interval(timing, cand_us, ref_us);
-    if (cand_us > 0 || ref_us > 0) {
-      std::fprintf(stderr, "%s: %s: interval widened for reproducibility by %.2f us (candidate), %.2f us (reference)\n",
-                   device_.log_prefix(), shape.c_str(), cand_us, ref_us);
+    const auto [cand, ref] = own_up(timing, samples, block_starts);
+    if (cand.slower_us > 0 || cand.faster_us > 0 || ref.slower_us > 0 || ref.faster_us > 0) {
+      std::fprintf(stderr,
+                   "%s: %s: interval widened for reproducibility and placement by +%.2f/-%.2f us (candidate), "
+                   "+%.2f/-%.2f us (reference)\n",
+                   device_.log_prefix(), shape.c_str(), cand.slower_us, cand.faster_us, ref.slower_us, ref.faster_us);
     }
     // Which side moved, when two measurements of one kernel disagree, and whether its samples have one mode
     // or two (a wide p10..p90 moves the median with the share of slow samples; bench/throughput/remeasure.sh).
@@ -557,6 +574,8 @@ class Protocol {
   const task::TaskSpec& spec_;
   Device& device_;
   const EvalOptions& options_;
+  // The candidate's and the reference's placement group in each block of the case being timed.
+  std::array<std::vector<int>, 2> block_groups_;
   detail::Findings f_;
   DeviceLock lock_;
   double fill_s_ = 0;     // drawing inputs

@@ -272,6 +272,34 @@ BlockRange block_median_range(const std::vector<double>& samples_us, const std::
   return {*lo, *hi};
 }
 
+Allowance group_spread(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts,
+                       const std::vector<int>& groups) {
+  struct Group {
+    std::vector<double> samples;
+    size_t blocks = 0;
+  };
+  std::map<int, Group> by_group;
+  for (size_t b = 0; b < block_starts.size() && b < groups.size(); ++b) {
+    const size_t begin = block_starts[b];
+    const size_t end =
+        std::min(b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size(), samples_us.size());
+    if (begin >= end) continue;
+    Group& g = by_group[groups[b]];
+    g.samples.insert(g.samples.end(), samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
+                     samples_us.begin() + static_cast<std::ptrdiff_t>(end));
+    ++g.blocks;
+  }
+  std::vector<double> medians;
+  for (const auto& [id, g] : by_group) {
+    if (g.blocks >= kMinGroupBlocks && g.samples.size() >= kMinGroupSamples)
+      medians.push_back(compute_stats(g.samples).median_us);
+  }
+  if (medians.size() < 2) return {};
+  const double all = compute_stats(samples_us).median_us;
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  return {std::max(*hi - all, 0.0), std::max(all - *lo, 0.0)};
+}
+
 void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us) {
   const double c = t.candidate.median_us, r = t.reference.median_us;
   if (c <= 0 || r <= 0) return;
@@ -279,6 +307,16 @@ void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_
   reference_us = std::max(reference_us, 0.0);
   t.speedup_lo *= std::max(1 - reference_us / r, 0.0) / (1 + candidate_us / c);
   t.speedup_hi *= (1 + reference_us / r) / std::max(1 - candidate_us / c, 0.5);
+}
+
+void cover_interval(proto::CaseTiming& t, const Allowance& candidate, const Allowance& reference) {
+  const double c = t.candidate.median_us, r = t.reference.median_us;
+  if (c <= 0 || r <= 0) return;
+  auto at_least_0 = [](double x) { return std::max(x, 0.0); };
+  const double lo = std::max(r - at_least_0(reference.faster_us), 0.0) / (c + at_least_0(candidate.slower_us));
+  const double hi = (r + at_least_0(reference.slower_us)) / std::max(c - at_least_0(candidate.faster_us), c / 2);
+  t.speedup_lo = std::min(t.speedup_lo, lo);
+  t.speedup_hi = std::max(t.speedup_hi, hi);
 }
 
 }  // namespace detail

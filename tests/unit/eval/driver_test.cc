@@ -58,12 +58,13 @@ int twice(TensorSet& t) {
 
 // A contestant: what a call does to its tensors, and the time it "takes": `us`, give or take up to
 // `spread` of it (a fixed pseudo-random sequence over its calls), plus `wake_us` when the call before it on
-// the device was another contestant's.
+// the device was another contestant's, plus `group1_us` in the blocks of placement group 1.
 struct Kernel {
   std::function<int(TensorSet&)> run = twice;
   double us = 10;
   double spread = 0;
   double wake_us = 0;
+  double group1_us = 0;
 };
 
 uint64_t digest(const std::vector<kiln::eval::HostTensor>& tensors) {
@@ -114,6 +115,7 @@ class FakeDevice final : public Device {
     const double unit = static_cast<double>(draw) / static_cast<double>(uint64_t{1} << 53);  // [0, 1)
     c.sample_us = k.us * (1 + k.spread * (2 * unit - 1));
     if (last_ != who && last_ != kNobody) c.sample_us += k.wake_us;
+    if (group_ == 1) c.sample_us += k.group1_us;
     last_ = who;
     return c;
   }
@@ -138,10 +140,12 @@ class FakeDevice final : public Device {
   Status load_block(size_t who, const TensorSet& /*shapes*/) override { return load(who, timing_.first); }
   Result<Block> begin_block(uint64_t block) override {
     blocks.push_back(block);
+    group_ = static_cast<int>(block % groups);
     Block b;
     if (block == die_at_block) b.candidate_death = "SIGKILL";
     return b;
   }
+  int placement_group(size_t /*who*/) const override { return group_; }
   Status perturb(size_t who, const std::vector<PerturbBlock>& bs) override {
     if (who == kOwnCopy) {
       ++perturbs;
@@ -183,6 +187,7 @@ class FakeDevice final : public Device {
   std::map<std::pair<size_t, CallKind>, int> calls;
   std::vector<uint64_t> blocks;
   int perturbs = 0;
+  uint64_t groups = 1;  // blocks take turns in this many placement groups
   // Every call of the candidate, and a digest of the inputs it ran on.
   std::vector<std::pair<CallKind, uint64_t>> candidate_inputs;
   size_t rounds = 0;
@@ -190,6 +195,7 @@ class FakeDevice final : public Device {
 
  private:
   static constexpr size_t kNobody = ~size_t{0};
+  int group_ = 0;
   std::vector<Kernel> kernels_;
   std::vector<TensorSet> slots_;
   size_t last_ = kNobody;  // whose call ran last
@@ -673,4 +679,25 @@ TEST_CASE("driver: a candidate that replays its settling call's output is caught
   const auto r = run(device, o);
   INFO(r.message);
   CHECK(r.status == status::kMismatch);
+}
+
+TEST_CASE("driver: the interval owns up to a candidate that is slower in one placement group", "[eval][driver]") {
+  // 5 us where its tensors sit in group 0, 7 us in group 1 (another arena: other physical memory); the
+  // reference 100 us in both. Blocks take turns, so the median is either or between: the interval reaches
+  // both 100 / 7 and 100 / 5, as another evaluation, whose blocks drew otherwise, could measure either.
+  auto o = fast();
+  o.timing.settle_calls = 0;
+  FakeDevice one({twice, 5, 0, 0, 2}, {twice, 100});
+  const auto single = run(one, o);  // one group: no spread to own up to
+  REQUIRE(single.status == status::kOk);
+  CHECK(single.performance.cases[0].speedup_lo == Approx(single.performance.cases[0].speedup_hi));
+
+  FakeDevice two({twice, 5, 0, 0, 2}, {twice, 100});
+  two.groups = 2;
+  const auto r = run(two, o);
+  REQUIRE(r.status == status::kOk);
+  const auto& c = r.performance.cases[0];
+  INFO("speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
+  CHECK(c.speedup_lo <= 100.0 / 7 + 1e-9);
+  CHECK(c.speedup_hi >= 100.0 / 5 - 1e-9);
 }

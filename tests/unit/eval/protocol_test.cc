@@ -201,3 +201,23 @@ TEST_CASE("the candidate's per-block medians span what the blocks' processes and
   CHECK(block_medians({1, 2, 3}, {0, 2, 5}) == std::vector<double>{1.5, 3});
   CHECK(block_medians({}, {}).empty());
 }
+
+TEST_CASE("the spread between placement groups: from the median to the slowest and the fastest group's",
+          "[eval][timing]") {
+  using kiln::eval::detail::group_spread;
+  // Four blocks of 3 samples, groups 0, 1, 0, 1: group 0 around 10, group 1 around 14; all: median 12.
+  const std::vector<double> s{9, 10, 11, 13, 14, 15, 10, 10, 10, 14, 14, 14};
+  auto a = group_spread(s, {0, 3, 6, 9}, {0, 1, 0, 1});
+  CHECK(a.slower_us == Approx(14 - 12));
+  CHECK(a.faster_us == Approx(12 - 10));
+  // One group, or groups of one block each: nothing to say.
+  a = group_spread(s, {0, 3, 6, 9}, {0, 0, 0, 0});
+  CHECK(a.slower_us == 0);
+  CHECK(a.faster_us == 0);
+  a = group_spread(s, {0, 3, 6, 9}, {0, 1, 2, 3});
+  CHECK(a.slower_us == 0);
+  CHECK(a.faster_us == 0);
+  // A group too small to count is left out.
+  a = group_spread(s, {0, 3, 6, 9}, {0, 0, 0, 1});
+  CHECK(a.slower_us == 0);
+}

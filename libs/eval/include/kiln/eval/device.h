@@ -161,6 +161,10 @@ class Device {
   // Where contestant `who`'s tensors sit in the current block, in a few words for the log ("arena 2
   // +40960"); empty where the device does not say.
   virtual std::string placement(size_t /*who*/) const { return {}; }
+  // Which of the device's separate allocations contestant `who`'s tensors sit in, in the current block
+  // (CUDA: the arena). A kernel can run at another speed in another one (other physical memory), as it
+  // would in another process: the interval owns up to the spread between them (detail::group_spread).
+  virtual int placement_group(size_t /*who*/) const { return 0; }
   // Copies `blocks[i]` of donor input i into input i of contestant `who`, or of the device's own copy
   // that load_block() loads from (`who` kOwnCopy). The protocol perturbs its own copy when a round starts
   // and each contestant right before its timed call of the round: every timed call follows a copy into

@@ -107,9 +107,29 @@ BlockRange block_median_range(const std::vector<double>& samples_us, const std::
 // Each block's median, in order (blocks without samples left out).
 std::vector<double> block_medians(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts);
 
+// How much slower and how much faster than the median of all of `samples_us` a contestant could be timed
+// where its tensors sit elsewhere: the distance from that median to the medians of the slowest and of the
+// fastest placement group (Device::placement_group; `groups[b]` is block b's, each block's samples go to
+// its group). Only groups of at least kMinGroupBlocks blocks and kMinGroupSamples samples count; {0, 0}
+// with fewer than two of them.
+struct Allowance {
+  double slower_us = 0;
+  double faster_us = 0;
+};
+inline constexpr size_t kMinGroupBlocks = 2;
+inline constexpr size_t kMinGroupSamples = 6;
+Allowance group_spread(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts,
+                       const std::vector<int>& groups);
+
 // Widens t's speedup interval as if the candidate's median could be off by `candidate_us` and the
 // reference's by `reference_us`, each in the worse direction: lo * (1 - r/ref) / (1 + c/cand),
 // hi * (1 + r/ref) / (1 - c/cand) (that last factor at most 2).
 void widen_interval(proto::CaseTiming& t, double candidate_us, double reference_us);
+// Widens t's speedup interval, where it does not already, to the speedup of the medians moved by
+// `candidate` and `reference`, each the worse way for the bound: lo to (ref - r.faster) / (cand +
+// c.slower), hi to (ref + r.slower) / (cand - c.faster) (the candidate at least half its median). What
+// another evaluation whose blocks drew other placements could measure; the block bootstrap around the
+// median does not reach it when the median sits in one of two modes.
+void cover_interval(proto::CaseTiming& t, const Allowance& candidate, const Allowance& reference);
 
 }  // namespace kiln::eval::detail
