@@ -4,7 +4,8 @@
 # task's reference from TASKS_DIR/<task_name>, by kiln-eval (cpp) or kiln-eval-cuda (cuda) with the
 # tester's default timing. Prints one JSON line per kernel and a summary; exits 1 when any case's speedup
 # moved by more than TOL (default 0.03) from what the registry states, 2 on a kernel that could not be
-# re-measured.
+# re-measured. Each case also says whether the re-measured speedup lies in the registry's interval, and
+# the summary counts the kernels with a case outside it.
 #   bash bench/throughput/remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]
 #   TOL=0.03 CUDA_ARCH=sm_90 EVAL_ARGS="--min-time 0.5" bash bench/throughput/remeasure.sh ...
 # EVAL_WRAP="taskset -c 0-3": a command the evaluator runs under. LOGS=dir: each evaluator's log kept there as <kernel_id>.log. ONLY=regex: only the kernels of the tasks it matches. LOAD=N (CUDA): under a campaign's conditions, N
@@ -24,9 +25,11 @@ python3 - "$reg/verified_kernels.json" > "$work/entries.tsv" <<'PY'
 import json, sys
 for e in json.load(open(sys.argv[1]))["kernels"]:
     params = " ".join("-D%s=%s" % kv for kv in sorted(e.get("params", {}).items()))
-    # shape=speedup/candidate_us/reference_us per case: the registry's medians, to tell which side moved
-    cases = ";".join("%s=%r/%r/%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"],
-                                       c.get("candidate_latency_us", 0), c.get("baseline_latency_us", 0))
+    # shape=speedup/candidate_us/reference_us/lo/hi per case: the registry's medians, to tell which side
+    # moved, and its interval
+    cases = ";".join("%s=%r/%r/%r/%r/%r" % (",".join("%s=%s" % kv for kv in sorted(c["dims"].items())), c["speedup"],
+                                             c.get("candidate_latency_us", 0), c.get("baseline_latency_us", 0),
+                                             *(c.get("speedup_interval") or [0, 0]))
                      for c in e["cases"])
     # the registered candidate's spread (the entry's first case): p10/p90/cv
     t = e.get("timing", {}).get("candidate", {})
@@ -101,16 +104,17 @@ while IFS=$'\t' read -r id lang task source params cases spread; do
   ${EVAL_WRAP:-} "$evaluator" --task "$dir/task" --kernel "$dir/kernel.so" --reference "$dir/reference.so" --out "$dir/result.msgpack" \
     ${EVAL_ARGS:-} "${lock_args[@]}" > "$dir/eval.log" 2>&1
   [ -z "${LOGS:-}" ] || { mkdir -p "$LOGS" && cp "$dir/eval.log" "$LOGS/$id.log"; }
-  python3 - "$id" "$cases" "$tol" "$dir/eval.log" "$spread" <<'PY'
+  python3 - "$id" "$cases" "$tol" "$dir/eval.log" "$spread" "$work/outside.txt" <<'PY'
 import json, re, sys
 kid, cases, tol, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
 registered_spread = [float(v) for v in sys.argv[5].split("/")] if len(sys.argv) > 5 and sys.argv[5] else []
-registered, medians = {}, {}
+registered, medians, intervals = {}, {}, {}
 for c in cases.split(";"):
     shape, value = c.rsplit("=", 1)
-    speedup, cand_us, ref_us = (float(v) for v in value.split("/"))
+    speedup, cand_us, ref_us, lo, hi = (float(v) for v in value.split("/"))
     registered[shape] = speedup
     medians[shape] = (cand_us, ref_us)
+    intervals[shape] = (lo, hi)
 # The evaluator's medians line: "...: B=8192,H=8192: medians: candidate 74.2 us, reference 2697.8 us"
 remeasured_medians = {m.group(1): (float(m.group(2)), float(m.group(3)))
                       for m in re.finditer(r"([A-Za-z0-9_=,]+): medians: candidate ([0-9.e+-]+) us, reference ([0-9.e+-]+) us", log)}
@@ -135,6 +139,15 @@ for shape, reg in registered.items():
     x, lo, hi = measured[shape]
     moved = x / reg - 1
     case = {"shape": shape, "registered": reg, "remeasured": x, "interval": [lo, hi], "moved": round(moved, 4)}
+    # Whether the re-measured speedup lies in the interval the registry states (what it claims: a kernel
+    # whose time depends on the memory it got moves by more than TOL and stays inside it).
+    reg_lo, reg_hi = intervals[shape]
+    if reg_hi > 0:
+        case["registered_interval"] = [reg_lo, reg_hi]
+        case["inside_registered_interval"] = reg_lo <= x <= reg_hi
+        if not case["inside_registered_interval"]:
+            with open(sys.argv[6], "a") as f:
+                f.write(kid + "\n")
     if shape in remeasured_medians:
         # Each side's median, registered -> re-measured: which one moved when the ratio did.
         (c0, r0), (c1, r1) = medians[shape], remeasured_medians[shape]
@@ -157,6 +170,7 @@ sys.exit(0 if ok else (2 if not measured else 1))
 PY
   case $? in 0) ;; 1) failed=$((failed + 1)) ;; *) unmeasured=$((unmeasured + 1)) ;; esac
 done < "$work/entries.tsv"
-echo "{\"kernels\": $n, \"moved_more_than_tol\": $failed, \"not_remeasured\": $unmeasured, \"tol\": $tol, \"load\": ${LOAD:-0}}"
+outside=$(sort -u "$work/outside.txt" 2>/dev/null | grep -c . || true)
+echo "{\"kernels\": $n, \"moved_more_than_tol\": $failed, \"outside_registered_interval\": ${outside:-0}, \"not_remeasured\": $unmeasured, \"tol\": $tol, \"load\": ${LOAD:-0}}"
 [ "$unmeasured" -eq 0 ] || exit 2
 [ "$failed" -eq 0 ] || exit 1
