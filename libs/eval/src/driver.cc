@@ -495,9 +495,10 @@ class Protocol {
     // tensors land shows it here as two groups of blocks.
     std::string per_block;
     const std::vector<double> medians = detail::block_medians(samples[kCandidate], block_starts);
+    const bool paired = medians.size() == placements.size();  // no block without samples was left out
     for (size_t b = 0; b < medians.size() && b < kLoggedBlocks; ++b) {
       char one[96];
-      const std::string& at = b < placements.size() ? placements[b] : std::string();
+      const std::string& at = paired ? placements[b] : std::string();
       std::snprintf(one, sizeof one, "%s%.1f%s%s%s", b == 0 ? "" : ", ", medians[b], at.empty() ? "" : " (", at.c_str(),
                     at.empty() ? "" : ")");
       per_block += one;
