@@ -241,7 +241,7 @@ TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with 
   LocalKiln k(2, 1, 1.10);
   auto r = k.kiln(
       {"--json", "submit", source_dir() + "/tests/data/tasks/slow_cpu", "--budget", "0", "--wait", "--timeout", "120"});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester"));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester-1"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
   REQUIRE(out.size() == 1);
@@ -263,7 +263,10 @@ TEST_CASE("a candidate that cannot overtake the campaign's best is screened out 
   LocalKiln k(2, 1, 0);
   auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/twospeed_cpu", "--budget", "3",
                    "--max-in-flight", "1", "--wait", "--timeout", "120"});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester"));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n"
+                  << k.log("tester-1") << "\nscorer log:\n"
+                  << k.log("scorer") << "\nbroker log:\n"
+                  << k.log("broker"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
   REQUIRE(out.size() == 1);
