@@ -22,6 +22,16 @@ constexpr size_t kPerturbMinElements = 16;
 constexpr size_t kPerturbFraction = 100;
 constexpr uint64_t kCheckEveryRounds = 4;
 
+// Block b's samples (`block_starts` empty: all of them as block 0); none where the block has none.
+std::vector<double> block_samples(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts,
+                                  size_t b) {
+  const size_t begin = std::min(block_starts.empty() ? 0 : block_starts[b], samples_us.size());
+  const size_t end = std::min(b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size(), samples_us.size());
+  if (begin >= end) return {};
+  return {samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
+          samples_us.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
 }  // namespace
 
 Result<TensorSet> allocate(const task::TaskSpec& spec, const task::Dims& dims) {
@@ -254,13 +264,8 @@ OrderMedians candidate_medians_by_order(const std::vector<double>& candidate_us)
 std::vector<double> block_medians(const std::vector<double>& samples_us, const std::vector<size_t>& block_starts) {
   std::vector<double> medians;
   for (size_t b = 0; b < std::max<size_t>(block_starts.size(), 1); ++b) {
-    const size_t begin = block_starts.empty() ? 0 : block_starts[b];
-    const size_t end =
-        std::min(b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size(), samples_us.size());
-    if (begin >= end) continue;
-    medians.push_back(compute_stats(std::vector<double>(samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                        samples_us.begin() + static_cast<std::ptrdiff_t>(end)))
-                          .median_us);
+    const std::vector<double> block = block_samples(samples_us, block_starts, b);
+    if (!block.empty()) medians.push_back(compute_stats(block).median_us);
   }
   return medians;
 }
@@ -280,13 +285,10 @@ Allowance group_spread(const std::vector<double>& samples_us, const std::vector<
   };
   std::map<int, Group> by_group;
   for (size_t b = 0; b < block_starts.size() && b < groups.size(); ++b) {
-    const size_t begin = block_starts[b];
-    const size_t end =
-        std::min(b + 1 < block_starts.size() ? block_starts[b + 1] : samples_us.size(), samples_us.size());
-    if (begin >= end) continue;
+    const std::vector<double> block = block_samples(samples_us, block_starts, b);
+    if (block.empty()) continue;
     Group& g = by_group[groups[b]];
-    g.samples.insert(g.samples.end(), samples_us.begin() + static_cast<std::ptrdiff_t>(begin),
-                     samples_us.begin() + static_cast<std::ptrdiff_t>(end));
+    g.samples.insert(g.samples.end(), block.begin(), block.end());
     ++g.blocks;
   }
   std::vector<double> medians;

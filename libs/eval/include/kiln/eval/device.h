@@ -159,7 +159,7 @@ class Device {
   };
   virtual Result<Block> begin_block(uint64_t block) = 0;
   // Where contestant `who`'s tensors sit in the current block, in a few words for the log ("arena 2
-  // +40960"); empty where the device does not say.
+  // +40 KiB"); empty where the device does not say.
   virtual std::string placement(size_t /*who*/) const { return {}; }
   // Which of the device's separate allocations contestant `who`'s tensors sit in, in the current block
   // (CUDA: the arena). A kernel can run at another speed in another one (other physical memory), as it
