@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -67,6 +69,22 @@ struct LocalKiln {
   }
   ~LocalKiln() {
     if (up) up->stop(30);
+    // A failed REQUIRE unwinds through here: show every service's log, since the failure alone (say, a
+    // campaign that did not finish) rarely says which process stalled.
+    if (std::uncaught_exceptions() > 0) dump_logs();
+  }
+  void dump_logs() {
+    std::vector<std::filesystem::path> logs{dir.path() + "/up.log"};
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/state/logs", ec)) logs.push_back(e.path());
+    for (const auto& path : logs) {
+      auto text = read_file(path.string());
+      if (!text.is_ok()) continue;
+      constexpr size_t kTail = 6000;
+      const size_t from = text->size() > kTail ? text->size() - kTail : 0;
+      std::fprintf(stderr, "==== %s (last %zu bytes)\n%s\n", path.filename().c_str(), text->size() - from,
+                   text->c_str() + from);
+    }
   }
   std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(broker_port); }
   ProcessResult kiln(std::vector<std::string> args, double timeout_s = 300) {
