@@ -9,6 +9,9 @@
 //    `--max-builders` (default: the cores), and the speedup over one builder; with the CPU time the
 //    builds' tools took (their processes' user + system time), the cores they kept busy, and the rate the
 //    machine's CPUs would allow at that cost per build;
+//  - `--batch-max K`: the farm's compiler builds the CUDA candidates of one task that arrive together as
+//    one translation unit of up to K parameter sets (kiln/compiler/batch.h), its jobs coming K at a time
+//    per task as a tuner's campaign sends them; every variant counts as a build;
 //  - the machine: CPUs (hardware threads) and physical cores.
 //
 // JSON on stdout. No GPU needed; nvcc is.
@@ -120,8 +123,11 @@ struct Variant {
 };
 
 std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
-                                                              const std::string& cache) {
+                                                              const std::string& cache, int batch_max = 1,
+                                                              double batch_window_s = 0.02) {
   kiln::compiler::CompilerOptions o;
+  o.batch_max = batch_max;
+  o.batch_window_s = batch_window_s;
   o.nvcc = nvcc;
   o.nvcc_mode = variant.mode;
   o.huge_pages = variant.huge_pages;
@@ -154,6 +160,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
+  int batch_max = 1;
+  int batch_window_ms = 20;
+  app.add_option("--batch-max", batch_max,
+                 "the farm's builds of one task that arrive together are built as batches of up to this many "
+                 "parameter sets (compiler.batch_max; 1: each alone); its jobs then come a task at a time")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--batch-window-ms", batch_window_ms, "how long a batch's first build waits for the others")
+      ->check(CLI::Range(0, 10000));
   CLI11_PARSE(app, argc, argv);
   if (!keep_builds.empty()) {
     if (auto made = kiln::make_dirs(keep_builds); !made.is_ok()) {
@@ -244,9 +258,12 @@ int main(int argc, char** argv) {
     for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
     counts.push_back(max_builders);
     for (int n : counts) {
-      auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n));
+      auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n), batch_max,
+                                    batch_window_ms / 1000.0);
       for (const auto& task : tasks) build_one(*compiler, task, ++salt);
-      const int jobs = std::max(4 * n, 2 * static_cast<int>(tasks.size()));
+      // Every task as often as every other (so with and without batching build the same mix).
+      const int round = batch_max * static_cast<int>(tasks.size());
+      const int jobs = (std::max(4 * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
       std::vector<int> salts(jobs);
       for (auto& s : salts) s = ++salt;
       std::atomic<int> next{0}, ok{0};
@@ -255,7 +272,9 @@ int main(int argc, char** argv) {
       std::vector<std::thread> pool;
       for (int t = 0; t < n; ++t) {
         pool.emplace_back([&] {
-          for (int i = next++; i < jobs; i = next++) ok += build_one(*compiler, tasks[i % tasks.size()], salts[i]).ok;
+          // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
+          for (int i = next++; i < jobs; i = next++)
+            ok += build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok;
         });
       }
       for (auto& t : pool) t.join();
@@ -278,6 +297,8 @@ int main(int argc, char** argv) {
     }
     report["farm"] = farm;
     report["farm_mode"] = variants.front().name();
+    report["farm_batch_max"] = batch_max;
+    report["farm_batch_window_ms"] = batch_window_ms;
   }
   std::printf("%s\n", report.dump(2).c_str());
   return 0;

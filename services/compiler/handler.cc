@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <exception>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
 #include "kiln/core/strings.h"
+#include "kiln/compiler/batch.h"
 #include "kiln/compiler/nvcc_graph.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
@@ -203,12 +205,6 @@ bool crashed(const sandbox::SandboxResult& result) {
 
 }  // namespace
 
-struct CompileHandler::Build {
-  proto::BuildInfo info;
-  std::string so;          // the shared object, when info.ok
-  bool timed_out = false;  // the compiler was stopped at the time limit
-};
-
 PtxasUsage parse_ptxas_usage(std::string_view log) {
   PtxasUsage u;
   bool any_function = false;
@@ -280,6 +276,9 @@ CompilerOptions options_from_config(const config::CompilerConfig& config, const 
   o.nvcc_mode = config.nvcc_mode;
   o.huge_pages = config.huge_pages == "on";
   o.max_log_bytes = config.max_log_bytes;
+  // A batch needs builds that arrive together: a compiler of one slot never has two.
+  o.batch_max = config.slots > 1 ? config.batch_max : 1;
+  o.batch_window_s = static_cast<double>(config.batch_window_ms) / 1000.0;
   return o;
 }
 
@@ -295,6 +294,16 @@ CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<promethe
                           .Help("CUDA builds whose steps failed as a graph and were run again by nvcc itself")
                           .Register(*metrics_)
                           .Add({});
+  batched_ = &prometheus::BuildCounter()
+                  .Name("kiln_compile_batched_builds_total")
+                  .Help("CUDA builds made as one variant of a batch: one translation unit for several parameter sets")
+                  .Register(*metrics_)
+                  .Add({});
+  batch_fallbacks_ = &prometheus::BuildCounter()
+                          .Name("kiln_compile_batch_fallbacks_total")
+                          .Help("Batches that did not build, whose variants were then built alone")
+                          .Register(*metrics_)
+                          .Add({});
 }
 
 Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOptions& options,
@@ -302,6 +311,9 @@ Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOpt
   if (options.cache_dir.empty()) return invalid_argument("compiler: cache_dir is empty");
   if (!(options.timeout_s > 0)) return invalid_argument("compiler: timeout_s must be positive");
   if (options.max_log_bytes <= 0) return invalid_argument("compiler: max_log_bytes must be positive");
+  if (options.batch_max < 1 || options.batch_max > 64) return invalid_argument("compiler: batch_max must be 1-64");
+  if (!(options.batch_window_s >= 0) || options.batch_window_s > 10)
+    return invalid_argument("compiler: batch_window_s must be 0-10");
   if (options.nvcc_mode != "graph" && options.nvcc_mode != "serial") {
     return invalid_argument("compiler: nvcc_mode must be graph or serial, not '" + options.nvcc_mode + "'");
   }
@@ -358,7 +370,7 @@ proto::Capabilities CompileHandler::capabilities() {
 Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, const std::string& arch,
                                                     const proto::FileMap& files, const std::string& source_name,
                                                     const std::string& source,
-                                                    const std::map<std::string, std::string>& defines) {
+                                                    const std::map<std::string, std::string>& defines, bool may_batch) {
   KILN_ASSIGN_OR_RETURN(std::string version, toolchain(backend));
   const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
   const std::vector<std::string> base = base_flags(backend, arch);
@@ -382,20 +394,50 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   for (const auto& [name, content] : sources) plain[name] = content.data;
   key_hash.update_field(hash_files(plain));
   const std::string key = key_hash.hex_digest();
-  const std::string cache_base = options_.cache_dir + "/" + key.substr(0, 2) + "/" + key;
+  auto cache_base = [&](const std::string& k) { return options_.cache_dir + "/" + k.substr(0, 2) + "/" + k; };
+  auto cached = [&](const std::string& k) -> std::optional<Build> {
+    auto so = read_file(cache_base(k) + ".so");
+    if (!so.is_ok()) return std::nullopt;
+    auto info_bytes = read_file(cache_base(k) + ".build");
+    if (!info_bytes.is_ok()) return std::nullopt;
+    auto info = proto::decode<proto::BuildInfo>(*info_bytes);
+    if (!info.is_ok() || !info->ok) return std::nullopt;
+    Build hit;
+    hit.info = std::move(info).value();
+    hit.info.cache_hit = true;
+    hit.so = std::move(so).value();
+    cache_hits_->Increment();
+    return hit;
+  };
+  auto keep = [&](const std::string& k, const Build& b) {
+    Status st = make_dirs(options_.cache_dir + "/" + k.substr(0, 2));
+    if (st.is_ok()) st = write_file_atomic(cache_base(k) + ".so", b.so);
+    if (st.is_ok()) st = write_file_atomic(cache_base(k) + ".build", proto::encode(b.info));
+    if (!st.is_ok()) spdlog::warn("compile cache: {}", st.message());
+  };
+  if (auto hit = cached(key)) return std::move(*hit);
 
-  Build out;
-  if (auto so = read_file(cache_base + ".so"); so.is_ok()) {
-    if (auto info_bytes = read_file(cache_base + ".build"); info_bytes.is_ok()) {
-      if (auto info = proto::decode<proto::BuildInfo>(*info_bytes); info.is_ok() && info->ok) {
-        out.info = std::move(info).value();
-        out.info.cache_hit = true;
-        out.so = std::move(so).value();
-        cache_hits_->Increment();
-        return out;
-      }
+  // A batch-built variant is kept under a key of its own: a build that must be alone (a confirmation's)
+  // never finds it.
+  std::vector<std::string> params;
+  for (const auto& [name, value] : defines) params.push_back(name);
+  if (may_batch && backend == proto::Backend::kCuda && options_.batch_max > 1 && batchable(source, params).is_ok()) {
+    const std::string batch_key = sha256_hex(key + "/batched");
+    if (auto hit = cached(batch_key)) return std::move(*hit);
+    const std::string base_text = join(base);
+    Sha256 group_hash;
+    for (std::string_view part : {kCacheVersion, std::string_view(compiler), std::string_view(base_text),
+                                  std::string_view(version), kernel_abi_header(), std::string_view(source_name)}) {
+      group_hash.update_field(part);
+    }
+    group_hash.update_field(hash_files(plain));
+    if (auto batched = build_in_batch(group_hash.hex_digest(), sources, source_name, source, base, version, defines)) {
+      keep(batch_key, *batched);
+      return std::move(*batched);
     }
   }
+
+  Build out;
 
   TempDir scratch("kiln-compile");
   KILN_RETURN_IF_ERROR(make_dirs(scratch.path() + "/kiln"));
@@ -450,10 +492,7 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   out.info.ok = true;
   out.info.kernel_sha256 = sha256_hex(out.so);
 
-  Status cached = make_dirs(options_.cache_dir + "/" + key.substr(0, 2));
-  if (cached.is_ok()) cached = write_file_atomic(cache_base + ".so", out.so);
-  if (cached.is_ok()) cached = write_file_atomic(cache_base + ".build", proto::encode(out.info));
-  if (!cached.is_ok()) spdlog::warn("compile cache: {}", cached.message());
+  keep(key, out);
   return out;
 }
 
@@ -543,6 +582,153 @@ Result<sandbox::SandboxResult> CompileHandler::run_compiler(proto::Backend backe
   return result;
 }
 
+std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
+    const std::string& group_key, const proto::FileMap& sources, const std::string& source_name,
+    const std::string& source, const std::vector<std::string>& base, const std::string& version,
+    const std::map<std::string, std::string>& defines) {
+  BatchMember me;
+  me.defines = defines;
+  std::unique_lock lock(batch_mu_);
+  const size_t most = static_cast<size_t>(options_.batch_max);
+  if (auto open = open_batches_.find(group_key); open != open_batches_.end() && open->second->members.size() < most) {
+    open->second->members.push_back(&me);
+    if (open->second->members.size() == most) batch_cv_.notify_all();  // the opener need not wait longer
+    batch_cv_.wait(lock, [&] { return me.done; });
+    return std::move(me.build);
+  }
+
+  // This build opens the batch: the others that arrive within the window join it.
+  auto group = std::make_shared<BatchGroup>();
+  group->members.push_back(&me);
+  open_batches_[group_key] = group;
+  batch_cv_.wait_for(lock, std::chrono::duration<double>(options_.batch_window_s),
+                     [&] { return group->members.size() >= most; });
+  if (auto open = open_batches_.find(group_key); open != open_batches_.end() && open->second == group)
+    open_batches_.erase(open);
+  const std::vector<BatchMember*> members = group->members;  // closed: nobody joins any more
+  lock.unlock();
+  if (members.size() == 1) return std::nullopt;
+
+  std::vector<std::optional<Build>> built;
+  try {
+    std::vector<std::map<std::string, std::string>> variants;
+    for (const BatchMember* m : members) variants.push_back(m->defines);
+    built = run_batch(sources, source_name, source, base, version, variants);
+  } catch (const std::exception& e) {
+    spdlog::warn("compiler: a batch of {} failed: {}", members.size(), e.what());
+  }
+  built.resize(members.size());
+  lock.lock();
+  for (size_t i = 1; i < members.size(); ++i) {
+    members[i]->build = std::move(built[i]);
+    members[i]->done = true;
+  }
+  lock.unlock();
+  batch_cv_.notify_all();
+  return std::move(built[0]);
+}
+
+std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
+    const proto::FileMap& sources, const std::string& source_name, const std::string& source,
+    const std::vector<std::string>& base, const std::string& version,
+    const std::vector<std::map<std::string, std::string>>& variants) {
+  const size_t n = variants.size();
+  std::vector<std::optional<Build>> out(n);
+  auto give_up = [&](const std::string& why) {
+    batch_fallbacks_->Increment();
+    spdlog::info("compiler: a batch of {} variants of {} is built alone instead: {}", n, source_name, why);
+    return std::vector<std::optional<Build>>(n);
+  };
+  TempDir scratch("kiln-compile-batch");
+  const std::string dir = scratch.path();
+  Status st = make_dirs(dir + "/kiln");
+  if (st.is_ok()) st = write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header()));
+  for (const auto& [name, content] : sources) {
+    if (!st.is_ok()) break;
+    const std::string path = dir + "/" + name;
+    st = make_dirs(std::filesystem::path(path).parent_path().string());
+    if (st.is_ok()) st = write_file(path, content.data);
+  }
+  const std::string unit = "kiln-batch.cu";
+  for (const auto& [name, content] : sources) {
+    if (st.is_ok() && name.starts_with("kiln-")) st = failed_precondition("the package has a file named " + name);
+  }
+  if (st.is_ok() && source_name.find_first_of("\"\\\n") != std::string::npos)
+    st = failed_precondition("the source's name cannot be #included as it is");
+  if (st.is_ok()) st = write_file(dir + "/" + unit, batch_unit(source_name, source, variants));
+  for (size_t i = 0; st.is_ok() && i < n; ++i)
+    st = write_file(dir + "/kiln-stub" + std::to_string(i) + ".c", variant_stub(i));
+  if (!st.is_ok()) return give_up(st.message());
+
+  // One nvcc for the object (every variant's kernels), then per variant a shared object of that object
+  // and its stub, linked by nvcc as a build alone is (-shared, -cudart shared).
+  auto quote = [](const std::string& v) {
+    std::string q = "'";
+    for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  std::string object_flags, link_flags;
+  for (const auto& f : base) {
+    if (f != "-shared") object_flags += " " + quote(f);
+    link_flags += " " + quote(f);
+  }
+  // The links run side by side: each is a few small tools, and together they are most of a batch's tail.
+  std::string script = quote(options_.nvcc) + object_flags + " -c -o kiln-batch.o " + unit + " || exit 1\npids=\n";
+  for (size_t i = 0; i < n; ++i) {
+    const std::string si = std::to_string(i);
+    script += quote(options_.nvcc) + link_flags + " -o kiln-v" + si + ".so kiln-batch.o kiln-stub" + si +
+              ".c > kiln-link" + si + ".log 2>&1 &\npids=\"$pids $!\"\n";
+  }
+  script += "failed=0\nfor p in $pids; do wait $p || failed=1; done\nexit $failed\n";
+  sandbox::SandboxOptions run;
+  run.working_dir = dir;
+  run.env = compiler_env(options_.nvcc, dir, options_.huge_pages);
+  run.timeout_s = options_.timeout_s;
+  run.file_size_bytes = kMaxOutputFileBytes;
+  run.max_output_bytes = kMaxCompilerOutputBytes;
+  run.argv = {"/bin/sh", "-c", script};
+  auto result = sandbox::run_sandboxed(run);
+  if (!result.is_ok()) return give_up(result.status().message());
+  std::string log = result->stdout_text + result->stderr_text;
+  for (size_t i = 0; i < n; ++i)
+    log += read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
+  replace_all(log, dir + "/", "");
+  if (!result->succeeded()) return give_up(result->describe(run.timeout_s) + "\n" + trim_log(log, kMaxRetryLogBytes));
+
+  std::string compile_log = result->stdout_text + result->stderr_text;
+  replace_all(compile_log, dir + "/", "");
+  const std::vector<std::string> ptxas = ptxas_log_by_variant(compile_log, n);
+  for (size_t i = 0; i < n; ++i) {
+    std::string link_log = read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
+    replace_all(link_log, dir + "/", "");
+    auto so = read_file(dir + "/kiln-v" + std::to_string(i) + ".so");
+    if (!so.is_ok()) return give_up(so.status().message());
+    Build& b = out[i].emplace();
+    b.so = std::move(so).value();
+    std::vector<std::string> flags = base;
+    for (auto& d : define_flags(variants[i])) flags.push_back(std::move(d));
+    b.info.ok = true;
+    b.info.compiler = "nvcc";
+    b.info.flags = join(flags);
+    b.info.toolchain = version;
+    b.info.duration_s = result->wall_s;
+    b.info.process.returncode = 0;
+    const std::string variant_log = "built as variant " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                                    " in one translation unit (one build, several parameter sets)\n" + ptxas[i] +
+                                    link_log;
+    b.info.process.stderr_text = trim_log(variant_log, static_cast<size_t>(options_.max_log_bytes));
+    b.info.log = b.info.process.stderr_text;
+    const PtxasUsage usage = parse_ptxas_usage(ptxas[i]);
+    b.info.registers = usage.registers;
+    b.info.shared_bytes = usage.shared_bytes;
+    b.info.spill_bytes = usage.spill_bytes;
+    b.info.stack_bytes = usage.stack_bytes;
+    b.info.kernel_sha256 = sha256_hex(b.so);
+  }
+  batched_->Increment(static_cast<double>(n));
+  return out;
+}
+
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
   proto::Candidate cand = request.cand;
   auto score_job = [&](proto::Stage stage, std::string error, proto::BuildInfo build) {
@@ -600,7 +786,8 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
                             trim_log(reference->info.log, kMaxRetryLogBytes);
     return end(reference->timed_out ? deadline_exceeded(why) : failed_precondition(why));
   }
-  auto kernel = build(backend, arch, files, spec->kernel_file, cand.code, cand.params);
+  const bool confirmation = proto::program_id::confirmed(cand.program_id).has_value();
+  auto kernel = build(backend, arch, files, spec->kernel_file, cand.code, cand.params, !confirmation);
   if (!kernel.is_ok()) return end(messaging::worker_fault(kernel.status().with_context("toolchain")));
   if (!kernel->info.ok) {
     return end(invalid_argument("the candidate does not build: " + kernel->info.process.message),

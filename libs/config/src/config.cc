@@ -69,6 +69,8 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"compiler.huge_pages", &c.compiler.huge_pages},
       {"compiler.max_log_bytes", &c.compiler.max_log_bytes},
       {"compiler.slots", &c.compiler.slots},
+      {"compiler.batch_max", &c.compiler.batch_max},
+      {"compiler.batch_window_ms", &c.compiler.batch_window_ms},
       {"compiler.metrics_port", &c.compiler.metrics_port},
       {"tester.backend", &c.tester.backend},
       {"tester.gpu_index", &c.tester.gpu_index},
@@ -324,6 +326,12 @@ class Validator {
   void at_least(const std::string& path, int64_t v, int64_t min) {
     if (v < min) fail(where_, path, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(v));
   }
+  void in_range(const std::string& path, int64_t v, int64_t min, int64_t max) {
+    if (v < min || v > max) {
+      fail(where_, path,
+           "expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
+    }
+  }
   void positive(const std::string& path, double v) {
     if (!(v > 0)) fail(where_, path, "expected a number > 0, got " + format(v));
   }
@@ -400,6 +408,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.one_of("compiler.huge_pages", cc.huge_pages, {"on", "off"});
   v.at_least("compiler.max_log_bytes", cc.max_log_bytes, 1);
   v.at_least("compiler.slots", cc.slots, 1);
+  v.in_range("compiler.batch_max", cc.batch_max, 1, 64);
+  v.in_range("compiler.batch_window_ms", cc.batch_window_ms, 0, 10000);
   v.port("compiler.metrics_port", cc.metrics_port);
 
   const auto& t = c.tester;

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
@@ -699,4 +701,128 @@ TEST_CASE("a CUDA candidate that does not compile is reported in nvcc's words", 
   CHECK(score.build.log.find("error") != std::string::npos);
   CHECK(score.build.process.returncode != 0);
   CHECK(f.counter("kiln_compile_nvcc_graph_fallbacks_total") == 1);
+}
+
+namespace {
+
+kiln::proto::CompileRequest rmsnorm_cuda_request(const std::string& program_id,
+                                                 std::map<std::string, std::string> params) {
+  auto files = kiln::task::load_package(KILN_SOURCE_DIR "/configs/tasks/cuda_rmsnorm");
+  REQUIRE(files.is_ok());
+  kiln::proto::CompileRequest req;
+  req.cand.campaign_id = "c1";
+  req.cand.program_id = program_id;
+  req.cand.code = files->at("kernel.cu").data;
+  req.cand.params = std::move(params);
+  req.backend = "cuda";
+  req.arch = "sm_90";
+  req.files = *files;
+  return req;
+}
+
+// Compiles the requests at once, one thread each (a compiler's slots), and returns their outcomes in order.
+std::vector<kiln::messaging::JobOutcome> compile_together(CompileHandler& handler,
+                                                          const std::vector<kiln::proto::CompileRequest>& reqs) {
+  std::vector<kiln::messaging::JobOutcome> outs(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) threads.emplace_back([&, i] { outs[i] = handler.compile(reqs[i]); });
+  for (auto& t : threads) t.join();
+  return outs;
+}
+
+kiln::proto::BuildInfo built(const kiln::messaging::JobOutcome& out) {
+  REQUIRE(out.next.size() == 1);
+  REQUIRE(out.next[0].service == "test.cuda");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  CHECK(!test->kernel_so.data.empty());
+  return test->build;
+}
+
+}  // namespace
+
+// rmsnorm's static shared memory is (BLOCK / 32 + 1) floats, so each variant's own ptxas report shows.
+TEST_CASE("CUDA candidates of one source that arrive together are built as one batch", "[compiler][cuda][batch]") {
+  CompilerOptions options;
+  if (!have_nvcc(options)) return;
+  options.batch_max = 3;
+  options.batch_window_s = 10;  // the batch closes when the third arrives, long before
+  Fixture f(options);
+  const std::vector<std::map<std::string, std::string>> params = {
+      {{"BLOCK", "128"}, {"VEC", "8"}}, {{"BLOCK", "256"}, {"VEC", "4"}}, {{"BLOCK", "1024"}, {"VEC", "2"}}};
+  std::vector<kiln::proto::CompileRequest> reqs;
+  for (size_t i = 0; i < params.size(); ++i)
+    reqs.push_back(rmsnorm_cuda_request("c1/p" + std::to_string(i), params[i]));
+  auto outs = compile_together(*f.handler, reqs);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    INFO("variant " << i << ": " << outs[i].error);
+    const auto b = built(outs[i]);
+    INFO(b.log);
+    CHECK(b.ok);
+    CHECK(b.log.find("built as variant ") != std::string::npos);
+    CHECK(b.log.find(" of 3 in one translation unit") != std::string::npos);
+    CHECK(b.shared_bytes == 4 * (std::stoi(params[i].at("BLOCK")) / 32 + 1));
+    CHECK(b.registers > 0);
+    CHECK(b.flags.find("-DBLOCK=" + params[i].at("BLOCK")) != std::string::npos);
+  }
+  CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
+  CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 0);
+
+  // Asked again, each comes from the cache.
+  const double hits = f.cache_hits();
+  outs = compile_together(*f.handler, reqs);
+  for (const auto& out : outs) CHECK(built(out).cache_hit);
+  CHECK(f.cache_hits() == hits + 6);  // three kernels and three references
+  CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
+
+  // A confirmation is built alone, whatever is in the cache: the same usage, nvcc's own log.
+  auto confirm = rmsnorm_cuda_request(kiln::proto::program_id::confirmation("c1/p1"), params[1]);
+  const auto alone = built(f.handler->compile(confirm));
+  INFO(alone.log);
+  CHECK(!alone.cache_hit);
+  CHECK(alone.log.find("built as variant") == std::string::npos);
+  CHECK(alone.shared_bytes == 4 * (256 / 32 + 1));
+  CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
+}
+
+TEST_CASE("a batch that does not build is built again variant by variant", "[compiler][cuda][batch]") {
+  CompilerOptions options;
+  if (!have_nvcc(options)) return;
+  options.batch_max = 3;
+  options.batch_window_s = 10;
+  Fixture f(options);
+  // VEC=3 makes alignas(6): that variant does not compile, and with it the batch.
+  auto outs = compile_together(*f.handler, {rmsnorm_cuda_request("c1/p0", {{"BLOCK", "128"}, {"VEC", "8"}}),
+                                            rmsnorm_cuda_request("c1/p1", {{"BLOCK", "256"}, {"VEC", "3"}}),
+                                            rmsnorm_cuda_request("c1/p2", {{"BLOCK", "512"}, {"VEC", "2"}})});
+  CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 1);
+  CHECK(f.counter("kiln_compile_batched_builds_total") == 0);
+  for (size_t i : {0u, 2u}) {
+    const auto b = built(outs[i]);
+    INFO(b.log);
+    CHECK(b.ok);
+    CHECK(b.log.find("built as variant") == std::string::npos);
+  }
+  auto bad = score_of(outs[1], "c1/p1");
+  CHECK(bad.error.find("error") != std::string::npos);
+  CHECK(!bad.build.ok);
+}
+
+TEST_CASE("a compiler of one slot never batches, and the batch settings are checked", "[compiler][batch]") {
+  kiln::config::CompilerConfig c;
+  c.slots = 1;
+  c.batch_max = 4;
+  CHECK(kiln::compiler::options_from_config(c, "").batch_max == 1);
+  c.slots = 4;
+  c.batch_window_ms = 50;
+  auto o = kiln::compiler::options_from_config(c, "");
+  CHECK(o.batch_max == 4);
+  CHECK(o.batch_window_s == Approx(0.05));
+  kiln::TempDir dir("kiln-compiler-test");
+  o.cache_dir = dir.path();
+  o.batch_max = 0;
+  CHECK(!CompileHandler::create(o, nullptr).is_ok());
+  o.batch_max = 4;
+  o.batch_window_s = -1;
+  CHECK(!CompileHandler::create(o, nullptr).is_ok());
 }

@@ -79,11 +79,13 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.tester.gpu_claim_dir == defaults.tester.gpu_claim_dir);
   CHECK(file.compiler.nvcc_mode == defaults.compiler.nvcc_mode);
   CHECK(file.compiler.huge_pages == defaults.compiler.huge_pages);
+  CHECK(file.compiler.batch_max == defaults.compiler.batch_max);
+  CHECK(file.compiler.batch_window_ms == defaults.compiler.batch_window_ms);
 
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 89);
+  CHECK(leaves.size() == 91);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -174,6 +176,11 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("tester: {backend: cuda, slots: 17}\n") == "test.yaml: tester.slots: at most 16, got 17");
   CHECK(parse_error("tester: {slots: 2}\n").starts_with("test.yaml: tester.slots: more than 1 needs backend cuda"));
   CHECK(parse_ok("tester: {backend: cuda, slots: 3}\n").tester.slots == 3);
+  CHECK(parse_error("compiler: {batch_max: 0}\n") ==
+        "test.yaml: compiler.batch_max: expected an integer in 1..64, got 0");
+  CHECK(parse_error("compiler: {batch_window_ms: 10001}\n") ==
+        "test.yaml: compiler.batch_window_ms: expected an integer in 0..10000, got 10001");
+  CHECK(parse_ok("compiler: {slots: 4, batch_max: 8}\n").compiler.batch_max == 8);
   CHECK(parse_error("scorer: {campaign: {screen_by_best: 2}}\n") ==
         "test.yaml: scorer.campaign.screen_by_best: expected 0 or 1, got 2");
 }

@@ -47,6 +47,11 @@ struct CompilerConfig {
   std::string huge_pages = "on";    // on | off: the build tools' malloc asks for transparent huge pages
   int64_t max_log_bytes = 8192;
   int64_t slots = 1;
+  // With several slots: CUDA candidates of one source, differing only in their parameters, that arrive
+  // together are built as one translation unit of up to batch_max variants (1: each alone); the first
+  // waits batch_window_ms for the others.
+  int64_t batch_max = 4;
+  int64_t batch_window_ms = 20;
   int metrics_port = 9472;
 };
 

@@ -17,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <condition_variable>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +48,12 @@ struct CompilerOptions {
   // is backed by transparent huge pages where the kernel allows it (THP "madvise" or "always"). cudafe++
   // and ptxas spend much of their time faulting in small pages; the output is the same byte for byte.
   bool huge_pages = true;
+  // One build serves several parameter sets (kiln/compiler/batch.h): CUDA candidates of one source that
+  // differ only in their -D values and arrive together (a compiler with several slots) are built as one
+  // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
+  // others. 1: every build alone. Confirmations are always built alone.
+  int64_t batch_max = 1;
+  double batch_window_s = 0.02;
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
@@ -92,10 +100,37 @@ class CompileHandler {
  private:
   CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics);
 
-  struct Build;
+  struct Build {
+    proto::BuildInfo info;
+    std::string so;          // the shared object, when info.ok
+    bool timed_out = false;  // the compiler was stopped at the time limit
+  };
+  // `may_batch`: the build may be one variant of a batch (a candidate's first build, not a confirmation's).
   Result<Build> build(proto::Backend backend, const std::string& arch, const proto::FileMap& files,
                       const std::string& source_name, const std::string& source,
-                      const std::map<std::string, std::string>& defines);
+                      const std::map<std::string, std::string>& defines, bool may_batch = false);
+
+  // A build waiting to be one variant of a batch; `done` with no `build` means: build it alone.
+  struct BatchMember {
+    std::map<std::string, std::string> defines;
+    bool done = false;
+    std::optional<Build> build;
+  };
+  struct BatchGroup {
+    std::vector<BatchMember*> members;
+  };
+  // Joins (or opens and, after the window, builds) the batch of builds that share `group_key`: everything
+  // of the cache key but the defines. Empty: build alone.
+  std::optional<Build> build_in_batch(const std::string& group_key, const proto::FileMap& sources,
+                                      const std::string& source_name, const std::string& source,
+                                      const std::vector<std::string>& base, const std::string& version,
+                                      const std::map<std::string, std::string>& defines);
+  // The batch's one nvcc run and one link per variant; one entry per member, empty where it must be built
+  // alone (then all are: the batch failed).
+  std::vector<std::optional<Build>> run_batch(const proto::FileMap& sources, const std::string& source_name,
+                                              const std::string& source, const std::vector<std::string>& base,
+                                              const std::string& version,
+                                              const std::vector<std::map<std::string, std::string>>& variants);
 
   // Runs the compiler on `source_name` in `dir`, where the sources are: for CUDA in "graph" mode, nvcc's
   // steps as a graph, and nvcc itself (with the time left) when a step fails, so a failure reads as nvcc
@@ -113,6 +148,11 @@ class CompileHandler {
   std::shared_ptr<prometheus::Registry> metrics_;
   prometheus::Counter* cache_hits_ = nullptr;       // kiln_compile_cache_hits_total
   prometheus::Counter* graph_fallbacks_ = nullptr;  // kiln_compile_nvcc_graph_fallbacks_total
+  prometheus::Counter* batched_ = nullptr;          // kiln_compile_batched_builds_total
+  prometheus::Counter* batch_fallbacks_ = nullptr;  // kiln_compile_batch_fallbacks_total
+  std::mutex batch_mu_;
+  std::condition_variable batch_cv_;
+  std::map<std::string, std::shared_ptr<BatchGroup>> open_batches_;  // group key -> the batch still open
   std::mutex toolchain_mu_;
   std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
   std::mutex plans_mu_;
