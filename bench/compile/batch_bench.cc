@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "measure.h"
 #include "kiln/compiler/batch.h"
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
@@ -28,15 +29,10 @@
 
 namespace {
 
+using kiln::bench::children_cpu_s;
+using kiln::bench::median;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double children_cpu_s() {
-  rusage u{};
-  ::getrusage(RUSAGE_CHILDREN, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
 
 struct Cost {
   double cpu_s = 0, wall_s = 0;
@@ -58,12 +54,6 @@ Cost run_all(const std::string& dir, const std::vector<std::string>& commands) {
   c.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   c.cpu_s = children_cpu_s() - cpu0;
   return c;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include <sys/resource.h>
 
 #include "CLI/CLI.hpp"
+#include "measure.h"
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
 #include "kiln/proto/payloads.h"
@@ -39,16 +40,10 @@
 
 namespace {
 
+using kiln::bench::children_cpu_s;
+using kiln::bench::median;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// User + system time of the waited-for child processes so far (the tools every build ran).
-double children_cpu_s() {
-  rusage u{};
-  ::getrusage(RUSAGE_CHILDREN, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
 
 // Physical cores: distinct sets of hardware threads that share one (0 where the topology is not readable).
 int physical_cores() {
@@ -102,12 +97,6 @@ Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int 
   b.compiler_s = test->build.duration_s;
   if (auto so = kiln::proto::kernel_library(*test, 256u << 20); so.is_ok()) b.so = std::move(so).value();
   return b;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 double mean(const std::vector<double>& v) {
