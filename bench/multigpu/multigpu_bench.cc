@@ -49,6 +49,7 @@ struct Options {
   std::string tasks_dir;
   std::vector<int> testers = {1, 2};
   int compilers = 8;
+  int compiler_slots = 1;  // compiler.slots: above 1, a compiler batches the tuner's builds (compiler.batch_max)
   int budget = 6;
   bool kill_one = false;
   double kill_at = 0.3;  // fraction of the candidates scored when the tester is killed
@@ -163,7 +164,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
                         << "  heartbeat_liveness: 4\n"
                         << "ingest: {metrics_port: 0}\n"
                         << "llm_bridge: {metrics_port: 0}\n"
-                        << "compiler: {metrics_port: 0}\n"
+                        << "compiler: {metrics_port: 0, slots: " << o.compiler_slots << "}\n"
                         << "tester:\n"
                         << "  backend: " << o.backend << "\n"
                         << "  metrics_port: " << ports.tester_base << "\n"
@@ -381,6 +382,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
   json r = {
       {"testers", testers},
       {"compilers", o.compilers},
+      {"compiler_slots", o.compiler_slots},
       {"backend", o.backend},
       {"tasks", dirs.size()},
       {"budget_per_task", o.budget},
@@ -433,6 +435,9 @@ int main(int argc, char** argv) {
   app.add_option("--tasks", o.tasks_dir, "folder of task packages; the ones of --backend run");
   app.add_option("--testers", o.testers, "tester counts to run, e.g. 1,2,4")->delimiter(',');
   app.add_option("--compilers", o.compilers, "compiler replicas");
+  app.add_option("--compiler-slots", o.compiler_slots,
+                 "builds each compiler holds at once (compiler.slots; above 1 the tuner's CUDA builds are batched)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--budget", o.budget, "proposals per campaign");
   app.add_flag("--kill-one", o.kill_one, "SIGKILL a tester holding a job mid-run (in runs with 2+ testers)");
   app.add_option("--kill-at", o.kill_at, "fraction of candidates scored before the kill");

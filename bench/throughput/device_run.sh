@@ -6,6 +6,7 @@
 #   TAG=after TESTERS=1 BUDGET=12 bash bench/throughput/device_run.sh
 # Any KILN_<SECTION>_<KEY> in the environment reaches the Kiln the bench starts (KILN_TESTER_TIMING_SCREEN_BELOW=0).
 # CAMPAIGN_PREFIX=p: campaign ids p.<task>, so runs under one prefix try the same parameter sets.
+# COMPILERS=n COMPILER_SLOTS=k: n compilers of k slots each (k > 1: the tuner's CUDA builds are batched).
 # KIT=path: unpack that kit instead of build-gpu/kit.tar.xz (a baseline build, say).
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
@@ -22,7 +23,8 @@ export LD_LIBRARY_PATH=$root/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia
 export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$out/nvidia-smi.csv"
 timeout "${BENCH_TIMEOUT:-560}" "$root/build-gpu/bin/kiln-bench-multigpu" --backend cuda --tasks configs/tasks \
-  --testers "${TESTERS:-1}" --budget "${BUDGET:-12}" --compilers "${COMPILERS:-8}" --timeout "${RUN_TIMEOUT:-300}" \
+  --testers "${TESTERS:-1}" --budget "${BUDGET:-12}" --compilers "${COMPILERS:-8}" \
+  --compiler-slots "${COMPILER_SLOTS:-1}" --timeout "${RUN_TIMEOUT:-300}" \
   --out "$out/throughput-$tag.json" --keep "$out/keep-$tag" ${CAMPAIGN_PREFIX:+--campaign-prefix "$CAMPAIGN_PREFIX"} \
   2> "$out/throughput-$tag.log" > /dev/null
 echo "bench exit $?"
