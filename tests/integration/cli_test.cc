@@ -2,6 +2,9 @@
 // scaffolds a package that validates, and commands without a broker fail cleanly.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/files.h"
@@ -101,4 +104,19 @@ TEST_CASE("the evaluation child refuses a negative settle count before loading a
                        30);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("kiln-eval: --settle-calls: expected a number, got -1") != std::string::npos);
+}
+
+// A test's services bind the ports it picked only a moment later: until then no connection on this host
+// may be able to take one (the kernel hands out its ephemeral range for those), nor may two picks agree.
+TEST_CASE("the ports a test picks are outside the ephemeral range and never the same twice", "[integration][cli]") {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768, high = 60999;
+  range >> low >> high;
+  std::set<int> seen;
+  for (int i = 0; i < 50; ++i) {
+    const int port = kiln::testing::free_tcp_port();
+    CHECK(port >= 1024);
+    if (low > 11000) CHECK(port < low);
+    CHECK(seen.insert(port).second);
+  }
 }

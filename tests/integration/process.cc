@@ -11,7 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <mutex>
 #include <cstdlib>
 #include <thread>
 
@@ -124,18 +127,48 @@ int Background::stop(double timeout_s) {
 
 Background::~Background() { stop(); }
 
-int free_tcp_port() {
+namespace {
+
+// Whether nothing holds `port` on loopback now (bound without SO_REUSEADDR, so a TIME_WAIT counts too).
+bool bindable(int port) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(s);
-  return port;
+  return ok;
+}
+
+// The first port of the kernel's ephemeral range (what connect() and bind(0) draw from).
+int ephemeral_low() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (range >> low >> high && low > 2048) return low;
+  return 32768;
+}
+
+}  // namespace
+
+int free_tcp_port() {
+  // Not a port the kernel hands out (bind to port 0): until the service binds it, any connection made on
+  // this host (the services' own connections to the broker, say) may take it as its local port and hold
+  // it for its life, and the service then cannot start. Ports below the ephemeral range are never handed
+  // out; each test process walks its own stretch of them (by pid) and skips any that something holds.
+  static std::mutex mu;
+  static int next = -1;
+  std::lock_guard<std::mutex> lock(mu);
+  constexpr int kLow = 10000;
+  const int span = std::max(1000, ephemeral_low() - kLow);
+  if (next < 0) next = static_cast<int>((static_cast<unsigned>(::getpid()) * 64u) % static_cast<unsigned>(span));
+  for (int tries = 0; tries < span; ++tries) {
+    const int port = kLow + next;
+    next = (next + 1) % span;
+    if (bindable(port)) return port;
+  }
+  return 0;
 }
 
 bool eventually(const std::function<bool()>& pred, double timeout_s, double interval_s) {

@@ -38,6 +38,8 @@ class Background {
   pid_t pid_ = -1;
 };
 
+// A loopback port nothing holds, below the ephemeral range (no connection can take it before it is bound),
+// a different one at every call in this process.
 int free_tcp_port();
 bool eventually(const std::function<bool()>& pred, double timeout_s, double interval_s = 0.05);
 std::string http_get(int port, const std::string& path);
