@@ -113,7 +113,7 @@ struct Variant {
 
 std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
                                                               const std::string& cache, int batch_max = 1,
-                                                              double batch_window_s = 0.02) {
+                                                              double batch_window_s = 0.05) {
   kiln::compiler::CompilerOptions o;
   o.batch_max = batch_max;
   o.batch_window_s = batch_window_s;
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
   int batch_max = 1;
-  int batch_window_ms = 20;
+  int batch_window_ms = 50;
   app.add_option("--batch-max", batch_max,
                  "the farm's builds of one task that arrive together are built as batches of up to this many "
                  "parameter sets (compiler.batch_max; 1: each alone); its jobs then come a task at a time")

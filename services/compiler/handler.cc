@@ -598,6 +598,8 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
   }
 
   // This build opens the batch: the others that arrive within the window join it.
+  // A build alone in this compiler has nobody to wait for.
+  if (in_flight_.load() < 2) return std::nullopt;
   auto group = std::make_shared<BatchGroup>();
   group->members.push_back(&me);
   open_batches_[group_key] = group;
@@ -661,7 +663,7 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
   if (!st.is_ok()) return give_up(st.message());
 
   // One nvcc for the object (every variant's kernels), then per variant a shared object of that object
-  // and its stub, linked by nvcc as a build alone is (-shared, -cudart shared).
+  // and its stub, linked by nvcc as a build alone is (-shared, -cudart shared); in graph mode, nvcc's steps.
   auto quote = [](const std::string& v) {
     std::string q = "'";
     for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -674,11 +676,43 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
   }
   // The links run side by side: each is a few small tools, and together they are most of a batch's tail.
   std::string script = quote(options_.nvcc) + object_flags + " -c -o kiln-batch.o " + unit + " || exit 1\npids=\n";
+  std::vector<std::string> links;
   for (size_t i = 0; i < n; ++i) {
     const std::string si = std::to_string(i);
-    script += quote(options_.nvcc) + link_flags + " -o kiln-v" + si + ".so kiln-batch.o kiln-stub" + si +
-              ".c > kiln-link" + si + ".log 2>&1 &\npids=\"$pids $!\"\n";
+    links.push_back(quote(options_.nvcc) + link_flags + " -o kiln-v" + si + ".so kiln-batch.o kiln-stub" + si + ".c");
   }
+  // In graph mode the batch's steps run as a build's do (kiln/compiler/nvcc_graph.h), all but the link:
+  // each variant links the graph's objects with its stub, compiled by the host compiler.
+  bool as_graph = false;
+  if (options_.nvcc_mode == "graph") {
+    if (auto plan = nvcc_plan(base, unit); plan.is_ok()) {
+      NvccPlan p = rewrite_plan(rewrite_plan(*plan, kDefinesMark, ""), kBuildDirMark, dir);
+      const std::string output = "-o \"" + std::string(kOutputName) + "\"";
+      const size_t at = p.link.find(output);
+      if (at != std::string::npos && p.link.find(output, at + 1) == std::string::npos) {
+        const std::string link = p.link;
+        p.link = ":";
+        NvccGraphFiles graph =
+            nvcc_graph(p, nvcc_module_id(sha256_hex(batch_unit(source_name, source, variants)), unit));
+        st = make_dirs(dir + "/" + std::string(kKeepDir));
+        for (const auto& [name, content] : graph.files)
+          if (st.is_ok()) st = write_file(dir + "/" + name, content);
+        const std::string steps = std::string(kKeepDir) + "/kiln-steps.sh";
+        if (st.is_ok()) st = write_file(dir + "/" + steps, graph.script);
+        if (!st.is_ok()) return give_up(st.message());
+        script = "/bin/sh " + steps + " || exit 1\npids=\n";
+        for (size_t i = 0; i < n; ++i) {
+          const std::string si = std::to_string(i);
+          std::string variant_link = link;
+          variant_link.replace(at, output.size(), "kiln-stub" + si + ".o -o kiln-v" + si + ".so");
+          links[i] = p.host_compiler + " -c -fPIC -o kiln-stub" + si + ".o kiln-stub" + si + ".c && " + variant_link;
+        }
+        as_graph = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    script += "{ " + links[i] + "; } > kiln-link" + std::to_string(i) + ".log 2>&1 &\npids=\"$pids $!\"\n";
   script += "failed=0\nfor p in $pids; do wait $p || failed=1; done\nexit $failed\n";
   sandbox::SandboxOptions run;
   run.working_dir = dir;
@@ -690,12 +724,22 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
   auto result = sandbox::run_sandboxed(run);
   if (!result.is_ok()) return give_up(result.status().message());
   std::string log = result->stdout_text + result->stderr_text;
+  if (as_graph)
+    log += read_head(dir + "/" + std::string(kKeepDir) + "/cicc.err", kMaxCompilerOutputBytes) +
+           read_head(dir + "/" + std::string(kKeepDir) + "/cudafe++.err", kMaxCompilerOutputBytes);
   for (size_t i = 0; i < n; ++i)
     log += read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
   replace_all(log, dir + "/", "");
   if (!result->succeeded()) return give_up(result->describe(run.timeout_s) + "\n" + trim_log(log, kMaxRetryLogBytes));
 
   std::string compile_log = result->stdout_text + result->stderr_text;
+  if (as_graph) {
+    // What nvcc would have printed: each step's output, in nvcc's order.
+    for (const auto& step : nvcc_graph_steps()) {
+      const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
+      compile_log += read_head(at + ".out", kMaxCompilerOutputBytes) + read_head(at + ".err", kMaxCompilerOutputBytes);
+    }
+  }
   replace_all(compile_log, dir + "/", "");
   const std::vector<std::string> ptxas = ptxas_log_by_variant(compile_log, n);
   for (size_t i = 0; i < n; ++i) {
@@ -730,6 +774,11 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
 }
 
 messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& request) {
+  ++in_flight_;
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { --n; }
+  } leave{in_flight_};
   proto::Candidate cand = request.cand;
   auto score_job = [&](proto::Stage stage, std::string error, proto::BuildInfo build) {
     proto::ScoreResult result;

@@ -747,6 +747,11 @@ TEST_CASE("CUDA candidates of one source that arrive together are built as one b
   if (!have_nvcc(options)) return;
   options.batch_max = 3;
   options.batch_window_s = 10;  // the batch closes when the third arrives, long before
+  // A batch runs as nvcc's steps in graph mode (each variant linking the graph's objects) and as nvcc
+  // itself in serial mode.
+  const std::string mode = GENERATE(std::string("graph"), std::string("serial"));
+  INFO("nvcc_mode " << mode);
+  options.nvcc_mode = mode;
   Fixture f(options);
   const std::vector<std::map<std::string, std::string>> params = {
       {{"BLOCK", "128"}, {"VEC", "8"}}, {{"BLOCK", "256"}, {"VEC", "4"}}, {{"BLOCK", "1024"}, {"VEC", "2"}}};
@@ -767,6 +772,7 @@ TEST_CASE("CUDA candidates of one source that arrive together are built as one b
   }
   CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
   CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 0);
+  CHECK(f.counter("kiln_compile_nvcc_graph_fallbacks_total") == 0);
 
   // Asked again, each comes from the cache.
   const double hits = f.cache_hits();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <atomic>
 #include <condition_variable>
 #include <optional>
 #include <string_view>
@@ -51,9 +52,10 @@ struct CompilerOptions {
   // One build serves several parameter sets (kiln/compiler/batch.h): CUDA candidates of one source that
   // differ only in their -D values and arrive together (a compiler with several slots) are built as one
   // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
-  // others. 1: every build alone. Confirmations are always built alone.
+  // others (only while other builds are in this compiler). 1: every build alone. Confirmations are always
+  // built alone.
   int64_t batch_max = 1;
-  double batch_window_s = 0.02;
+  double batch_window_s = 0.05;
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
@@ -153,6 +155,7 @@ class CompileHandler {
   std::mutex batch_mu_;
   std::condition_variable batch_cv_;
   std::map<std::string, std::shared_ptr<BatchGroup>> open_batches_;  // group key -> the batch still open
+  std::atomic<int> in_flight_{0};  // compile() calls running: a batch waits for others only when there are
   std::mutex toolchain_mu_;
   std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
   std::mutex plans_mu_;
