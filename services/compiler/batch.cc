@@ -105,9 +105,11 @@ std::string preprocessor_text(std::string_view source) {
   return out;
 }
 
-SourceDirectives source_directives(std::string_view source) {
+namespace {
+
+// source_directives of a text already through preprocessor_text.
+SourceDirectives directives_of(std::string_view text) {
   SourceDirectives d;
-  const std::string text = preprocessor_text(source);
   for_each_directive(text, [&](std::string_view name, std::string_view rest) {
     if (name == "include") {
       size_t end = std::string_view::npos;
@@ -123,6 +125,10 @@ SourceDirectives source_directives(std::string_view source) {
   return d;
 }
 
+}  // namespace
+
+SourceDirectives source_directives(std::string_view source) { return directives_of(preprocessor_text(source)); }
+
 Status batchable(std::string_view source, const std::vector<std::string>& param_names) {
   auto no = [](const std::string& why) { return failed_precondition("not batched: " + why); };
   for (const auto& p : param_names) {
@@ -131,7 +137,7 @@ Status batchable(std::string_view source, const std::vector<std::string>& param_
       return no("parameter '" + p + "' could change what a header means");
   }
   const std::string text = preprocessor_text(source);
-  const SourceDirectives d = source_directives(source);
+  const SourceDirectives d = directives_of(text);
   for (const auto& inc : d.includes) {
     if (inc.empty() || (inc.front() != '<' && inc != kAbiInclude))
       return no("it includes a file of its own (" + inc + ")");
@@ -217,9 +223,7 @@ std::vector<std::string> ptxas_log_by_variant(std::string_view log, size_t varia
       owner = -2;  // a function of no variant (none of the source's are outside the namespaces)
       for (size_t i = 0; i < variants; ++i)
         if (line.find(tags[i]) != std::string_view::npos) owner = static_cast<long>(i);
-    } else if (line.find("ptxas info") != std::string_view::npos && line.find("Used ") == std::string_view::npos &&
-               line.find("Compile time") == std::string_view::npos &&
-               line.find("bytes gmem") != std::string_view::npos) {
+    } else if (line.find("bytes gmem") != std::string_view::npos) {  // the module's, no function's
       owner = -1;
     }
     if (owner == -1) {

@@ -203,6 +203,33 @@ bool crashed(const sandbox::SandboxResult& result) {
   }
 }
 
+// A build folder: the ABI header and the sources (names checked by task::parse_task: relative, no "..").
+Status write_sources(const std::string& dir, const proto::FileMap& sources) {
+  KILN_RETURN_IF_ERROR(make_dirs(dir + "/kiln"));
+  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
+  for (const auto& [name, content] : sources) {
+    const std::string path = dir + "/" + name;
+    KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
+    KILN_RETURN_IF_ERROR(write_file(path, content.data));
+  }
+  return Status::ok();
+}
+
+// What nvcc would have printed for the graph that ran in `dir`: each step's output, in nvcc's order.
+void append_step_output(const std::string& dir, std::string& out, std::string& err) {
+  for (const auto& step : nvcc_graph_steps()) {
+    const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
+    out += read_head(at + ".out", kMaxCompilerOutputBytes);
+    err += read_head(at + ".err", kMaxCompilerOutputBytes);
+  }
+}
+
+std::string shell_quote(const std::string& v) {
+  std::string q = "'";
+  for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 }  // namespace
 
 PtxasUsage parse_ptxas_usage(std::string_view log) {
@@ -384,16 +411,19 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   sources.erase("task.yaml");
   sources.erase("instructions.md");
   sources[source_name] = proto::Bytes{source};
-  Sha256 key_hash;
-  for (std::string_view part : {kCacheVersion, proto::name(backend), std::string_view(compiler),
-                                std::string_view(flags_text), std::string_view(version), kernel_abi_header()}) {
-    key_hash.update_field(part);
-  }
-  key_hash.update_field(source_name);
   std::map<std::string, std::string> plain;
   for (const auto& [name, content] : sources) plain[name] = content.data;
-  key_hash.update_field(hash_files(plain));
-  const std::string key = key_hash.hex_digest();
+  const std::string files_hash = hash_files(plain);
+  auto content_key = [&](std::string_view flags_part) {
+    Sha256 h;
+    for (std::string_view part :
+         {kCacheVersion, proto::name(backend), std::string_view(compiler), flags_part, std::string_view(version),
+          kernel_abi_header(), std::string_view(source_name), std::string_view(files_hash)}) {
+      h.update_field(part);
+    }
+    return h.hex_digest();
+  };
+  const std::string key = content_key(flags_text);
   auto cache_base = [&](const std::string& k) { return options_.cache_dir + "/" + k.substr(0, 2) + "/" + k; };
   auto cached = [&](const std::string& k) -> std::optional<Build> {
     auto so = read_file(cache_base(k) + ".so");
@@ -418,20 +448,16 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   if (auto hit = cached(key)) return std::move(*hit);
 
   // A batch-built variant is kept under a key of its own: a build that must be alone (a confirmation's)
-  // never finds it.
-  std::vector<std::string> params;
-  for (const auto& [name, value] : defines) params.push_back(name);
-  if (may_batch && backend == proto::Backend::kCuda && options_.batch_max > 1 && batchable(source, params).is_ok()) {
+  // never finds it. A batch groups the builds whose key differs only in the defines.
+  auto params = [&] {
+    std::vector<std::string> names;
+    for (const auto& [name, value] : defines) names.push_back(name);
+    return names;
+  };
+  if (may_batch && backend == proto::Backend::kCuda && options_.batch_max > 1 && batchable(source, params()).is_ok()) {
     const std::string batch_key = sha256_hex(key + "/batched");
     if (auto hit = cached(batch_key)) return std::move(*hit);
-    const std::string base_text = join(base);
-    Sha256 group_hash;
-    for (std::string_view part : {kCacheVersion, std::string_view(compiler), std::string_view(base_text),
-                                  std::string_view(version), kernel_abi_header(), std::string_view(source_name)}) {
-      group_hash.update_field(part);
-    }
-    group_hash.update_field(hash_files(plain));
-    if (auto batched = build_in_batch(group_hash.hex_digest(), sources, source_name, source, base, version, defines)) {
+    if (auto batched = build_in_batch(content_key(join(base)), sources, source_name, source, base, version, defines)) {
       keep(batch_key, *batched);
       return std::move(*batched);
     }
@@ -440,15 +466,7 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   Build out;
 
   TempDir scratch("kiln-compile");
-  KILN_RETURN_IF_ERROR(make_dirs(scratch.path() + "/kiln"));
-  KILN_RETURN_IF_ERROR(
-      write_file(scratch.path() + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
-  for (const auto& [name, content] : sources) {
-    // Names were checked by task::parse_task: relative, no "..".
-    const std::string path = scratch.path() + "/" + name;
-    KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
-    KILN_RETURN_IF_ERROR(write_file(path, content.data));
-  }
+  KILN_RETURN_IF_ERROR(write_sources(scratch.path(), sources));
 
   KILN_ASSIGN_OR_RETURN(sandbox::SandboxResult result,
                         run_compiler(backend, scratch.path(), source_name, base, defines, key));
@@ -557,12 +575,7 @@ Result<sandbox::SandboxResult> CompileHandler::run_compiler(proto::Backend backe
       run.argv = {"/bin/sh", script};
       auto steps = sandbox::run_sandboxed(run);
       if (steps.is_ok() && (steps->succeeded() || steps->timed_out)) {
-        // What nvcc would have printed: each step's output, in nvcc's order.
-        for (const auto& step : nvcc_graph_steps()) {
-          const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
-          steps->stdout_text += read_head(at + ".out", kMaxCompilerOutputBytes);
-          steps->stderr_text += read_head(at + ".err", kMaxCompilerOutputBytes);
-        }
+        append_step_output(dir, steps->stdout_text, steps->stderr_text);
         return steps;
       }
       // A step failed (or the shell did not start): nvcc itself says what and how, in its own words, with
@@ -643,43 +656,34 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
   };
   TempDir scratch("kiln-compile-batch");
   const std::string dir = scratch.path();
-  Status st = make_dirs(dir + "/kiln");
-  if (st.is_ok()) st = write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header()));
-  for (const auto& [name, content] : sources) {
-    if (!st.is_ok()) break;
-    const std::string path = dir + "/" + name;
-    st = make_dirs(std::filesystem::path(path).parent_path().string());
-    if (st.is_ok()) st = write_file(path, content.data);
-  }
+  Status st = write_sources(dir, sources);
   const std::string unit = "kiln-batch.cu";
+  const std::string unit_text = batch_unit(source_name, source, variants);
   for (const auto& [name, content] : sources) {
     if (st.is_ok() && name.starts_with("kiln-")) st = failed_precondition("the package has a file named " + name);
   }
   if (st.is_ok() && source_name.find_first_of("\"\\\n") != std::string::npos)
     st = failed_precondition("the source's name cannot be #included as it is");
-  if (st.is_ok()) st = write_file(dir + "/" + unit, batch_unit(source_name, source, variants));
+  if (st.is_ok()) st = write_file(dir + "/" + unit, unit_text);
   for (size_t i = 0; st.is_ok() && i < n; ++i)
     st = write_file(dir + "/kiln-stub" + std::to_string(i) + ".c", variant_stub(i));
   if (!st.is_ok()) return give_up(st.message());
 
   // One nvcc for the object (every variant's kernels), then per variant a shared object of that object
   // and its stub, linked by nvcc as a build alone is (-shared, -cudart shared); in graph mode, nvcc's steps.
-  auto quote = [](const std::string& v) {
-    std::string q = "'";
-    for (char c : v) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  };
   std::string object_flags, link_flags;
   for (const auto& f : base) {
-    if (f != "-shared") object_flags += " " + quote(f);
-    link_flags += " " + quote(f);
+    if (f != "-shared") object_flags += " " + shell_quote(f);
+    link_flags += " " + shell_quote(f);
   }
   // The links run side by side: each is a few small tools, and together they are most of a batch's tail.
-  std::string script = quote(options_.nvcc) + object_flags + " -c -o kiln-batch.o " + unit + " || exit 1\npids=\n";
+  std::string script =
+      shell_quote(options_.nvcc) + object_flags + " -c -o kiln-batch.o " + unit + " || exit 1\npids=\n";
   std::vector<std::string> links;
   for (size_t i = 0; i < n; ++i) {
     const std::string si = std::to_string(i);
-    links.push_back(quote(options_.nvcc) + link_flags + " -o kiln-v" + si + ".so kiln-batch.o kiln-stub" + si + ".c");
+    links.push_back(shell_quote(options_.nvcc) + link_flags + " -o kiln-v" + si + ".so kiln-batch.o kiln-stub" + si +
+                    ".c");
   }
   // In graph mode the batch's steps run as a build's do (kiln/compiler/nvcc_graph.h), all but the link:
   // each variant links the graph's objects with its stub, compiled by the host compiler.
@@ -692,8 +696,7 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
       if (at != std::string::npos && p.link.find(output, at + 1) == std::string::npos) {
         const std::string link = p.link;
         p.link = ":";
-        NvccGraphFiles graph =
-            nvcc_graph(p, nvcc_module_id(sha256_hex(batch_unit(source_name, source, variants)), unit));
+        NvccGraphFiles graph = nvcc_graph(p, nvcc_module_id(sha256_hex(unit_text), unit));
         st = make_dirs(dir + "/" + std::string(kKeepDir));
         for (const auto& [name, content] : graph.files)
           if (st.is_ok()) st = write_file(dir + "/" + name, content);
@@ -723,28 +726,22 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
   run.argv = {"/bin/sh", "-c", script};
   auto result = sandbox::run_sandboxed(run);
   if (!result.is_ok()) return give_up(result.status().message());
-  std::string log = result->stdout_text + result->stderr_text;
-  if (as_graph)
-    log += read_head(dir + "/" + std::string(kKeepDir) + "/cicc.err", kMaxCompilerOutputBytes) +
-           read_head(dir + "/" + std::string(kKeepDir) + "/cudafe++.err", kMaxCompilerOutputBytes);
-  for (size_t i = 0; i < n; ++i)
-    log += read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
-  replace_all(log, dir + "/", "");
-  if (!result->succeeded()) return give_up(result->describe(run.timeout_s) + "\n" + trim_log(log, kMaxRetryLogBytes));
-
+  // The compile's output (in graph mode, each step's as nvcc would have printed it) and each link's.
   std::string compile_log = result->stdout_text + result->stderr_text;
-  if (as_graph) {
-    // What nvcc would have printed: each step's output, in nvcc's order.
-    for (const auto& step : nvcc_graph_steps()) {
-      const std::string at = dir + "/" + std::string(kKeepDir) + "/" + step;
-      compile_log += read_head(at + ".out", kMaxCompilerOutputBytes) + read_head(at + ".err", kMaxCompilerOutputBytes);
-    }
-  }
+  if (as_graph) append_step_output(dir, compile_log, compile_log);
   replace_all(compile_log, dir + "/", "");
+  std::vector<std::string> link_logs(n);
+  for (size_t i = 0; i < n; ++i) {
+    link_logs[i] = read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
+    replace_all(link_logs[i], dir + "/", "");
+  }
+  if (!result->succeeded()) {
+    std::string log = compile_log;
+    for (const auto& l : link_logs) log += l;
+    return give_up(result->describe(run.timeout_s) + "\n" + trim_log(log, kMaxRetryLogBytes));
+  }
   const std::vector<std::string> ptxas = ptxas_log_by_variant(compile_log, n);
   for (size_t i = 0; i < n; ++i) {
-    std::string link_log = read_head(dir + "/kiln-link" + std::to_string(i) + ".log", kMaxCompilerOutputBytes);
-    replace_all(link_log, dir + "/", "");
     auto so = read_file(dir + "/kiln-v" + std::to_string(i) + ".so");
     if (!so.is_ok()) return give_up(so.status().message());
     Build& b = out[i].emplace();
@@ -759,7 +756,7 @@ std::vector<std::optional<CompileHandler::Build>> CompileHandler::run_batch(
     b.info.process.returncode = 0;
     const std::string variant_log = "built as variant " + std::to_string(i + 1) + " of " + std::to_string(n) +
                                     " in one translation unit (one build, several parameter sets)\n" + ptxas[i] +
-                                    link_log;
+                                    link_logs[i];
     b.info.process.stderr_text = trim_log(variant_log, static_cast<size_t>(options_.max_log_bytes));
     b.info.log = b.info.process.stderr_text;
     const PtxasUsage usage = parse_ptxas_usage(ptxas[i]);
