@@ -18,6 +18,10 @@
 
 namespace kiln::cuda {
 
+// Device bytes each of a contestant's arenas holds: the largest case with the placement slack, rounded up
+// to whole 2 MiB (what the runners map through CUDA IPC reads at one speed only then).
+Result<size_t> device_arena_bytes(const task::TaskSpec& spec);
+
 class CudaDevice final : public eval::Device {
  public:
   // Forks the runners, creates this process's context, the arenas, and hands each runner its own.
