@@ -352,6 +352,25 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
                    {"test_queue_wait_mean_s", test_wait_n > 0 ? test_wait_s / test_wait_n : 0},
                    {"compile_jobs", compile_jobs},
                    {"compile_job_mean_s", compile_jobs > 0 ? compile_s / compile_jobs : 0}};
+  // Builds the compilers made several at a time (compiler.batch_max, with compiler.slots > 1): each batch
+  // is one line of a compiler's log, "compiler: batch of N: M builds of <source> as one unit".
+  {
+    int batches = 0, batched_builds = 0;
+    const std::regex batch_line(R"re(compiler: batch of [0-9]+: ([0-9]+) builds of )re");
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path() + "/state/logs", ec)) {
+      if (f.path().filename().string().rfind("compiler", 0) != 0) continue;
+      std::ifstream in(f.path());
+      for (std::string text; std::getline(in, text);) {
+        std::smatch m;
+        if (!std::regex_search(text, m, batch_line)) continue;
+        ++batches;
+        batched_builds += std::stoi(m[1].str());
+      }
+    }
+    pipeline["compile_batches"] = batches;
+    pipeline["compile_batched_builds"] = batched_builds;
+  }
   // Bytes on the wire: every message body the broker received and sent (jobs, results, blobs, heartbeats).
   const double bytes_in = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", "direction=\"in\"");
   const double bytes_out = sum_of_samples(broker_metrics, "kiln_broker_bytes_total", "direction=\"out\"");

@@ -629,6 +629,8 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
     std::vector<std::map<std::string, std::string>> variants;
     for (const BatchMember* m : members) variants.push_back(m->defines);
     built = run_batch(sources, source_name, source, base, version, variants);
+    const auto made = std::count_if(built.begin(), built.end(), [](const auto& b) { return b.has_value(); });
+    if (made > 0) spdlog::info("compiler: batch of {}: {} builds of {} as one unit", members.size(), made, source_name);
   } catch (const std::exception& e) {
     spdlog::warn("compiler: a batch of {} failed: {}", members.size(), e.what());
   }
