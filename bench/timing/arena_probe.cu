@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,24 +58,34 @@ void check(CUresult r, const char* what) {
   }
 }
 
+// A whole non-negative number, or a clear error.
+uint64_t number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || *end != '\0' || errno == ERANGE) die(flag + " wants a whole number, not '" + v + "'");
+  return n;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) die("flag " + a + " needs a value");
     const std::string v = argv[++i];
-    if (a == "--kernel")
+    if (a == "--kernel") {
       o.kernel = v;
-    else if (a == "--mode")
+    } else if (a == "--mode") {
       o.mode = v;
-    else if (a == "--bytes")
-      o.bytes = std::stoull(v);
-    else if (a == "--arenas")
-      o.arenas = std::stoi(v);
-    else if (a == "--rounds")
-      o.rounds = std::stoi(v);
-    else
+    } else if (a == "--bytes") {
+      o.bytes = number(a, v);
+    } else if (a == "--arenas") {
+      o.arenas = static_cast<int>(std::min<uint64_t>(number(a, v), 4096));
+    } else if (a == "--rounds") {
+      o.rounds = static_cast<int>(std::min<uint64_t>(number(a, v), 1000000));
+    } else {
       die("unknown flag " + a);
+    }
   }
   if (o.kernel.empty()) die("--kernel is required");
   if (o.arenas < 1 || o.rounds < 3 || o.bytes < 4096) die("--arenas >= 1, --rounds >= 3, --bytes >= 4096");
@@ -179,21 +190,27 @@ char* vmm_map(CUmemGenericAllocationHandle h, const CUmemAllocationProp& prop, s
   return reinterpret_cast<char*>(p);
 }
 
-std::vector<char*> allocate(const Options& o) {
+// --arenas allocations through the virtual-memory API, mapped in this process; `handles` gets each one's
+// handle (to export it). Shareable: exportable as a POSIX file descriptor.
+std::vector<char*> vmm_allocate(const Options& o, bool shareable, std::vector<CUmemGenericAllocationHandle>* handles) {
+  check(cuInit(0), "cuInit");
+  check(cudaFree(nullptr), "context");
+  const CUmemAllocationProp prop = vmm_prop(shareable);
+  size_t gran = 0;
+  const size_t size = vmm_size(prop, o.bytes, &gran);
   std::vector<char*> bases;
-  if (o.mode == "vmm") {
-    check(cuInit(0), "cuInit");
-    check(cudaFree(nullptr), "context");
-    const CUmemAllocationProp prop = vmm_prop(false);
-    size_t gran = 0;
-    const size_t size = vmm_size(prop, o.bytes, &gran);
-    for (int a = 0; a < o.arenas; ++a) {
-      CUmemGenericAllocationHandle h;
-      check(cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
-      bases.push_back(vmm_map(h, prop, size, gran));
-    }
-    return bases;
+  for (int a = 0; a < o.arenas; ++a) {
+    CUmemGenericAllocationHandle h;
+    check(cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+    bases.push_back(vmm_map(h, prop, size, gran));
+    if (handles) handles->push_back(h);
   }
+  return bases;
+}
+
+std::vector<char*> allocate(const Options& o) {
+  if (o.mode == "vmm") return vmm_allocate(o, false, nullptr);
+  std::vector<char*> bases;
   const size_t size = o.mode == "malloc2m" ? (o.bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20) : o.bytes;
   for (int a = 0; a < o.arenas; ++a) {
     void* p = nullptr;
@@ -203,35 +220,36 @@ std::vector<char*> allocate(const Options& o) {
   return bases;
 }
 
-// File descriptors over a Unix socket (SCM_RIGHTS), one per message.
-void send_fd(int sock, int fd) {
+// File descriptors over a Unix socket (SCM_RIGHTS), one per message of one byte.
+struct FdMessage {
   char byte = 0;
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+void send_fd(int sock, int fd) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &msg, 0) != 1) die("sendmsg");
+  if (sendmsg(sock, &m.msg, 0) != 1) die("sendmsg");
 }
 
 int receive_fd(int sock) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  if (recvmsg(sock, &msg, 0) != 1) die("recvmsg");
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  if (recvmsg(sock, &m.msg, 0) != 1) die("recvmsg");
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (!c || c->cmsg_type != SCM_RIGHTS) die("no descriptor in the message");
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
@@ -291,15 +309,9 @@ int run_two_processes(const Options& o) {
   close(sv[1]);
   const int sock = sv[0];
   if (o.mode == "vmmipc") {
-    check(cuInit(0), "cuInit");
-    check(cudaFree(nullptr), "context");
-    const CUmemAllocationProp prop = vmm_prop(true);
-    size_t gran = 0;
-    const size_t size = vmm_size(prop, o.bytes, &gran);
-    for (int a = 0; a < o.arenas; ++a) {
-      CUmemGenericAllocationHandle h;
-      check(cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
-      vmm_map(h, prop, size, gran);  // the parent's own mapping, as the evaluator would have
+    std::vector<CUmemGenericAllocationHandle> handles;
+    vmm_allocate(o, true, &handles);  // mapped in the parent too, as the evaluator's arenas are
+    for (CUmemGenericAllocationHandle h : handles) {
       int fd = -1;
       check(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "export");
       send_fd(sock, fd);
