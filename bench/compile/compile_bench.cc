@@ -113,10 +113,11 @@ struct Variant {
 
 std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
                                                               const std::string& cache, int batch_max = 1,
-                                                              double batch_window_s = 0.05) {
+                                                              double batch_window_s = 0.05, int batch_cores = 0) {
   kiln::compiler::CompilerOptions o;
   o.batch_max = batch_max;
   o.batch_window_s = batch_window_s;
+  o.batch_cores = batch_cores;
   o.nvcc = nvcc;
   o.nvcc_mode = variant.mode;
   o.huge_pages = variant.huge_pages;
@@ -151,12 +152,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
   int batch_max = 1;
   int batch_window_ms = 50;
+  int batch_cores = 0;
   app.add_option("--batch-max", batch_max,
                  "the farm's builds of one task that arrive together are built as batches of up to this many "
                  "parameter sets (compiler.batch_max; 1: each alone); its jobs then come a task at a time")
       ->check(CLI::Range(1, 64));
   app.add_option("--batch-window-ms", batch_window_ms, "how long a batch's first build waits for the others")
       ->check(CLI::Range(0, 10000));
+  app.add_option("--batch-cores", batch_cores,
+                 "batches form when the builds in flight ask for more cores than this (compiler.batch_cores; "
+                 "0: this machine's; 1: whenever two builds are in flight)")
+      ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   if (!keep_builds.empty()) {
     if (auto made = kiln::make_dirs(keep_builds); !made.is_ok()) {
@@ -248,7 +254,7 @@ int main(int argc, char** argv) {
     counts.push_back(max_builders);
     for (int n : counts) {
       auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n), batch_max,
-                                    batch_window_ms / 1000.0);
+                                    batch_window_ms / 1000.0, batch_cores);
       for (const auto& task : tasks) build_one(*compiler, task, ++salt);
       // Every task as often as every other (so with and without batching build the same mix).
       const int round = batch_max * static_cast<int>(tasks.size());
@@ -288,6 +294,7 @@ int main(int argc, char** argv) {
     report["farm_mode"] = variants.front().name();
     report["farm_batch_max"] = batch_max;
     report["farm_batch_window_ms"] = batch_window_ms;
+    report["farm_batch_cores"] = batch_cores;
   }
   std::printf("%s\n", report.dump(2).c_str());
   return 0;

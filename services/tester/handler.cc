@@ -1,7 +1,6 @@
 #include "kiln/tester/handler.h"
 
 #include <prometheus/counter.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <limits>
 #include <utility>
 
+#include "kiln/core/cpus.h"
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
 #include "kiln/core/time.h"
@@ -223,22 +223,6 @@ std::vector<std::vector<int>> split_cores(const std::vector<int>& cores, int64_t
   }
   return groups;
 }
-
-namespace {
-
-// The cores this process may run on.
-std::vector<int> allowed_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cores;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cores.push_back(c);
-  }
-  return cores;
-}
-
-}  // namespace
 
 int TestHandler::take_slot() {
   std::lock_guard lock(slot_mu_);

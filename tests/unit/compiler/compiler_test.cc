@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -747,6 +748,7 @@ TEST_CASE("CUDA candidates of one source that arrive together are built as one b
   if (!have_nvcc(options)) return;
   options.batch_max = 3;
   options.batch_window_s = 10;  // the batch closes when the third arrives, long before
+  options.batch_cores = 1;      // three builds in flight ask for more than one core: they batch on any machine
   // A batch runs as nvcc's steps in graph mode (each variant linking the graph's objects) and as nvcc
   // itself in serial mode.
   const std::string mode = GENERATE(std::string("graph"), std::string("serial"));
@@ -796,6 +798,7 @@ TEST_CASE("a batch that does not build is built again variant by variant", "[com
   if (!have_nvcc(options)) return;
   options.batch_max = 3;
   options.batch_window_s = 10;
+  options.batch_cores = 1;
   Fixture f(options);
   // VEC=3 makes alignas(6): that variant does not compile, and with it the batch.
   auto outs = compile_together(*f.handler, {rmsnorm_cuda_request("c1/p0", {{"BLOCK", "128"}, {"VEC", "8"}}),
@@ -814,6 +817,28 @@ TEST_CASE("a batch that does not build is built again variant by variant", "[com
   CHECK(!bad.build.ok);
 }
 
+TEST_CASE("builds that fit the compiler's cores are built alone even when they arrive together",
+          "[compiler][cuda][batch]") {
+  CompilerOptions options;
+  if (!have_nvcc(options)) return;
+  options.batch_max = 3;
+  options.batch_window_s = 10;  // a batch that opened would wait for a third that never comes: 10 s
+  options.batch_cores = 64;     // three builds of ~1.5 cores each fit
+  Fixture f(options);
+  const auto began = std::chrono::steady_clock::now();
+  auto outs = compile_together(*f.handler, {rmsnorm_cuda_request("c1/p0", {{"BLOCK", "128"}, {"VEC", "8"}}),
+                                            rmsnorm_cuda_request("c1/p1", {{"BLOCK", "256"}, {"VEC", "4"}})});
+  for (const auto& out : outs) {
+    const auto b = built(out);
+    INFO(b.log);
+    CHECK(b.ok);
+    CHECK(b.log.find("built as variant") == std::string::npos);
+  }
+  CHECK(f.counter("kiln_compile_batched_builds_total") == 0);
+  // Neither waited out the window for a batch.
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(10));
+}
+
 TEST_CASE("a compiler of one slot never batches, and the batch settings are checked", "[compiler][batch]") {
   kiln::config::CompilerConfig c;
   c.slots = 1;
@@ -824,11 +849,17 @@ TEST_CASE("a compiler of one slot never batches, and the batch settings are chec
   auto o = kiln::compiler::options_from_config(c, "");
   CHECK(o.batch_max == 4);
   CHECK(o.batch_window_s == Approx(0.05));
+  CHECK(o.batch_cores == 0);
+  c.batch_cores = 6;
+  CHECK(kiln::compiler::options_from_config(c, "").batch_cores == 6);
   kiln::TempDir dir("kiln-compiler-test");
   o.cache_dir = dir.path();
   o.batch_max = 0;
   CHECK(!CompileHandler::create(o, nullptr).is_ok());
   o.batch_max = 4;
   o.batch_window_s = -1;
+  CHECK(!CompileHandler::create(o, nullptr).is_ok());
+  o.batch_window_s = 0.05;
+  o.batch_cores = -1;
   CHECK(!CompileHandler::create(o, nullptr).is_ok());
 }

@@ -81,11 +81,12 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.compiler.huge_pages == defaults.compiler.huge_pages);
   CHECK(file.compiler.batch_max == defaults.compiler.batch_max);
   CHECK(file.compiler.batch_window_ms == defaults.compiler.batch_window_ms);
+  CHECK(file.compiler.batch_cores == defaults.compiler.batch_cores);
 
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 91);
+  CHECK(leaves.size() == 92);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -181,6 +182,9 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("compiler: {batch_window_ms: 10001}\n") ==
         "test.yaml: compiler.batch_window_ms: expected an integer in 0..10000, got 10001");
   CHECK(parse_ok("compiler: {slots: 4, batch_max: 8}\n").compiler.batch_max == 8);
+  CHECK(parse_error("compiler: {batch_cores: -1}\n") ==
+        "test.yaml: compiler.batch_cores: expected an integer in 0..4096, got -1");
+  CHECK(parse_ok("compiler: {batch_cores: 16}\n").compiler.batch_cores == 16);
   CHECK(parse_error("scorer: {campaign: {screen_by_best: 2}}\n") ==
         "test.yaml: scorer.campaign.screen_by_best: expected 0 or 1, got 2");
 }

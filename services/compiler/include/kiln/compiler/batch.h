@@ -52,6 +52,16 @@ std::string batch_unit(std::string_view source_name, std::string_view source, co
 // A C source whose exported kiln_entry calls variant `index`'s (linked into that variant's shared object).
 std::string variant_stub(size_t index);
 
+// How many builds one batch should hold, given the builds in flight in this compiler, the cores it may run
+// on and the cores one build keeps busy (nvcc's steps as a graph: about 1.5; nvcc itself: 1). A batch
+// costs less CPU per build but takes longer than any one build alone: batches are only worth it when the
+// builds in flight ask for more cores than there are. So: the fewest variants per batch that bring the
+// builds' demand, in_flight x cores_per_build / K, within the cores; 1 (each alone) while it already is;
+// never more than batch_max. On 16-core H200 hosts, with 4 builds in flight batches of four made 2.9
+// builds/s and builds alone 5.3 (another lease); with 16, pairs made 13.7 and builds alone 10.9
+// (bench/compile/README.md).
+size_t batch_capacity(int in_flight, int cores, double cores_per_build, int64_t batch_max);
+
 // ptxas -v's report of a batch cut per variant: the lines that describe the variant's own functions, and
 // the lines that describe no function (so parse_ptxas_usage reads each variant's resource usage alone).
 std::vector<std::string> ptxas_log_by_variant(std::string_view log, size_t variants);

@@ -53,9 +53,11 @@ struct CompilerOptions {
   // differ only in their -D values and arrive together (a compiler with several slots) are built as one
   // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
   // others (only while other builds are in this compiler). 1: every build alone. Confirmations are always
-  // built alone.
+  // built alone. Batches form only when the builds in flight ask for more than batch_cores cores
+  // (batch_capacity): 0 = the cores this process may run on.
   int64_t batch_max = 1;
   double batch_window_s = 0.05;
+  int64_t batch_cores = 0;
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
@@ -120,6 +122,7 @@ class CompileHandler {
   };
   struct BatchGroup {
     std::vector<BatchMember*> members;
+    size_t capacity = 1;  // variants it takes (batch_capacity when it opened)
   };
   // Joins (or opens and, after the window, builds) the batch of builds that share `group_key`: everything
   // of the cache key but the defines. Empty: build alone.
@@ -156,6 +159,7 @@ class CompileHandler {
   std::condition_variable batch_cv_;
   std::map<std::string, std::shared_ptr<BatchGroup>> open_batches_;  // group key -> the batch still open
   std::atomic<int> in_flight_{0};  // compile() calls running: a batch waits for others only when there are
+  int cores_ = 1;                  // what batch_capacity divides the builds' demand by
   std::mutex toolchain_mu_;
   std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
   std::mutex plans_mu_;
