@@ -160,8 +160,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch-window-ms", batch_window_ms, "how long a batch's first build waits for the others")
       ->check(CLI::Range(0, 10000));
   app.add_option("--batch-cores", batch_cores,
-                 "batches form when the builds in flight ask for more cores than this (compiler.batch_cores; "
-                 "0: this machine's; 1: whenever two builds are in flight)")
+                 "batches form when the builds in flight ask for more than 3/4 of this many cores "
+                 "(compiler.batch_cores; 0: this machine's; 1: whenever two builds are in flight)")
       ->check(CLI::Range(0, 4096));
   CLI11_PARSE(app, argc, argv);
   if (!keep_builds.empty()) {

@@ -54,12 +54,16 @@ std::string variant_stub(size_t index);
 
 // How many builds one batch should hold, given the builds in flight in this compiler, the cores it may run
 // on and the cores one build keeps busy (nvcc's steps as a graph: about 1.5; nvcc itself: 1). A batch
-// costs less CPU per build but takes longer than any one build alone: batches are only worth it when the
-// builds in flight ask for more cores than there are. So: the fewest variants per batch that bring the
-// builds' demand, in_flight x cores_per_build / K, within the cores; 1 (each alone) while it already is;
-// never more than batch_max. On 16-core H200 hosts, with 4 builds in flight batches of four made 2.9
-// builds/s and builds alone 5.3 (another lease); with 16, pairs made 13.7 and builds alone 10.9
-// (bench/compile/README.md).
+// costs less CPU per build but takes longer than any one build alone, so it pays only when the builds in
+// flight would crowd the cores: the fewest variants per batch that bring their demand, in_flight x
+// cores_per_build / K, within kBatchBusyTarget of the cores; 1 (each alone) while it already is; never
+// more than batch_max.
+//
+// The target is what 16-core H200 hosts measured (bench/compile/README.md; a build alone: 1.26-1.38
+// builds/s): each regime did best at about 12 cores of demand. Builds alone at 8 in flight: 8.57 builds/s;
+// at 16: 10.9 (24 cores asked). Pairs at 16: 13.7-15.1. Batches of four at 32: 20.3; threes at 32 (16
+// cores asked): 16.7, CPU-bound. Batches of four at 4 in flight: 2.9, where builds alone made 5.1-5.3.
+inline constexpr double kBatchBusyTarget = 0.75;
 size_t batch_capacity(int in_flight, int cores, double cores_per_build, int64_t batch_max);
 
 // ptxas -v's report of a batch cut per variant: the lines that describe the variant's own functions, and

@@ -53,7 +53,7 @@ struct CompilerOptions {
   // differ only in their -D values and arrive together (a compiler with several slots) are built as one
   // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
   // others (only while other builds are in this compiler). 1: every build alone. Confirmations are always
-  // built alone. Batches form only when the builds in flight ask for more than batch_cores cores
+  // built alone. Batches form only when the builds in flight ask for more than 3/4 of batch_cores cores
   // (batch_capacity): 0 = the cores this process may run on.
   int64_t batch_max = 1;
   double batch_window_s = 0.05;
