@@ -50,7 +50,8 @@ struct CompilerConfig {
   // With several slots: CUDA candidates of one source, differing only in their parameters, that arrive
   // together are built as one translation unit of up to batch_max variants (1: each alone); the first
   // waits up to batch_window_ms for the others while other builds are in the compiler. Batches form only
-  // when the builds in flight ask for more than batch_cores cores (0: the cores the compiler may run on).
+  // when the builds in flight ask for more than 3/4 of batch_cores cores (0: the cores the compiler may
+  // run on).
   int64_t batch_max = 4;
   int64_t batch_window_ms = 50;
   int64_t batch_cores = 0;
