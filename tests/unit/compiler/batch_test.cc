@@ -96,26 +96,27 @@ TEST_CASE("a batch includes the headers once and each variant inside its own def
 }
 
 TEST_CASE("a batch holds the fewest variants that bring the builds in flight within the cores", "[compiler][batch]") {
-  using kiln::compiler::batch_capacity;
-  // A 16-core host, graph builds of ~1.5 cores, 12 of the cores the target: alone up to 8 in flight, then
-  // pairs up to 16, threes up to 24, fours beyond.
-  CHECK(batch_capacity(1, 16, 1.5, 4) == 1);
-  CHECK(batch_capacity(4, 16, 1.5, 4) == 1);
-  CHECK(batch_capacity(8, 16, 1.5, 4) == 1);
-  CHECK(batch_capacity(9, 16, 1.5, 4) == 2);
-  CHECK(batch_capacity(16, 16, 1.5, 4) == 2);
-  CHECK(batch_capacity(17, 16, 1.5, 4) == 3);
-  CHECK(batch_capacity(32, 16, 1.5, 4) == 4);
-  CHECK(batch_capacity(64, 16, 1.5, 4) == 4);  // never more than batch_max
-  CHECK(batch_capacity(64, 16, 1.5, 1) == 1);
-  // Two cores: two graph builds already ask for more than 1.5 of them.
-  CHECK(batch_capacity(2, 2, 1.5, 4) == 2);
-  CHECK(batch_capacity(8, 2, 1.5, 4) == 4);
-  // Room for builds still to come (the window waits for them), never a batch for a build alone, and no
-  // cores counts as one.
-  CHECK(batch_capacity(3, 1, 1.5, 8) == 6);
-  CHECK(batch_capacity(2, 0, 1.5, 4) == 4);
-  CHECK(batch_capacity(0, 1, 1.5, 4) == 1);
+  struct Case {
+    int in_flight, cores;
+    int64_t batch_max;
+    size_t capacity;
+  };
+  // clang-format off
+  const Case cases[] = {
+      // A 16-core host, graph builds of ~1.5 cores, 12 of the cores the target: alone up to 8 in flight,
+      // then pairs up to 16, threes up to 24, fours beyond; never more than batch_max.
+      {1, 16, 4, 1}, {4, 16, 4, 1}, {8, 16, 4, 1}, {9, 16, 4, 2}, {16, 16, 4, 2},
+      {17, 16, 4, 3}, {32, 16, 4, 4}, {64, 16, 4, 4}, {64, 16, 1, 1},
+      // Two cores: two graph builds already ask for more than 1.5 of them.
+      {2, 2, 4, 2}, {8, 2, 4, 4},
+      // Room for builds still to come (the window waits for them), never a batch for a build alone, and
+      // no cores counts as one.
+      {3, 1, 8, 6}, {2, 0, 4, 4}, {0, 1, 4, 1}};
+  // clang-format on
+  for (const Case& c : cases) {
+    INFO(c.in_flight << " in flight, " << c.cores << " cores, batch_max " << c.batch_max);
+    CHECK(kiln::compiler::batch_capacity(c.in_flight, c.cores, 1.5, c.batch_max) == c.capacity);
+  }
 }
 
 TEST_CASE("ptxas's report of a batch is cut per variant", "[compiler][batch]") {
