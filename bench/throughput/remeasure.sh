@@ -17,8 +17,8 @@ tasks=${2:?usage: remeasure.sh REGISTRY_DIR TASKS_DIR [BIN_DIR]}
 bin=${3:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tol=${TOL:-0.03}
-arch=${CUDA_ARCH:-sm_90}
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+# shellcheck source=../kernel_build.sh
+source "$root/bench/kernel_build.sh"  # with_abi, nvcc_build, gxx_build; arch and nvcc from CUDA_ARCH, NVCC
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$reg/verified_kernels.json" > "$work/entries.tsv" <<'PY'
@@ -39,15 +39,6 @@ PY
 if [ -n "${ONLY:-}" ]; then
   awk -F'\t' -v only="$ONLY" '$3 ~ only' "$work/entries.tsv" > "$work/only.tsv" && mv "$work/only.tsv" "$work/entries.tsv"
 fi
-# Builds the way the compiler service does, the kernel ABI header from DIR/kiln: nvcc_build DIR ARGS...
-nvcc_build() {
-  local dir=$1; shift
-  "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_${arch#sm_},code=[sm_${arch#sm_},compute_${arch#sm_}]" \
-    -cudart shared -I"$dir" "$@"
-}
-gxx_build() { local dir=$1; shift; g++ -O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I"$dir" "$@"; }
-# DIR/kiln/kernel_abi.h, as a task's sources include it.
-with_abi() { mkdir -p "$1/kiln" && cp "$root/libs/core/include/kiln/kernel_abi.h" "$1/kiln/"; }
 lock_args=()
 if [ "${LOAD:-0}" -gt 0 ]; then
   lock_args=(--device-lock "$work/device.lock")

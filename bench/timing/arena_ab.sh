@@ -9,15 +9,13 @@
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: arena_ab.sh NAME=EVALUATOR ..." >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+# shellcheck source=../kernel_build.sh
+source "$root/bench/kernel_build.sh"
 task="$root/configs/tasks/cuda_reduce_sum"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/kiln" && cp "$root/libs/core/include/kiln/kernel_abi.h" "$work/kiln/"
-build() {
-  "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_90,code=[sm_90,compute_90]" -cudart shared \
-    -I"$work" "$@"
-}
+with_abi "$work"
+build() { nvcc_build "$work" "$@"; }
 build -o "$work/reference.so" "$task/reference.cu"
 for set in ${SETS:-128,1,4 128,1,1 256,4,4}; do
   IFS=, read -r block vec per_sm <<< "$set"

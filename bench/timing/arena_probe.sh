@@ -8,15 +8,15 @@
 set -euo pipefail
 bin=${1:?usage: arena_probe.sh BIN_DIR}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+# shellcheck source=../kernel_build.sh
+source "$root/bench/kernel_build.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/kiln" && cp "$root/libs/core/include/kiln/kernel_abi.h" "$work/kiln/"
+with_abi "$work"
 for set in ${SETS:-128,1,1 128,1,4 256,4,4}; do
   IFS=, read -r block vec per_sm <<< "$set"
   name="b${block}_v${vec}_s${per_sm}"
-  "$nvcc" -O3 -shared -Xcompiler -fPIC -gencode "arch=compute_90,code=[sm_90,compute_90]" -cudart shared \
-    -I"$work" -DBLOCK="$block" -DVEC="$vec" -DBLOCKS_PER_SM="$per_sm" \
+  nvcc_build "$work" -DBLOCK="$block" -DVEC="$vec" -DBLOCKS_PER_SM="$per_sm" \
     "$root/configs/tasks/cuda_reduce_sum/kernel.cu" -o "$work/$name.so"
   for mode in ${MODES:-malloc malloc2m vmm ipc}; do
     for p in $(seq "${PROCS:-3}"); do

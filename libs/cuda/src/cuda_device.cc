@@ -70,8 +70,8 @@ constexpr size_t kArenaGranularity = size_t{2} << 20;
 // placements balanced between roles) came out 1.3-1.5 % faster as the candidate for reduce_sum (22 ms) and
 // 1.1-1.5 % for transpose (1 ms), in every run; sgemm (26 ms) at 1.000. So a median is also uncertain by
 // 0.75 % of it, which puts each of those runs' intervals around 1.0. (With arenas of whole 2 MiB,
-// reduce_sum's offset went to 0.3 % at most; transpose's is still 0.5-1.0 %.) In all it costs a 1 ms kernel 1.8 %
-// of its lower bound, a 75 us one 5.5 %, a 13 us one 11.5 %.
+// reduce_sum's offset went to 0.3 % at most; transpose's is still 0.5-1.0 %.) In all it costs a 1 ms
+// kernel 1.8 % of its lower bound, a 75 us one 5.5 %, a 13 us one 11.5 %.
 constexpr double kReproducibilityUs = 1.5;
 constexpr double kReproducibilityRel = 0.05;
 constexpr double kReproducibilityProportional = 0.0075;
