@@ -7,6 +7,7 @@
 #   bash bench/timing/aa_tasks.sh KILN_EVAL_CUDA [RUNS] > aa.json
 #   ONLY='cuda_sgemm' KINDS=reference bash bench/timing/aa_tasks.sh ...   (some tasks, some kernels)
 #   BUDGET_S=120 ...: no run starts after 120 s
+#   LOGS=DIR ...: each run's evaluator log kept as DIR/TASK-KERNEL-I.log
 set -uo pipefail
 eval_bin=$(realpath "${1:?usage: aa_tasks.sh KILN_EVAL_CUDA [RUNS]}")
 runs=${2:-3}
@@ -32,6 +33,7 @@ for task in $(for p in ${ONLY:-cuda_*}; do echo "$tasks"/$p; done); do
       # shellcheck disable=SC2086
       "$eval_bin" --task "$task" --kernel "$so" --reference "$so" --out "$work/r.msgpack" \
         ${EVAL_ARGS:---min-time 0.3 --max-time 2} > /dev/null 2> "$work/err.txt"
+      [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$work/err.txt" "$LOGS/$name-$kernel-$i.log"
       nums=$(python3 "$root/bench/timing/report_numbers.py" "$work/r.msgpack" 2>/dev/null || echo "")
       # The allowance each median got towards slower (+): the candidate's, then the reference's.
       widen=$(grep -o 'widened for reproducibility and placement by +[0-9.]*/-[0-9.]* us (candidate), +[0-9.]*' "$work/err.txt" |

@@ -415,6 +415,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
                         Runner::start(kernels, 0, options.wipe_in_runners, &cuda_runner_device(), after_fork));
   st.start_phases.emplace_back("runners", since(runners_from));
   for (size_t i = 0; i < runners.size(); ++i) st.all[i].runner = std::move(runners[i]);
+  if (log_arenas()) {
+    for (const Contestant& c : st.all) std::fprintf(stderr, "%s: runner %d\n", c.name.c_str(), c.runner->pid());
+  }
   std::unique_ptr<CudaDevice> d(new CudaDevice(std::move(s)));
   for (const auto& c : d->s_->all) d->names_.push_back(c.name);
   return d;

@@ -6,13 +6,22 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kiln/cuda/runtime.h"
 
 namespace kiln::cuda {
+
+bool log_arenas() {
+  const char* log = std::getenv("KILN_LOG_ARENAS");
+  return log != nullptr && std::strcmp(log, "1") == 0;
+}
+
 namespace {
 
 // The runner process's device state: its own context (created by runner_init), the stream every kernel
@@ -44,6 +53,15 @@ Status runner_attach(const void* blob, size_t bytes) {
     void* base = nullptr;
     KILN_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
     g_side.bases.push_back(static_cast<char*>(base));
+  }
+  if (log_arenas()) {
+    std::string line;
+    for (const char* b : g_side.bases) {
+      char one[32];
+      std::snprintf(one, sizeof one, " %p", static_cast<const void*>(b));
+      line += one;
+    }
+    std::fprintf(stderr, "runner %d: arenas mapped at%s\n", static_cast<int>(getpid()), line.c_str());
   }
   return Status::ok();
 }

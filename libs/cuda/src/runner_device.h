@@ -24,4 +24,8 @@ inline void* encode_arena_offset(size_t arena, size_t offset) {
 int overhead_entry(const kiln_args* args);
 int cublas_sgemm_entry(const kiln_args* args);
 
+// Whether KILN_LOG_ARENAS=1: the evaluator logs each contestant's runner and each runner where it mapped
+// its arenas (an offset between contestants that follows the mapping shows there).
+bool log_arenas();
+
 }  // namespace kiln::cuda

@@ -336,7 +336,7 @@ class Protocol {
     got.outputs = unfilled_like(shapes.outputs);
     expected.outputs = unfilled_like(shapes.outputs);
     std::vector<size_t> block_starts;
-    std::vector<std::string> placements;  // the candidate's, per block (Device::placement)
+    std::vector<std::string> placements[2];  // the candidate's and the reference's, per block (Device::placement)
     for (auto& g : block_groups_) g.clear();
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
@@ -354,7 +354,7 @@ class Protocol {
         return false;
       }
       block_starts.push_back(static_cast<size_t>(round));
-      placements.push_back(device_.placement(kCandidate));
+      for (size_t who : {kCandidate, kReference}) placements[who].push_back(device_.placement(who));
       for (size_t who : {kCandidate, kReference}) block_groups_[who].push_back(device_.placement_group(who));
       // The inputs as they stand and poisoned outputs, from the device's own copy.
       for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load_block(who, shapes));
@@ -491,21 +491,24 @@ class Protocol {
                  device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
                  r.p90_us, r.cv, order.after_reference_us, order.after_itself_us, blocks_range.lo_us,
                  blocks_range.hi_us);
-    // Each block's candidate median and where its tensors sat: a kernel whose speed depends on where its
-    // tensors land shows it here as two groups of blocks.
-    std::string per_block;
-    const std::vector<double> medians = detail::block_medians(samples[kCandidate], block_starts);
-    const bool paired = medians.size() == placements.size();  // no block without samples was left out
-    for (size_t b = 0; b < medians.size() && b < kLoggedBlocks; ++b) {
-      char one[96];
-      const std::string& at = paired ? placements[b] : std::string();
-      std::snprintf(one, sizeof one, "%s%.1f%s%s%s", b == 0 ? "" : ", ", medians[b], at.empty() ? "" : " (", at.c_str(),
-                    at.empty() ? "" : ")");
-      per_block += one;
+    // Each block's median and where the tensors sat, for the candidate and the reference: a kernel whose
+    // speed depends on where its tensors land shows it here as two groups of blocks, and an A/A offset
+    // shows which side it is on.
+    for (size_t who : {kCandidate, kReference}) {
+      std::string per_block;
+      const std::vector<double> medians = detail::block_medians(samples[who], block_starts);
+      const bool paired = medians.size() == placements[who].size();  // no block without samples was left out
+      for (size_t b = 0; b < medians.size() && b < kLoggedBlocks; ++b) {
+        char one[96];
+        const std::string& at = paired ? placements[who][b] : std::string();
+        std::snprintf(one, sizeof one, "%s%.1f%s%s%s", b == 0 ? "" : ", ", medians[b], at.empty() ? "" : " (",
+                      at.c_str(), at.empty() ? "" : ")");
+        per_block += one;
+      }
+      if (medians.size() > kLoggedBlocks) per_block += ", ...";
+      std::fprintf(stderr, "%s: %s: %s's blocks (median us): %s\n", device_.log_prefix(), shape.c_str(),
+                   who == kCandidate ? "candidate" : "reference", per_block.c_str());
     }
-    if (medians.size() > kLoggedBlocks) per_block += ", ...";
-    std::fprintf(stderr, "%s: %s: candidate's blocks (median us): %s\n", device_.log_prefix(), shape.c_str(),
-                 per_block.c_str());
     return true;
   }
 
