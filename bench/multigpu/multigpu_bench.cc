@@ -9,6 +9,7 @@
 //   kiln-bench-multigpu --backend cuda --testers 2 --kill-one --budget 6
 //   kiln-bench-multigpu --backend cpu --tasks tests/data/tasks --testers 2 --kill-one   (no GPU needed)
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -177,8 +178,21 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
   Background up({bin_dir() + "/kiln", "--config", config, "up", "--state-dir", state}, dir.path() + "/up.log");
   zmq::context_t ctx(1);
   messaging::Client client(ctx, "tcp://127.0.0.1:" + std::to_string(ports.broker));
-  if (!eventually([&] { return client.request("broker", "status", "", 0.5).is_ok(); }, 60))
-    fail("kiln up did not answer; see " + dir.path() + "/up.log");
+  // `kiln up` that exits (a config it refuses, say) fails the run at once, with what it said; the folder
+  // holding its log is removed as the run fails.
+  bool exited = false;
+  const bool answered = eventually(
+      [&] {
+        exited = exited || waitpid(up.pid(), nullptr, WNOHANG) == up.pid();
+        return exited || client.request("broker", "status", "", 0.5).is_ok();
+      },
+      60);
+  if (exited || !answered) {
+    Result<std::string> read = read_file(dir.path() + "/up.log");
+    const std::string log = read.is_ok() ? *read : read.status().to_string();
+    fail(std::string(exited ? "kiln up exited" : "kiln up did not answer") + "; its log ends:\n" +
+         log.substr(log.size() > 2000 ? log.size() - 2000 : 0));
+  }
 
   auto kiln = [&](std::vector<std::string> args) {
     std::vector<std::string> argv{bin_dir() + "/kiln", "--config", config};
