@@ -238,12 +238,22 @@ std::vector<std::string> ptxas_log_by_variant(std::string_view log, size_t varia
   return out;
 }
 
-size_t batch_capacity(int in_flight, int cores, double cores_per_build, int64_t batch_max) {
+double batch_share(int in_flight, int cores, double cores_per_build, int64_t batch_max) {
   if (in_flight < 2 || batch_max < 2) return 1;
   const double demand = static_cast<double>(in_flight) * std::max(cores_per_build, 0.0);
   const double room = kBatchBusyTarget * static_cast<double>(std::max(cores, 1));
-  const double wanted = std::ceil(demand / room - 1e-9);
-  return static_cast<size_t>(std::clamp<double>(wanted, 1, static_cast<double>(batch_max)));
+  return std::clamp(demand / room, 1.0, static_cast<double>(batch_max));
+}
+
+size_t BatchSizer::next(double share) {
+  share = std::max(share, 1.0);
+  const double whole = std::floor(share + 1e-9);
+  carried_ += share - whole;
+  if (carried_ >= 1 - 1e-9) {
+    carried_ -= 1;
+    return static_cast<size_t>(whole) + 1;
+  }
+  return static_cast<size_t>(whole);
 }
 
 }  // namespace kiln::compiler

@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -610,14 +611,15 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
     const std::map<std::string, std::string>& defines) {
   BatchMember me;
   me.defines = defines;
-  // How many builds a batch should hold with the builds in flight now. An open batch grows to it as builds
-  // arrive: builds that finish together come back together, and the first of them sees few in flight.
+  // How many builds a batch should hold on average with the builds in flight now. An open batch grows to
+  // the whole part of it as builds arrive: builds that finish together come back together, and the first
+  // of them sees few in flight.
   const double cores_per_build = options_.nvcc_mode == "graph" ? kGraphCoresPerBuild : 1.0;
-  auto wanted = [&] { return batch_capacity(in_flight_.load(), cores_, cores_per_build, options_.batch_max); };
+  auto share = [&] { return batch_share(in_flight_.load(), cores_, cores_per_build, options_.batch_max); };
   std::unique_lock lock(batch_mu_);
   if (auto open = open_batches_.find(group_key); open != open_batches_.end()) {
     BatchGroup& g = *open->second;
-    g.capacity = std::max(g.capacity, wanted());
+    g.capacity = std::max(g.capacity, static_cast<size_t>(std::floor(share() + 1e-9)));
     if (g.members.size() < g.capacity) {
       g.members.push_back(&me);
       if (g.members.size() == g.capacity) batch_cv_.notify_all();  // the opener need not wait longer
@@ -628,7 +630,7 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
 
   // This build opens the batch: the others that arrive within the window join it. A build alone in this
   // compiler has nobody to wait for, and while the builds in flight fit the cores each is faster alone.
-  const size_t capacity = wanted();
+  const size_t capacity = sizer_.next(share());
   if (capacity < 2) return std::nullopt;
   auto group = std::make_shared<BatchGroup>();
   group->capacity = capacity;

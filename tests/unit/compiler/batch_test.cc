@@ -95,18 +95,19 @@ TEST_CASE("a batch includes the headers once and each variant inside its own def
         std::string::npos);
 }
 
-TEST_CASE("a batch holds the fewest variants that bring the builds in flight within the cores", "[compiler][batch]") {
+TEST_CASE("batches hold the share of builds that brings the builds in flight within the cores", "[compiler][batch]") {
   struct Case {
     int in_flight, cores;
     int64_t batch_max;
-    size_t capacity;
+    double share;
   };
   // clang-format off
   const Case cases[] = {
       // A 16-core host, graph builds of ~1.5 cores, 12 of the cores the target: alone up to 8 in flight,
-      // then pairs up to 16, threes up to 24, fours beyond; never more than batch_max.
-      {1, 16, 4, 1}, {4, 16, 4, 1}, {8, 16, 4, 1}, {9, 16, 4, 2}, {16, 16, 4, 2},
-      {17, 16, 4, 3}, {32, 16, 4, 4}, {64, 16, 4, 4}, {64, 16, 1, 1},
+      // then pairs and builds alone mixed up to 16, pairs and threes up to 24, fours from 32; never more
+      // than batch_max.
+      {1, 16, 4, 1}, {4, 16, 4, 1}, {8, 16, 4, 1}, {12, 16, 4, 1.5}, {16, 16, 4, 2},
+      {20, 16, 4, 2.5}, {32, 16, 4, 4}, {64, 16, 4, 4}, {64, 16, 1, 1},
       // Two cores: two graph builds already ask for more than 1.5 of them.
       {2, 2, 4, 2}, {8, 2, 4, 4},
       // Room for builds still to come (the window waits for them), never a batch for a build alone, and
@@ -115,8 +116,29 @@ TEST_CASE("a batch holds the fewest variants that bring the builds in flight wit
   // clang-format on
   for (const Case& c : cases) {
     INFO(c.in_flight << " in flight, " << c.cores << " cores, batch_max " << c.batch_max);
-    CHECK(kiln::compiler::batch_capacity(c.in_flight, c.cores, 1.5, c.batch_max) == c.capacity);
+    CHECK(kiln::compiler::batch_share(c.in_flight, c.cores, 1.5, c.batch_max) == Approx(c.share));
   }
+}
+
+TEST_CASE("batch sizes average the share they are given", "[compiler][batch]") {
+  auto sizes = [](double share, int n) {
+    kiln::compiler::BatchSizer sizer;
+    std::vector<size_t> out;
+    for (int i = 0; i < n; ++i) out.push_back(sizer.next(share));
+    return out;
+  };
+  // 1.6: three pairs for every two builds alone, spread out rather than bunched.
+  CHECK(sizes(1.6, 5) == std::vector<size_t>{1, 2, 1, 2, 2});
+  CHECK(sizes(2.0, 3) == std::vector<size_t>{2, 2, 2});
+  CHECK(sizes(1.0, 3) == std::vector<size_t>{1, 1, 1});
+  CHECK(sizes(0.5, 2) == std::vector<size_t>{1, 1});  // never below one
+  const std::vector<size_t> long_run = sizes(2.25, 400);
+  size_t builds = 0;
+  for (size_t s : long_run) {
+    CHECK((s == 2 || s == 3));
+    builds += s;
+  }
+  CHECK(builds == 900);  // 2.25 on average
 }
 
 TEST_CASE("ptxas's report of a batch is cut per variant", "[compiler][batch]") {

@@ -52,19 +52,30 @@ std::string batch_unit(std::string_view source_name, std::string_view source, co
 // A C source whose exported kiln_entry calls variant `index`'s (linked into that variant's shared object).
 std::string variant_stub(size_t index);
 
-// How many builds one batch should hold, given the builds in flight in this compiler, the cores it may run
-// on and the cores one build keeps busy (nvcc's steps as a graph: about 1.5; nvcc itself: 1). A batch
-// costs less CPU per build but takes longer than any one build alone, so it pays only when the builds in
-// flight would crowd the cores: the fewest variants per batch that bring their demand, in_flight x
-// cores_per_build / K, within kBatchBusyTarget of the cores; 1 (each alone) while it already is; never
-// more than batch_max.
+// How many builds a batch should hold on average, given the builds in flight in this compiler, the cores
+// it may run on and the cores one build keeps busy (nvcc's steps as a graph: about 1.5; nvcc itself: 1).
+// A batch costs less CPU per build but takes longer than any one build alone, so it pays only when the
+// builds in flight would crowd the cores: the share that brings their demand, in_flight x cores_per_build
+// / share, within kBatchBusyTarget of the cores; 1 (each alone) while it already is; never more than
+// batch_max. Not a whole number where whole batch sizes would leave cores idle (BatchSizer mixes two).
 //
-// The target is what 16-core H200 hosts measured (bench/compile/README.md; a build alone: 1.26-1.38
-// builds/s): each regime did best at about 12 cores of demand. Builds alone at 8 in flight: 8.57 builds/s;
-// at 16: 10.9 (24 cores asked). Pairs at 16: 13.7-15.1. Batches of four at 32: 20.3; threes at 32 (16
-// cores asked): 16.7, CPU-bound. Batches of four at 4 in flight: 2.9, where builds alone made 5.1-5.3.
+// The target is what 16-core H200 hosts measured (bench/compile/README.md; a build alone: 1.26-1.45
+// builds/s): each regime did best at about 12 cores of demand. Builds alone at 8 in flight: 8.57-10.5
+// builds/s; at 16: 10.9 (24 cores asked). Pairs at 16: 13.7-18.2. Batches of four at 32: 20.3-27.4;
+// threes at 32 (16 cores asked): 16.7, CPU-bound. Batches of four at 4 in flight: 2.9, where builds alone
+// made 5.1-6.3.
 inline constexpr double kBatchBusyTarget = 0.75;
-size_t batch_capacity(int in_flight, int cores, double cores_per_build, int64_t batch_max);
+double batch_share(int in_flight, int cores, double cores_per_build, int64_t batch_max);
+
+// The size of each batch as it opens, so that the sizes average the share they are given: a share of 1.6
+// makes three batches of two for every two builds alone (error diffusion, in the order batches open).
+class BatchSizer {
+ public:
+  size_t next(double share);
+
+ private:
+  double carried_ = 0;  // the share's fractional part not yet given out as a larger batch
+};
 
 // ptxas -v's report of a batch cut per variant: the lines that describe the variant's own functions, and
 // the lines that describe no function (so parse_ptxas_usage reads each variant's resource usage alone).

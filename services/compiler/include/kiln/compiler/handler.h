@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/compiler/batch.h"
 #include "kiln/compiler/nvcc_graph.h"
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
@@ -54,7 +55,7 @@ struct CompilerOptions {
   // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
   // others (only while other builds are in this compiler). 1: every build alone. Confirmations are always
   // built alone. Batches form only when the builds in flight ask for more than 3/4 of batch_cores cores
-  // (batch_capacity): 0 = the cores this process may run on.
+  // (batch_share): 0 = the cores this process may run on.
   int64_t batch_max = 1;
   double batch_window_s = 0.05;
   int64_t batch_cores = 0;
@@ -122,7 +123,7 @@ class CompileHandler {
   };
   struct BatchGroup {
     std::vector<BatchMember*> members;
-    size_t capacity = 1;  // variants it takes (batch_capacity when it opened)
+    size_t capacity = 1;  // variants it takes (BatchSizer's when it opened)
   };
   // Joins (or opens and, after the window, builds) the batch of builds that share `group_key`: everything
   // of the cache key but the defines. Empty: build alone.
@@ -157,9 +158,10 @@ class CompileHandler {
   prometheus::Counter* batch_fallbacks_ = nullptr;  // kiln_compile_batch_fallbacks_total
   std::mutex batch_mu_;
   std::condition_variable batch_cv_;
+  BatchSizer sizer_;  // the size of each batch that opens (under batch_mu_)
   std::map<std::string, std::shared_ptr<BatchGroup>> open_batches_;  // group key -> the batch still open
   std::atomic<int> in_flight_{0};  // compile() calls running: a batch waits for others only when there are
-  int cores_ = 1;                  // what batch_capacity divides the builds' demand by
+  int cores_ = 1;                  // what batch_share divides the builds' demand by
   std::mutex toolchain_mu_;
   std::map<proto::Backend, std::string> toolchains_;  // backend -> version line
   std::mutex plans_mu_;
