@@ -27,7 +27,10 @@ timeout "${BENCH_TIMEOUT:-560}" "$root/build-gpu/bin/kiln-bench-multigpu" --back
   --compiler-slots "${COMPILER_SLOTS:-1}" --timeout "${RUN_TIMEOUT:-300}" \
   --out "$out/throughput-$tag.json" --keep "$out/keep-$tag" ${CAMPAIGN_PREFIX:+--campaign-prefix "$CAMPAIGN_PREFIX"} \
   2> "$out/throughput-$tag.log" > /dev/null
-echo "bench exit $?"
+rc=$?
+echo "bench exit $rc"
+# A run that failed says why here (only a few files come back from a GPU host).
+[ "$rc" -ne 0 ] && tail -c 3000 "$out/throughput-$tag.log"
 grep -E "^run:" "$out/throughput-$tag.log"
 python3 - "$out/throughput-$tag.json" <<'PY'
 import json, sys
