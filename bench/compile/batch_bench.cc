@@ -24,6 +24,7 @@
 #include "kiln/compiler/batch.h"
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
+#include "kiln/log/log.h"
 #include "kiln/task/task.h"
 #include "nlohmann/json.hpp"
 
@@ -59,6 +60,7 @@ Cost run_all(const std::string& dir, const std::vector<std::string>& commands) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::log::init("kiln-bench-batch");  // the compiler's log to stderr: stdout is the JSON
   CLI::App app{"kiln-bench-batch: CUDA builds of several parameter sets alone and as one translation unit"};
   std::string tasks_dir = "configs/tasks";
   std::string nvcc = "/usr/local/cuda/bin/nvcc";

@@ -12,6 +12,9 @@
 //  - `--batch-max K`: the farm's compiler builds the CUDA candidates of one task that arrive together as
 //    one translation unit of up to K parameter sets (kiln/compiler/batch.h), its jobs coming K at a time
 //    per task as a tuner's campaign sends them; every variant counts as a build;
+//  - `--builds-per-builder K` (default 4): each farm round's length; besides the round's rate, its
+//    steady rate: the builds done until the last job was taken, over that time (a finite round ends with
+//    fewer builds in flight than builders, a farm fed without end does not);
 //  - the machine: CPUs (hardware threads) and physical cores.
 //
 // JSON on stdout. No GPU needed; nvcc is.
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <set>
@@ -33,6 +37,7 @@
 #include "measure.h"
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
+#include "kiln/log/log.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
 #include "kiln/task/task.h"
@@ -133,6 +138,7 @@ std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::log::init("kiln-bench-compile");  // the compiler's log to stderr: stdout is the JSON
   CLI::App app{"kiln-bench-compile: CUDA builds through the compiler service, cache missed"};
   std::string tasks_dir = "configs/tasks";
   std::string nvcc = "/usr/local/cuda/bin/nvcc";
@@ -163,6 +169,9 @@ int main(int argc, char** argv) {
                  "batches form when the builds in flight ask for more than 3/4 of this many cores "
                  "(compiler.batch_cores; 0: this machine's; 1: whenever two builds are in flight)")
       ->check(CLI::Range(0, 4096));
+  int builds_per_builder = 4;
+  app.add_option("--builds-per-builder", builds_per_builder, "each farm round's jobs per builder (at least)")
+      ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   if (!keep_builds.empty()) {
     if (auto made = kiln::make_dirs(keep_builds); !made.is_ok()) {
@@ -248,7 +257,7 @@ int main(int argc, char** argv) {
   report["machine"] = {{"cpus", cpus}, {"physical_cores", physical_cores()}};
   if (max_builders > 0) {
     json farm = json::object();
-    double one = 0;
+    double one = 0, steady_one = 0;
     std::vector<int> counts;
     for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
     counts.push_back(max_builders);
@@ -258,37 +267,61 @@ int main(int argc, char** argv) {
       for (const auto& task : tasks) build_one(*compiler, task, ++salt);
       // Every task as often as every other (so with and without batching build the same mix).
       const int round = batch_max * static_cast<int>(tasks.size());
-      const int jobs = (std::max(4 * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
+      const int jobs =
+          (std::max(builds_per_builder * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
       std::vector<int> salts(jobs);
       for (auto& s : salts) s = ++salt;
       std::atomic<int> next{0}, ok{0};
       const double cpu0 = children_cpu_s();
       const auto t0 = Clock::now();
+      auto since_t0 = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+      std::mutex done_mu;
+      std::vector<double> done_s;  // when each good build finished
+      double dry_s = 0;            // when the last job was taken
       std::vector<std::thread> pool;
       for (int t = 0; t < n; ++t) {
         pool.emplace_back([&] {
           // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
-          for (int i = next++; i < jobs; i = next++)
-            ok += build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok;
+          int i = next++;
+          for (; i < jobs; i = next++) {
+            if (i == jobs - 1) {
+              std::lock_guard lock(done_mu);
+              dry_s = since_t0();
+            }
+            if (build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok) {
+              ++ok;
+              std::lock_guard lock(done_mu);
+              done_s.push_back(since_t0());
+            }
+          }
         });
       }
       for (auto& t : pool) t.join();
-      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double wall = since_t0();
+      const auto steady_builds = std::count_if(done_s.begin(), done_s.end(), [&](double d) { return d <= dry_s; });
+      const double steady = dry_s > 0 ? static_cast<double>(steady_builds) / dry_s : 0;
       const double cpu = children_cpu_s() - cpu0;
       const double rate = ok / wall;
       const double cpu_per_build = ok > 0 ? cpu / ok : 0;
-      if (n == 1) one = rate;
+      if (n == 1) {
+        one = rate;
+        steady_one = steady;
+      }
       farm[std::to_string(n)] = {{"jobs", jobs},
                                  {"ok", ok.load()},
                                  {"wall_s", wall},
                                  {"builds_per_s", rate},
                                  {"speedup", one > 0 ? rate / one : 0},
                                  {"efficiency", one > 0 ? rate / one / n : 0},
+                                 {"steady_builds_per_s", steady},
+                                 {"steady_efficiency", steady_one > 0 ? steady / steady_one / n : 0},
                                  {"cpu_s_per_build", cpu_per_build},
                                  {"cores_busy", cpu / wall},
                                  {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
-      std::fprintf(stderr, "farm %d builders: %.2f builds/s, %.2f CPU s per build, %.1f cores busy\n", n, rate,
-                   cpu_per_build, cpu / wall);
+      std::fprintf(stderr,
+                   "farm %d builders: %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s per build, "
+                   "%.1f cores busy\n",
+                   n, rate, steady, steady_one > 0 ? steady / steady_one / n : 0, cpu_per_build, cpu / wall);
     }
     report["farm"] = farm;
     report["farm_mode"] = variants.front().name();
