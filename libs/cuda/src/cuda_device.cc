@@ -52,6 +52,9 @@ constexpr size_t kPlacementSlack = 64 * kTensorAlignment;
 // tensors move among them between blocks of rounds, so that where a contestant's memory happens to sit
 // shows in the interval as spread instead of as a fixed offset between contestants.
 constexpr size_t kArenas = 4;
+// The stream of placement_seed the arenas' allocation order is drawn from (the blocks' placements use
+// block numbers, far below it).
+constexpr uint64_t kAllocationDraw = uint64_t{1} << 40;
 // An arena's size is rounded up to this. The runners map the evaluator's arenas through CUDA IPC, and on
 // an H200 an allocation whose size is not a multiple of 2 MiB was slower to read in the process that
 // imported it, by a different amount for each allocation: one latency-bound cuda_reduce_sum kernel
@@ -70,7 +73,8 @@ constexpr size_t kArenaGranularity = size_t{2} << 20;
 // placements balanced between roles) came out 1.3-1.5 % faster as the candidate for reduce_sum (22 ms) and
 // 1.1-1.5 % for transpose (1 ms), in every run; sgemm (26 ms) at 1.000. So a median is also uncertain by
 // 0.75 % of it, which puts each of those runs' intervals around 1.0. (With arenas of whole 2 MiB,
-// reduce_sum's offset went to 0.3 % at most; transpose's is still 0.5-1.0 %.) In all it costs a 1 ms
+// reduce_sum's offset went to 0.3 % at most; transpose's is still 0.4-1.0 %: its speed differs
+// by arena, and each contestant has arenas of its own; see start().) In all it costs a 1 ms
 // kernel 1.8 % of its lower bound, a 75 us one 5.5 %, a 13 us one 11.5 %.
 constexpr double kReproducibilityUs = 1.5;
 constexpr double kReproducibilityRel = 0.05;
@@ -386,23 +390,29 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     const size_t with_arenas = runners.size();
     st.arenas = kArenas;
     while (st.arenas > 1 && (st.arenas * with_arenas + 2) * arena > free_bytes / 4) --st.arenas;
-    // The arenas are allocated in turns, each turn starting with another contestant, so that no
-    // contestant's arenas all come from one end of what the allocator hands out.
+    // The arenas are allocated in an order drawn for this evaluation. An allocation's speed can be its
+    // own: on an H200 a naive transpose (strided writes over 256 MiB) ran 1014-1038 us by arena, and since
+    // the allocator hands out the same memory in the same order each time, a fixed order gave the same
+    // arenas to the same role in every evaluation: the reference 0.4-1.0 % slower in each of four A/A runs
+    // (bench/timing/results/aa_transpose_h200_per_arena). Drawn, the offset falls either way, so a
+    // confirmation does not repeat the first measurement's.
     std::vector<std::vector<cudaIpcMemHandle_t>> handles(runners.size());
     for (size_t i = 0; i < runners.size(); ++i) {
       Contestant c;
       c.name = runners[i]->name();
       st.all.push_back(std::move(c));
     }
+    std::vector<size_t> order;  // contestant of each allocation
     for (size_t k = 0; k < st.arenas; ++k) {
-      for (size_t j = 0; j < runners.size(); ++j) {
-        Contestant& c = st.all[(j + k) % runners.size()];
-        KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
-        cudaIpcMemHandle_t handle;
-        KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
-        handles[(j + k) % runners.size()].push_back(handle);
-        c.arenas.push_back(std::move(b));
-      }
+      for (size_t j = 0; j < runners.size(); ++j) order.push_back(j);
+    }
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(eval::mix_seed(st.placement_seed, kAllocationDraw)));
+    for (size_t who : order) {
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
+      cudaIpcMemHandle_t handle;
+      KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
+      handles[who].push_back(handle);
+      st.all[who].arenas.push_back(std::move(b));
     }
     for (size_t i = 0; i < runners.size(); ++i) {
       KILN_RETURN_IF_ERROR(runners[i]->publish(handles[i].data(), handles[i].size() * sizeof(cudaIpcMemHandle_t)));
