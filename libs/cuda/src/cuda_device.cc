@@ -224,6 +224,15 @@ Status check_sgemm(const TensorSet& s) {
 
 }  // namespace
 
+std::vector<size_t> arena_allocation_order(size_t contestants, size_t arenas, uint64_t seed) {
+  std::vector<size_t> order;
+  for (size_t k = 0; k < arenas; ++k) {
+    for (size_t who = 0; who < contestants; ++who) order.push_back(who);
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(eval::mix_seed(seed, kAllocationDraw)));
+  return order;
+}
+
 // Device bytes one contestant's arena holds: the largest case with the placement slack, in whole 2 MiB.
 Result<size_t> device_arena_bytes(const task::TaskSpec& spec) {
   KILN_RETURN_IF_ERROR(eval::check_runner_limits(spec));
@@ -402,12 +411,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
       c.name = runners[i]->name();
       st.all.push_back(std::move(c));
     }
-    std::vector<size_t> order;  // contestant of each allocation
-    for (size_t k = 0; k < st.arenas; ++k) {
-      for (size_t j = 0; j < runners.size(); ++j) order.push_back(j);
-    }
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(eval::mix_seed(st.placement_seed, kAllocationDraw)));
-    for (size_t who : order) {
+    for (size_t who : arena_allocation_order(runners.size(), st.arenas, st.placement_seed)) {
       KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
       cudaIpcMemHandle_t handle;
       KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));

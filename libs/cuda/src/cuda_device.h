@@ -8,6 +8,7 @@
 // libs/cuda.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,11 @@ namespace kiln::cuda {
 // Device bytes each of a contestant's arenas holds: the largest case with the placement slack, rounded up
 // to whole 2 MiB (what the runners map through CUDA IPC reads at one speed only then).
 Result<size_t> device_arena_bytes(const task::TaskSpec& spec);
+
+// The order the evaluator allocates the arenas in: the contestant each allocation goes to, each of
+// `contestants` appearing `arenas` times, shuffled by `seed` (one per evaluation), so that which contestant
+// gets which memory changes from one evaluation to the next.
+std::vector<size_t> arena_allocation_order(size_t contestants, size_t arenas, uint64_t seed);
 
 class CudaDevice final : public eval::Device {
  public:
