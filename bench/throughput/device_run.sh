@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU host, from build-gpu/kit.tar.xz (bench/timing/make_gpu_kit.sh with the service binaries, the
+# On a GPU host, from build-gpu/kit.tar.xz (bench/timing/make_gpu_kit.sh .gpu-rt services: the service binaries, the
 # CUDA evaluator and kiln-bench-multigpu): the throughput bench. A whole Kiln on the five bundled CUDA
 # tasks with the tuner proposer, one run per tester count; candidates per hour per GPU, GPU utilization,
 # where the time went. JSON, the testers' logs and the registry go to $OUT (or ./gpu-out).

@@ -4,10 +4,20 @@
 # The binaries carry the absolute source folder they were configured with (tests find their data through
 # it); it travels in the kit as build-gpu/source_dir.
 #   bash bench/timing/make_gpu_kit.sh RUNTIME_LIBS_DIR [BINARY ...]   (default: the evaluators and test_gpu; BUILD=folder, default build)
+#   bash bench/timing/make_gpu_kit.sh .gpu-rt services kiln-bench-compile   (`services`: what kiln up starts, and the throughput bench)
 set -euo pipefail
 rt=${1:?usage: make_gpu_kit.sh RUNTIME_LIBS_DIR [BINARY ...]}
 shift
-bins=("$@")
+bins=()
+for b in "$@"; do
+  # `services`: every binary a whole Kiln needs (kiln up starts them), for bench/throughput/device_run.sh.
+  if [ "$b" = services ]; then
+    bins+=(kiln kiln-broker kiln-compiler kiln-tester kiln-scorer kiln-llm-bridge kiln-promoter kiln-task-ingest
+           kiln-eval-cuda kiln-eval kiln-bench-multigpu)
+  else
+    bins+=("$b")
+  fi
+done
 [ ${#bins[@]} -gt 0 ] || bins=(kiln-eval kiln-eval-cuda test_gpu test_trust test_trust_timing)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-build}  # the build folder to take the binaries from
