@@ -38,10 +38,12 @@ for task in $(for p in ${ONLY:-cuda_*}; do echo "$tasks"/$p; done); do
       # The allowance each median got towards slower (+): the candidate's, then the reference's.
       widen=$(grep -o 'widened for reproducibility and placement by +[0-9.]*/-[0-9.]* us (candidate), +[0-9.]*' "$work/err.txt" |
               grep -o '+[0-9.]*' | tr -d '+' | tr '\n' ' ')
+      # The interval the samples alone gave, before the widening (logged with it; absent: none was widened).
+      own=$(grep -o "from the samples' own \[[0-9.]*, [0-9.]*\]" "$work/err.txt" | head -1 | grep -o '[0-9.]*' | tr '\n' ' ')
       stop=$(grep -o 'stop: [a-z_]*' "$work/err.txt" | head -1 | cut -d' ' -f2)
       echo "$name $kernel $i: ${nums:-no report} | widened ${widen:-none} | stop ${stop:-none}" >&2
       [ -z "$nums" ] && tail -c 300 "$work/err.txt" >&2
-      echo "$name $kernel $i ${stop:-none} ${widen:-0 0 }$nums"
+      echo "$name $kernel $i ${stop:-none} ${widen:-0 0 }$nums ${own}"
     done
   done
 done > "$work/rows.txt"
@@ -53,9 +55,7 @@ for key in sorted({(r[0], r[1]) for r in rows}):
     runs = []
     for r in (r for r in rows if (r[0], r[1]) == key):
         wc, wr, c, ref, s, lo, hi = (float(x) for x in r[4:11])
-        # The widening (detail::widen_interval) undone: the interval the samples alone gave.
-        raw_lo = lo / (max(1 - wr / ref, 0) / (1 + wc / c)) if ref > wr else lo
-        raw_hi = hi / ((1 + wr / ref) / max(1 - wc / c, 0.5))
+        raw_lo, raw_hi = (float(x) for x in r[11:13]) if len(r) >= 13 else (lo, hi)
         runs.append({"stop": r[3], "candidate_us": c, "reference_us": ref, "speedup": s, "interval": [lo, hi],
                      "raw_interval": [raw_lo, raw_hi], "widened_us": [wc, wr]})
     out["kernels"].append({"task": key[0], "kernel": key[1], "runs": runs,

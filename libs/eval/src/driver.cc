@@ -471,12 +471,14 @@ class Protocol {
     timing = detail::summarize_case(dims, samples[kCandidate], samples[kReference], baselines, options_.bootstrap_seed,
                                     opt.warmup_iters, stop_reason, block_starts);
     timing.timing_s = timing_s;
+    const double samples_lo = timing.speedup_lo, samples_hi = timing.speedup_hi;
     const auto [cand, ref] = own_up(timing, samples, block_starts);
     if (cand.slower_us > 0 || cand.faster_us > 0 || ref.slower_us > 0 || ref.faster_us > 0) {
       std::fprintf(stderr,
                    "%s: %s: interval widened for reproducibility and placement by +%.2f/-%.2f us (candidate), "
-                   "+%.2f/-%.2f us (reference)\n",
-                   device_.log_prefix(), shape.c_str(), cand.slower_us, cand.faster_us, ref.slower_us, ref.faster_us);
+                   "+%.2f/-%.2f us (reference), from the samples' own [%.4f, %.4f]\n",
+                   device_.log_prefix(), shape.c_str(), cand.slower_us, cand.faster_us, ref.slower_us, ref.faster_us,
+                   samples_lo, samples_hi);
     }
     // Which side moved, when two measurements of one kernel disagree, and whether its samples have one mode
     // or two (a wide p10..p90 moves the median with the share of slow samples; bench/throughput/remeasure.sh).
