@@ -282,8 +282,7 @@ int main(int argc, char** argv) {
       for (int t = 0; t < n; ++t) {
         pool.emplace_back([&] {
           // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
-          int i = next++;
-          for (; i < jobs; i = next++) {
+          for (int i = next++; i < jobs; i = next++) {
             if (i == jobs - 1) {
               std::lock_guard lock(done_mu);
               dry_s = since_t0();
@@ -307,6 +306,7 @@ int main(int argc, char** argv) {
         one = rate;
         steady_one = steady;
       }
+      const double steady_efficiency = steady_one > 0 ? steady / steady_one / n : 0;
       farm[std::to_string(n)] = {{"jobs", jobs},
                                  {"ok", ok.load()},
                                  {"wall_s", wall},
@@ -314,14 +314,14 @@ int main(int argc, char** argv) {
                                  {"speedup", one > 0 ? rate / one : 0},
                                  {"efficiency", one > 0 ? rate / one / n : 0},
                                  {"steady_builds_per_s", steady},
-                                 {"steady_efficiency", steady_one > 0 ? steady / steady_one / n : 0},
+                                 {"steady_efficiency", steady_efficiency},
                                  {"cpu_s_per_build", cpu_per_build},
                                  {"cores_busy", cpu / wall},
                                  {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
       std::fprintf(stderr,
                    "farm %d builders: %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s per build, "
                    "%.1f cores busy\n",
-                   n, rate, steady, steady_one > 0 ? steady / steady_one / n : 0, cpu_per_build, cpu / wall);
+                   n, rate, steady, steady_efficiency, cpu_per_build, cpu / wall);
     }
     report["farm"] = farm;
     report["farm_mode"] = variants.front().name();

@@ -245,15 +245,17 @@ double batch_share(int in_flight, int cores, double cores_per_build, int64_t bat
   return std::clamp(demand / room, 1.0, static_cast<double>(batch_max));
 }
 
+size_t BatchSizer::whole(double share) { return static_cast<size_t>(std::floor(std::max(share, 1.0) + 1e-9)); }
+
 size_t BatchSizer::next(double share) {
   share = std::max(share, 1.0);
-  const double whole = std::floor(share + 1e-9);
-  carried_ += share - whole;
+  const size_t size = whole(share);
+  carried_ += share - static_cast<double>(size);
   if (carried_ >= 1 - 1e-9) {
     carried_ -= 1;
-    return static_cast<size_t>(whole) + 1;
+    return size + 1;
   }
-  return static_cast<size_t>(whole);
+  return size;
 }
 
 }  // namespace kiln::compiler

@@ -3,7 +3,6 @@
 #include <sys/utsname.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -619,7 +618,7 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
   std::unique_lock lock(batch_mu_);
   if (auto open = open_batches_.find(group_key); open != open_batches_.end()) {
     BatchGroup& g = *open->second;
-    g.capacity = std::max(g.capacity, static_cast<size_t>(std::floor(share() + 1e-9)));
+    g.capacity = std::max(g.capacity, BatchSizer::whole(share()));
     if (g.members.size() < g.capacity) {
       g.members.push_back(&me);
       if (g.members.size() == g.capacity) batch_cv_.notify_all();  // the opener need not wait longer

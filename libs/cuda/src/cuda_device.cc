@@ -402,9 +402,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     // The arenas are allocated in an order drawn for this evaluation. An allocation's speed can be its
     // own: on an H200 a naive transpose (strided writes over 256 MiB) ran 1014-1038 us by arena, and since
     // the allocator hands out the same memory in the same order each time, a fixed order gave the same
-    // arenas to the same role in every evaluation: the reference 0.4-1.0 % slower in each of four A/A runs
-    // (bench/timing/results/aa_transpose_h200_per_arena). Drawn, the offset falls either way, so a
-    // confirmation does not repeat the first measurement's.
+    // arenas to the same role in every evaluation: the reference 0.4-1.0 % slower in three A/A runs of four
+    // (the fourth was noisy; bench/timing/results/aa_transpose_h200_per_arena). Drawn, the offset falls either way, so
+    // a confirmation does not repeat the first measurement's.
     std::vector<std::vector<cudaIpcMemHandle_t>> handles(runners.size());
     for (size_t i = 0; i < runners.size(); ++i) {
       Contestant c;

@@ -354,8 +354,10 @@ class Protocol {
         return false;
       }
       block_starts.push_back(static_cast<size_t>(round));
-      for (size_t who : {kCandidate, kReference}) placements[who].push_back(device_.placement(who));
-      for (size_t who : {kCandidate, kReference}) block_groups_[who].push_back(device_.placement_group(who));
+      for (size_t who : {kCandidate, kReference}) {
+        placements[who].push_back(device_.placement(who));
+        block_groups_[who].push_back(device_.placement_group(who));
+      }
       // The inputs as they stand and poisoned outputs, from the device's own copy.
       for (size_t who = 0; who < n; ++who) KILN_RETURN_IF_ERROR(device_.load_block(who, shapes));
       if (block == 0 || b.fresh) return warm_up();
@@ -509,7 +511,7 @@ class Protocol {
       }
       if (medians.size() > kLoggedBlocks) per_block += ", ...";
       std::fprintf(stderr, "%s: %s: %s's blocks (median us): %s\n", device_.log_prefix(), shape.c_str(),
-                   who == kCandidate ? "candidate" : "reference", per_block.c_str());
+                   device_.name(who).c_str(), per_block.c_str());
     }
     return true;
   }

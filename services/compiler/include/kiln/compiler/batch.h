@@ -72,6 +72,8 @@ double batch_share(int in_flight, int cores, double cores_per_build, int64_t bat
 class BatchSizer {
  public:
   size_t next(double share);
+  // The whole part of a share (at least 1): the size every batch it calls for should reach.
+  static size_t whole(double share);
 
  private:
   double carried_ = 0;  // the share's fractional part not yet given out as a larger batch
