@@ -12,9 +12,6 @@
 //  - `--batch-max K`: the farm's compiler builds the CUDA candidates of one task that arrive together as
 //    one translation unit of up to K parameter sets (kiln/compiler/batch.h), its jobs coming K at a time
 //    per task as a tuner's campaign sends them; every variant counts as a build;
-//  - `--batch-rules window,queue`: how the farm's batches form (compiler.batch_rule); with several, each
-//    farm size runs once per rule, the rules taking turns (a lease's host differs from another's more
-//    than the rules do, so they are compared within one run);
 //  - `--builds-per-builder K` (default 4): each farm round's length; besides the round's rate, its
 //    steady rate: the builds done until the last job was taken, over that time (a finite round ends with
 //    fewer builds in flight than builders, a farm fed without end does not);
@@ -121,13 +118,11 @@ struct Variant {
 
 std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
                                                               const std::string& cache, int batch_max = 1,
-                                                              double batch_window_s = 0.05, int batch_cores = 0,
-                                                              const std::string& batch_rule = "window") {
+                                                              double batch_window_s = 0.05, int batch_cores = 0) {
   kiln::compiler::CompilerOptions o;
   o.batch_max = batch_max;
   o.batch_window_s = batch_window_s;
   o.batch_cores = batch_cores;
-  o.batch_rule = batch_rule;
   o.nvcc = nvcc;
   o.nvcc_mode = variant.mode;
   o.huge_pages = variant.huge_pages;
@@ -174,12 +169,6 @@ int main(int argc, char** argv) {
                  "batches form when the builds in flight ask for more than 3/4 of this many cores "
                  "(compiler.batch_cores; 0: this machine's; 1: whenever two builds are in flight)")
       ->check(CLI::Range(0, 4096));
-  std::vector<std::string> batch_rules = {"window"};
-  app.add_option("--batch-rules", batch_rules,
-                 "how batches form (compiler.batch_rule: window | queue); with several, each farm size runs "
-                 "once per rule, the rules taking turns, and farm_by_rule holds each")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"window", "queue"}));
   int builds_per_builder = 4;
   app.add_option("--builds-per-builder", builds_per_builder, "each farm round's jobs per builder (at least)")
       ->check(CLI::Range(1, 1000));
@@ -267,84 +256,78 @@ int main(int argc, char** argv) {
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   report["machine"] = {{"cpus", cpus}, {"physical_cores", physical_cores()}};
   if (max_builders > 0) {
-    std::map<std::string, json> farm;
-    std::map<std::string, std::pair<double, double>> one;  // rule -> one builder's rate and steady rate
+    json farm = json::object();
+    double one = 0, steady_one = 0;
     std::vector<int> counts;
     for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
     counts.push_back(max_builders);
-    for (size_t c = 0; c < counts.size(); ++c) {
-      const int n = counts[c];
-      // The rules take turns, the first of them changing from size to size.
-      for (size_t k = 0; k < batch_rules.size(); ++k) {
-        const std::string& rule = batch_rules[(c + k) % batch_rules.size()];
-        auto compiler =
-            make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + rule + "-" + std::to_string(n), batch_max,
-                          batch_window_ms / 1000.0, batch_cores, rule);
-        for (const auto& task : tasks) build_one(*compiler, task, ++salt);
-        // Every task as often as every other (so with and without batching build the same mix).
-        const int round = batch_max * static_cast<int>(tasks.size());
-        const int jobs =
-            (std::max(builds_per_builder * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
-        std::vector<int> salts(jobs);
-        for (auto& s : salts) s = ++salt;
-        std::atomic<int> next{0}, ok{0};
-        const double cpu0 = children_cpu_s();
-        const auto t0 = Clock::now();
-        auto since_t0 = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-        std::mutex done_mu;
-        std::vector<double> done_s;  // when each good build finished
-        double dry_s = 0;            // when the last job was taken
-        std::vector<std::thread> pool;
-        for (int t = 0; t < n; ++t) {
-          pool.emplace_back([&] {
-            // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
-            for (int i = next++; i < jobs; i = next++) {
-              if (i == jobs - 1) {
-                std::lock_guard lock(done_mu);
-                dry_s = since_t0();
-              }
-              if (build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok) {
-                ++ok;
-                std::lock_guard lock(done_mu);
-                done_s.push_back(since_t0());
-              }
+    for (int n : counts) {
+      auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n), batch_max,
+                                    batch_window_ms / 1000.0, batch_cores);
+      for (const auto& task : tasks) build_one(*compiler, task, ++salt);
+      // Every task as often as every other (so with and without batching build the same mix).
+      const int round = batch_max * static_cast<int>(tasks.size());
+      const int jobs =
+          (std::max(builds_per_builder * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
+      std::vector<int> salts(jobs);
+      for (auto& s : salts) s = ++salt;
+      std::atomic<int> next{0}, ok{0};
+      const double cpu0 = children_cpu_s();
+      const auto t0 = Clock::now();
+      auto since_t0 = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+      std::mutex done_mu;
+      std::vector<double> done_s;  // when each good build finished
+      double dry_s = 0;            // when the last job was taken
+      std::vector<std::thread> pool;
+      for (int t = 0; t < n; ++t) {
+        pool.emplace_back([&] {
+          // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
+          for (int i = next++; i < jobs; i = next++) {
+            if (i == jobs - 1) {
+              std::lock_guard lock(done_mu);
+              dry_s = since_t0();
             }
-          });
-        }
-        for (auto& t : pool) t.join();
-        const double wall = since_t0();
-        const auto steady_builds = std::count_if(done_s.begin(), done_s.end(), [&](double d) { return d <= dry_s; });
-        const double steady = dry_s > 0 ? static_cast<double>(steady_builds) / dry_s : 0;
-        const double cpu = children_cpu_s() - cpu0;
-        const double rate = ok / wall;
-        const double cpu_per_build = ok > 0 ? cpu / ok : 0;
-        if (n == 1) one[rule] = {rate, steady};
-        const auto [one_rate, one_steady] = one[rule];
-        const double steady_efficiency = one_steady > 0 ? steady / one_steady / n : 0;
-        farm[rule][std::to_string(n)] = {{"jobs", jobs},
-                                         {"ok", ok.load()},
-                                         {"wall_s", wall},
-                                         {"builds_per_s", rate},
-                                         {"speedup", one_rate > 0 ? rate / one_rate : 0},
-                                         {"efficiency", one_rate > 0 ? rate / one_rate / n : 0},
-                                         {"steady_builds_per_s", steady},
-                                         {"steady_efficiency", steady_efficiency},
-                                         {"cpu_s_per_build", cpu_per_build},
-                                         {"cores_busy", cpu / wall},
-                                         {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
-        std::fprintf(stderr,
-                     "farm %d builders (%s): %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s "
-                     "per build, %.1f cores busy\n",
-                     n, rule.c_str(), rate, steady, steady_efficiency, cpu_per_build, cpu / wall);
+            if (build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok) {
+              ++ok;
+              std::lock_guard lock(done_mu);
+              done_s.push_back(since_t0());
+            }
+          }
+        });
       }
+      for (auto& t : pool) t.join();
+      const double wall = since_t0();
+      const auto steady_builds = std::count_if(done_s.begin(), done_s.end(), [&](double d) { return d <= dry_s; });
+      const double steady = dry_s > 0 ? static_cast<double>(steady_builds) / dry_s : 0;
+      const double cpu = children_cpu_s() - cpu0;
+      const double rate = ok / wall;
+      const double cpu_per_build = ok > 0 ? cpu / ok : 0;
+      if (n == 1) {
+        one = rate;
+        steady_one = steady;
+      }
+      const double steady_efficiency = steady_one > 0 ? steady / steady_one / n : 0;
+      farm[std::to_string(n)] = {{"jobs", jobs},
+                                 {"ok", ok.load()},
+                                 {"wall_s", wall},
+                                 {"builds_per_s", rate},
+                                 {"speedup", one > 0 ? rate / one : 0},
+                                 {"efficiency", one > 0 ? rate / one / n : 0},
+                                 {"steady_builds_per_s", steady},
+                                 {"steady_efficiency", steady_efficiency},
+                                 {"cpu_s_per_build", cpu_per_build},
+                                 {"cores_busy", cpu / wall},
+                                 {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
+      std::fprintf(stderr,
+                   "farm %d builders: %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s per build, "
+                   "%.1f cores busy\n",
+                   n, rate, steady, steady_efficiency, cpu_per_build, cpu / wall);
     }
-    report["farm"] = farm[batch_rules.front()];
-    if (batch_rules.size() > 1) report["farm_by_rule"] = farm;
+    report["farm"] = farm;
     report["farm_mode"] = variants.front().name();
     report["farm_batch_max"] = batch_max;
     report["farm_batch_window_ms"] = batch_window_ms;
     report["farm_batch_cores"] = batch_cores;
-    report["farm_batch_rules"] = batch_rules;
   }
   std::printf("%s\n", report.dump(2).c_str());
   return 0;

@@ -258,42 +258,4 @@ size_t BatchSizer::next(double share) {
   return size;
 }
 
-size_t build_units(int cores, double cores_per_build) {
-  const double room = kBatchBusyTarget * static_cast<double>(std::max(cores, 1));
-  return std::max<size_t>(1, static_cast<size_t>(std::floor(room / std::max(cores_per_build, 1e-3) + 1e-9)));
-}
-
-UnitQueue::UnitQueue(size_t units, size_t batch_max) : units_(std::max<size_t>(units, 1)), batch_max_(batch_max) {}
-
-uint64_t UnitQueue::arrive(std::string group) {
-  waiting_.push_back({next_ticket_, std::move(group)});
-  return next_ticket_++;
-}
-
-std::vector<std::vector<uint64_t>> UnitQueue::start() {
-  std::vector<std::vector<uint64_t>> started;
-  while (running_ < units_ && !waiting_.empty()) {
-    Waiting head = std::move(waiting_.front());
-    waiting_.pop_front();
-    std::vector<uint64_t> unit{head.ticket};
-    if (!head.group.empty()) {
-      for (auto it = waiting_.begin(); it != waiting_.end() && unit.size() < batch_max_;) {
-        if (it->group == head.group) {
-          unit.push_back(it->ticket);
-          it = waiting_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    ++running_;
-    started.push_back(std::move(unit));
-  }
-  return started;
-}
-
-void UnitQueue::end() {
-  if (running_ > 0) --running_;
-}
-
 }  // namespace kiln::compiler

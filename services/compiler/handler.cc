@@ -312,14 +312,12 @@ CompilerOptions options_from_config(const config::CompilerConfig& config, const 
   o.batch_max = config.slots > 1 ? config.batch_max : 1;
   o.batch_window_s = static_cast<double>(config.batch_window_ms) / 1000.0;
   o.batch_cores = config.batch_cores;
-  o.batch_rule = config.batch_rule;
   return o;
 }
 
 CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics)
     : options_(std::move(options)), metrics_(std::move(metrics)) {
   cores_ = options_.batch_cores > 0 ? static_cast<int>(options_.batch_cores) : allowed_core_count();
-  units_ = UnitQueue(build_units(cores_, cores_per_build()), static_cast<size_t>(options_.batch_max));
   cache_hits_ = &prometheus::BuildCounter()
                      .Name("kiln_compile_cache_hits_total")
                      .Help("Builds served from the content-addressed compile cache")
@@ -352,9 +350,6 @@ Result<std::unique_ptr<CompileHandler>> CompileHandler::create(const CompilerOpt
     return invalid_argument("compiler: batch_window_s must be 0-10");
   if (options.batch_cores < 0 || options.batch_cores > 4096)
     return invalid_argument("compiler: batch_cores must be 0-4096");
-  if (options.batch_rule != "window" && options.batch_rule != "queue") {
-    return invalid_argument("compiler: batch_rule must be window or queue, not '" + options.batch_rule + "'");
-  }
   if (options.nvcc_mode != "graph" && options.nvcc_mode != "serial") {
     return invalid_argument("compiler: nvcc_mode must be graph or serial, not '" + options.nvcc_mode + "'");
   }
@@ -468,41 +463,9 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
     for (const auto& [name, value] : defines) names.push_back(name);
     return names;
   };
-  const bool may_join =
-      may_batch && backend == proto::Backend::kCuda && options_.batch_max > 1 && batchable(source, params()).is_ok();
-  const std::string batch_key = sha256_hex(key + "/batched");
-  if (may_join) {
+  if (may_batch && backend == proto::Backend::kCuda && options_.batch_max > 1 && batchable(source, params()).is_ok()) {
+    const std::string batch_key = sha256_hex(key + "/batched");
     if (auto hit = cached(batch_key)) return std::move(*hit);
-  }
-  // The "queue" rule admits every CUDA build to the cores as a unit; the one that leads a unit holds it
-  // until its build is done. A member of another's batch whose batch failed is built alone, outside any
-  // unit (it was counted in the batch's).
-  struct UnitHeld {
-    CompileHandler* handler = nullptr;
-    ~UnitHeld() {
-      if (handler) handler->end_unit();
-    }
-  } unit_held;
-  if (backend == proto::Backend::kCuda && options_.batch_max > 1 && options_.batch_rule == "queue") {
-    BatchMember me;
-    me.defines = defines;
-    const std::vector<BatchMember*> unit = queue_for_unit(me, may_join ? content_key(join(base)) : "");
-    if (unit.empty() && me.build) {
-      keep(batch_key, *me.build);
-      return std::move(*me.build);
-    }
-    if (!unit.empty()) unit_held.handler = this;
-    // While it waited, the same build may have been made (another request's reference, most often).
-    if (unit.size() == 1) {
-      if (auto hit = cached(key)) return std::move(*hit);
-    }
-    if (unit.size() > 1) {
-      if (auto batched = build_members(unit, sources, source_name, source, base, version)) {
-        keep(batch_key, *batched);
-        return std::move(*batched);
-      }
-    }
-  } else if (may_join) {
     if (auto batched = build_in_batch(content_key(join(base)), sources, source_name, source, base, version, defines)) {
       keep(batch_key, *batched);
       return std::move(*batched);
@@ -650,7 +613,8 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
   // How many builds a batch should hold on average with the builds in flight now. An open batch grows to
   // the whole part of it as builds arrive: builds that finish together come back together, and the first
   // of them sees few in flight.
-  auto share = [&] { return batch_share(in_flight_.load(), cores_, cores_per_build(), options_.batch_max); };
+  const double cores_per_build = options_.nvcc_mode == "graph" ? kGraphCoresPerBuild : 1.0;
+  auto share = [&] { return batch_share(in_flight_.load(), cores_, cores_per_build, options_.batch_max); };
   std::unique_lock lock(batch_mu_);
   if (auto open = open_batches_.find(group_key); open != open_batches_.end()) {
     BatchGroup& g = *open->second;
@@ -678,45 +642,7 @@ std::optional<CompileHandler::Build> CompileHandler::build_in_batch(
   const std::vector<BatchMember*> members = group->members;  // closed: nobody joins any more
   lock.unlock();
   if (members.size() == 1) return std::nullopt;
-  return build_members(members, sources, source_name, source, base, version);
-}
 
-double CompileHandler::cores_per_build() const { return options_.nvcc_mode == "graph" ? kGraphCoresPerBuild : 1.0; }
-
-std::vector<CompileHandler::BatchMember*> CompileHandler::queue_for_unit(BatchMember& me, std::string group) {
-  std::unique_lock lock(batch_mu_);
-  queued_[units_.arrive(std::move(group))] = &me;
-  start_units();
-  batch_cv_.wait(lock, [&] { return me.started; });
-  if (me.unit.empty()) batch_cv_.wait(lock, [&] { return me.done; });
-  return me.unit;
-}
-
-void CompileHandler::start_units() {
-  bool started = false;
-  for (const auto& tickets : units_.start()) {
-    std::vector<BatchMember*> unit;
-    for (uint64_t t : tickets) {
-      auto it = queued_.find(t);
-      unit.push_back(it->second);
-      it->second->started = true;
-      queued_.erase(it);
-    }
-    unit.front()->unit = std::move(unit);
-    started = true;
-  }
-  if (started) batch_cv_.notify_all();
-}
-
-void CompileHandler::end_unit() {
-  std::lock_guard lock(batch_mu_);
-  units_.end();
-  start_units();
-}
-
-std::optional<CompileHandler::Build> CompileHandler::build_members(
-    const std::vector<BatchMember*>& members, const proto::FileMap& sources, const std::string& source_name,
-    const std::string& source, const std::vector<std::string>& base, const std::string& version) {
   std::vector<std::optional<Build>> built;
   try {
     std::vector<std::map<std::string, std::string>> variants;
@@ -728,13 +654,12 @@ std::optional<CompileHandler::Build> CompileHandler::build_members(
     spdlog::warn("compiler: a batch of {} failed: {}", members.size(), e.what());
   }
   built.resize(members.size());
-  {
-    std::lock_guard lock(batch_mu_);
-    for (size_t i = 1; i < members.size(); ++i) {
-      members[i]->build = std::move(built[i]);
-      members[i]->done = true;
-    }
+  lock.lock();
+  for (size_t i = 1; i < members.size(); ++i) {
+    members[i]->build = std::move(built[i]);
+    members[i]->done = true;
   }
+  lock.unlock();
   batch_cv_.notify_all();
   return std::move(built[0]);
 }

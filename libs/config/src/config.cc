@@ -72,7 +72,6 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"compiler.batch_max", &c.compiler.batch_max},
       {"compiler.batch_window_ms", &c.compiler.batch_window_ms},
       {"compiler.batch_cores", &c.compiler.batch_cores},
-      {"compiler.batch_rule", &c.compiler.batch_rule},
       {"compiler.metrics_port", &c.compiler.metrics_port},
       {"tester.backend", &c.tester.backend},
       {"tester.gpu_index", &c.tester.gpu_index},
@@ -413,7 +412,6 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.in_range("compiler.batch_max", cc.batch_max, 1, 64);
   v.in_range("compiler.batch_window_ms", cc.batch_window_ms, 0, 10000);
   v.in_range("compiler.batch_cores", cc.batch_cores, 0, 4096);
-  v.one_of("compiler.batch_rule", cc.batch_rule, {"window", "queue"});
   v.port("compiler.metrics_port", cc.metrics_port);
 
   const auto& t = c.tester;

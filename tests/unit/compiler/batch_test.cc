@@ -141,61 +141,6 @@ TEST_CASE("batch sizes average the share they are given", "[compiler][batch]") {
   CHECK(builds == 900);  // 2.25 on average
 }
 
-TEST_CASE("the queue rule runs the units that keep three quarters of the cores busy", "[compiler][batch]") {
-  using kiln::compiler::build_units;
-  CHECK(build_units(16, 1.5) == 8);  // 12 of 16 cores
-  CHECK(build_units(16, 1.0) == 12);
-  CHECK(build_units(20, 1.5) == 10);
-  CHECK(build_units(64, 1.5) == 32);
-  CHECK(build_units(2, 1.5) == 1);  // never none: a small machine still builds
-  CHECK(build_units(0, 1.5) == 1);
-  CHECK(build_units(1, 0) >= 1);
-}
-
-TEST_CASE("queued builds start as units and those of one source start together", "[compiler][batch]") {
-  using Unit = std::vector<uint64_t>;
-  using Units = std::vector<Unit>;
-  kiln::compiler::UnitQueue q(2, 3);
-  // While slots are free a build starts at once, alone: nobody is kept waiting for a partner.
-  const uint64_t a0 = q.arrive("a");
-  CHECK(q.start() == Units{{a0}});
-  const uint64_t b0 = q.arrive("b");
-  CHECK(q.start() == Units{{b0}});
-  CHECK(q.running() == 2);
-  // Both slots taken: the next builds wait, in the order they came.
-  const uint64_t a1 = q.arrive("a"), b1 = q.arrive("b"), a2 = q.arrive("a"), solo = q.arrive(""), a3 = q.arrive("a"),
-                 a4 = q.arrive("a"), solo2 = q.arrive("");
-  CHECK(q.start().empty());
-  CHECK(q.waiting() == 7);
-  // A slot frees: the oldest waiting build starts with the waiting builds of its source, up to batch_max.
-  q.end();
-  CHECK(q.start() == Units{{a1, a2, a3}});
-  q.end();
-  CHECK(q.start() == Units{{b1}});
-  // A build of no group (a confirmation, a source that cannot be batched) starts alone, never joined.
-  q.end();
-  CHECK(q.start() == Units{{solo}});
-  q.end();
-  q.end();  // two slots free at once: two units start
-  CHECK(q.start() == Units{{a4}, {solo2}});
-  CHECK(q.waiting() == 0);
-  q.end();
-  q.end();
-  q.end();  // more ends than units running are ignored
-  CHECK(q.running() == 0);
-  const uint64_t c0 = q.arrive("c");
-  CHECK(q.start() == Units{{c0}});
-}
-
-TEST_CASE("a queue of batch_max one never batches and a queue has at least one unit", "[compiler][batch]") {
-  kiln::compiler::UnitQueue q(0, 1);
-  CHECK(q.units() == 1);
-  const uint64_t x0 = q.arrive("x"), x1 = q.arrive("x");
-  CHECK(q.start() == std::vector<std::vector<uint64_t>>{{x0}});
-  q.end();
-  CHECK(q.start() == std::vector<std::vector<uint64_t>>{{x1}});
-}
-
 TEST_CASE("ptxas's report of a batch is cut per variant", "[compiler][batch]") {
   const std::string log =
       "ptxas info    : 0 bytes gmem\n"

@@ -839,84 +839,6 @@ TEST_CASE("builds that fit the compiler's cores are built alone even when they a
   CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(10));
 }
 
-TEST_CASE("under the queue rule builds beyond the cores wait and start together as a batch",
-          "[compiler][cuda][batch]") {
-  CompilerOptions options;
-  if (!have_nvcc(options)) return;
-  options.batch_max = 3;
-  options.batch_rule = "queue";
-  options.batch_cores = 1;  // one unit at a time
-  Fixture f(options);
-  // The reference first (built once), and a build alone while nothing else is in the compiler.
-  const auto first = built(f.handler->compile(rmsnorm_cuda_request("c1/p0", {{"BLOCK", "64"}, {"VEC", "8"}})));
-  CHECK(first.ok);
-  CHECK(first.log.find("built as variant") == std::string::npos);
-  // Four at once: the first to come takes the unit alone, the three others wait for it and start as one batch.
-  const std::vector<std::map<std::string, std::string>> params = {{{"BLOCK", "128"}, {"VEC", "8"}},
-                                                                  {{"BLOCK", "256"}, {"VEC", "4"}},
-                                                                  {{"BLOCK", "512"}, {"VEC", "2"}},
-                                                                  {{"BLOCK", "1024"}, {"VEC", "2"}}};
-  std::vector<kiln::proto::CompileRequest> reqs;
-  for (size_t i = 0; i < params.size(); ++i)
-    reqs.push_back(rmsnorm_cuda_request("c1/p" + std::to_string(i + 1), params[i]));
-  const auto outs = compile_together(*f.handler, reqs);
-  int alone = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    INFO("variant " << i << ": " << outs[i].error);
-    const auto b = built(outs[i]);
-    INFO(b.log);
-    CHECK(b.ok);
-    CHECK(!b.cache_hit);
-    CHECK(b.shared_bytes == 4 * (std::stoi(params[i].at("BLOCK")) / 32 + 1));
-    if (b.log.find("built as variant") == std::string::npos) {
-      ++alone;
-    } else {
-      CHECK(b.log.find(" of 3 in one translation unit") != std::string::npos);
-    }
-  }
-  CHECK(alone == 1);
-  CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
-  CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 0);
-  // Every unit was given back: a confirmation (built alone, never joined) still finds the cores free.
-  auto confirm = rmsnorm_cuda_request(kiln::proto::program_id::confirmation("c1/p5"), {{"BLOCK", "128"}, {"VEC", "4"}});
-  const auto alone_build = built(f.handler->compile(confirm));
-  CHECK(!alone_build.cache_hit);
-  CHECK(alone_build.log.find("built as variant") == std::string::npos);
-}
-
-TEST_CASE("under the queue rule a batch that fails is built again variant by variant", "[compiler][cuda][batch]") {
-  CompilerOptions options;
-  if (!have_nvcc(options)) return;
-  options.batch_max = 3;
-  options.batch_rule = "queue";
-  options.batch_cores = 1;
-  Fixture f(options);
-  CHECK(built(f.handler->compile(rmsnorm_cuda_request("c1/w", {{"BLOCK", "64"}, {"VEC", "8"}}))).ok);
-  // The first to come takes the unit; the three others batch. Two of the four have VEC=3 (alignas(6)), so
-  // whichever comes first, one is in the batch and breaks it.
-  const std::vector<std::string> vec = {"8", "3", "2", "3"};
-  std::vector<kiln::proto::CompileRequest> reqs;
-  for (size_t i = 0; i < vec.size(); ++i)
-    reqs.push_back(
-        rmsnorm_cuda_request("c1/p" + std::to_string(i), {{"BLOCK", std::to_string(128 << i)}, {"VEC", vec[i]}}));
-  auto outs = compile_together(*f.handler, reqs);
-  for (size_t i = 0; i < outs.size(); ++i) {
-    INFO("variant " << i);
-    if (vec[i] == "3") {
-      auto score = score_of(outs[i], "c1/p" + std::to_string(i));
-      CHECK(score.error.find("error") != std::string::npos);
-      CHECK(!score.build.ok);
-      continue;
-    }
-    const auto b = built(outs[i]);
-    INFO(b.log);
-    CHECK(b.ok);
-    CHECK(b.log.find("built as variant") == std::string::npos);
-  }
-  CHECK(f.counter("kiln_compile_batched_builds_total") == 0);
-  CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 1);
-}
-
 TEST_CASE("a compiler of one slot never batches, and the batch settings are checked", "[compiler][batch]") {
   kiln::config::CompilerConfig c;
   c.slots = 1;
@@ -930,9 +852,6 @@ TEST_CASE("a compiler of one slot never batches, and the batch settings are chec
   CHECK(o.batch_cores == 0);
   c.batch_cores = 6;
   CHECK(kiln::compiler::options_from_config(c, "").batch_cores == 6);
-  CHECK(o.batch_rule == "window");
-  c.batch_rule = "queue";
-  CHECK(kiln::compiler::options_from_config(c, "").batch_rule == "queue");
   kiln::TempDir dir("kiln-compiler-test");
   o.cache_dir = dir.path();
   o.batch_max = 0;
@@ -942,8 +861,5 @@ TEST_CASE("a compiler of one slot never batches, and the batch settings are chec
   CHECK(!CompileHandler::create(o, nullptr).is_ok());
   o.batch_window_s = 0.05;
   o.batch_cores = -1;
-  CHECK(!CompileHandler::create(o, nullptr).is_ok());
-  o.batch_cores = 0;
-  o.batch_rule = "sometimes";
   CHECK(!CompileHandler::create(o, nullptr).is_ok());
 }

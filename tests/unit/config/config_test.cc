@@ -82,12 +82,11 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.compiler.batch_max == defaults.compiler.batch_max);
   CHECK(file.compiler.batch_window_ms == defaults.compiler.batch_window_ms);
   CHECK(file.compiler.batch_cores == defaults.compiler.batch_cores);
-  CHECK(file.compiler.batch_rule == defaults.compiler.batch_rule);
 
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 93);
+  CHECK(leaves.size() == 92);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";
@@ -186,8 +185,6 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("compiler: {batch_cores: -1}\n") ==
         "test.yaml: compiler.batch_cores: expected an integer in 0..4096, got -1");
   CHECK(parse_ok("compiler: {batch_cores: 16}\n").compiler.batch_cores == 16);
-  CHECK(parse_ok("compiler: {batch_rule: queue}\n").compiler.batch_rule == "queue");
-  CHECK(parse_error("compiler: {batch_rule: often}\n").find("compiler.batch_rule") != std::string::npos);
   CHECK(parse_error("scorer: {campaign: {screen_by_best: 2}}\n") ==
         "test.yaml: scorer.campaign.screen_by_best: expected 0 or 1, got 2");
 }

@@ -48,16 +48,13 @@ struct CompilerConfig {
   int64_t max_log_bytes = 8192;
   int64_t slots = 1;
   // With several slots: CUDA candidates of one source, differing only in their parameters, that arrive
-  // together are built as one translation unit of up to batch_max variants (1: each alone). batch_rule
-  // "window": the first waits up to batch_window_ms for the others while other builds are in the
-  // compiler, and batches form only when the builds in flight ask for more than 3/4 of batch_cores cores;
-  // "queue": CUDA builds beyond what keeps 3/4 of batch_cores cores busy wait, and those of one source
-  // start together as a batch (kiln/compiler/batch.h, UnitQueue). batch_cores 0: the cores the compiler
-  // may run on.
+  // together are built as one translation unit of up to batch_max variants (1: each alone); the first
+  // waits up to batch_window_ms for the others while other builds are in the compiler. Batches form only
+  // when the builds in flight ask for more than 3/4 of batch_cores cores (0: the cores the compiler may
+  // run on).
   int64_t batch_max = 4;
   int64_t batch_window_ms = 50;
   int64_t batch_cores = 0;
-  std::string batch_rule = "window";  // window | queue
   int metrics_port = 9472;
 };
 

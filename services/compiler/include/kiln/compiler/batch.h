@@ -14,8 +14,6 @@
 // a confirmation, the build whose measurement promotion rests on, is always built alone.
 #pragma once
 
-#include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <string_view>
@@ -79,41 +77,6 @@ class BatchSizer {
 
  private:
   double carried_ = 0;  // the share's fractional part not yet given out as a larger batch
-};
-
-// The build units a compiler runs at once under the "queue" rule (a build alone or a batch: about
-// cores_per_build cores each): those that keep kBatchBusyTarget of the cores busy, at least one.
-size_t build_units(int cores, double cores_per_build);
-
-// Admission of builds to the cores under the "queue" rule: at most `units` build units run at once, and
-// the builds beyond them wait in the order they arrived. When a unit's slot is free, the oldest waiting
-// build starts, and every waiting build of its group (up to batch_max in all) starts with it as one batch.
-// Batches thus form only while builds wait for the cores, and as large as the wait makes them: no build
-// waits for a partner while a core is free. Not thread-safe (the compiler holds a lock around it).
-class UnitQueue {
- public:
-  UnitQueue(size_t units, size_t batch_max);
-  // A build arrives; `group` is what the builds it may share a batch with have in common (empty: it is
-  // always built alone). The ticket names it in what start returns.
-  uint64_t arrive(std::string group);
-  // The units that start now (while slots are free and builds wait), each its tickets, the oldest first.
-  std::vector<std::vector<uint64_t>> start();
-  // A unit ended: its slot is free for the next start.
-  void end();
-  size_t running() const { return running_; }
-  size_t waiting() const { return waiting_.size(); }
-  size_t units() const { return units_; }
-
- private:
-  struct Waiting {
-    uint64_t ticket;
-    std::string group;
-  };
-  size_t units_;
-  size_t batch_max_;
-  size_t running_ = 0;
-  uint64_t next_ticket_ = 0;
-  std::deque<Waiting> waiting_;
 };
 
 // ptxas -v's report of a batch cut per variant: the lines that describe the variant's own functions, and

@@ -52,19 +52,13 @@ struct CompilerOptions {
   bool huge_pages = true;
   // One build serves several parameter sets (kiln/compiler/batch.h): CUDA candidates of one source that
   // differ only in their -D values and arrive together (a compiler with several slots) are built as one
-  // translation unit of up to batch_max variants. 1: every build alone. Confirmations are always built
-  // alone. How batches form (batch_rule):
-  //  - "window": the first of them waits up to batch_window_s for the others (only while other builds are
-  //    in this compiler); batches form only when the builds in flight ask for more than 3/4 of batch_cores
-  //    cores (batch_share);
-  //  - "queue": the CUDA builds run as units (alone or a batch) of which at most build_units(batch_cores)
-  //    run at once; the others wait, and when a unit ends, the oldest waiting build starts with every
-  //    waiting build of its source (UnitQueue).
-  // batch_cores 0 = the cores this process may run on.
+  // translation unit of up to batch_max variants. The first of them waits up to batch_window_s for the
+  // others (only while other builds are in this compiler). 1: every build alone. Confirmations are always
+  // built alone. Batches form only when the builds in flight ask for more than 3/4 of batch_cores cores
+  // (batch_share): 0 = the cores this process may run on.
   int64_t batch_max = 1;
   double batch_window_s = 0.05;
   int64_t batch_cores = 0;
-  std::string batch_rule = "window";
 };
 
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
@@ -126,10 +120,6 @@ class CompileHandler {
     std::map<std::string, std::string> defines;
     bool done = false;
     std::optional<Build> build;
-    // The "queue" rule: `started` when its unit starts; a unit's first build leads it and holds the unit's
-    // members (itself first), the others wait for `done`.
-    bool started = false;
-    std::vector<BatchMember*> unit;
   };
   struct BatchGroup {
     std::vector<BatchMember*> members;
@@ -141,18 +131,6 @@ class CompileHandler {
                                       const std::string& source_name, const std::string& source,
                                       const std::vector<std::string>& base, const std::string& version,
                                       const std::map<std::string, std::string>& defines);
-  // The "queue" rule: waits until `me` starts in a unit (UnitQueue; `group` empty: alone) and returns the
-  // unit's members, `me` first, when it leads one (it then calls end_unit when its build is done); empty
-  // when `me` is a member of another's batch (`me.done`, with `me.build` unless it must be built alone).
-  std::vector<BatchMember*> queue_for_unit(BatchMember& me, std::string group);
-  void end_unit();
-  double cores_per_build() const;  // of one CUDA build in this nvcc mode
-  void start_units();              // under batch_mu_: the units UnitQueue lets start now
-  // Builds `members` (the first is the caller's) as one batch and hands each other member its result;
-  // returns the first's. Empty: build alone (all are, when the batch failed).
-  std::optional<Build> build_members(const std::vector<BatchMember*>& members, const proto::FileMap& sources,
-                                     const std::string& source_name, const std::string& source,
-                                     const std::vector<std::string>& base, const std::string& version);
   // The batch's one nvcc run and one link per variant; one entry per member, empty where it must be built
   // alone (then all are: the batch failed).
   std::vector<std::optional<Build>> run_batch(const proto::FileMap& sources, const std::string& source_name,
@@ -182,8 +160,6 @@ class CompileHandler {
   std::condition_variable batch_cv_;
   BatchSizer sizer_;  // the size of each batch that opens (under batch_mu_)
   std::map<std::string, std::shared_ptr<BatchGroup>> open_batches_;  // group key -> the batch still open
-  UnitQueue units_{1, 1};                                            // the "queue" rule's (under batch_mu_)
-  std::map<uint64_t, BatchMember*> queued_;                          // ticket -> the build waiting for its unit
   std::atomic<int> in_flight_{0};  // compile() calls running: a batch waits for others only when there are
   int cores_ = 1;                  // what batch_share divides the builds' demand by
   std::mutex toolchain_mu_;
