@@ -46,6 +46,7 @@ function(kiln_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE kiln_warnings kiln_catch_main ${ARG_DEPS})
+  target_include_directories(${name} PRIVATE "${PROJECT_SOURCE_DIR}/tests/common")  # helpers tests share
   target_compile_definitions(${name} PRIVATE
     KILN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" KILN_BINARY_DIR="${CMAKE_BINARY_DIR}")
   set(serial FALSE)

@@ -16,6 +16,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/sandbox/sandbox.h"
+#include "kiln/testing/loopback_listener.h"
 
 using kiln::sandbox::run_sandboxed;
 using kiln::sandbox::SandboxOptions;
@@ -75,24 +76,6 @@ bool all_gone(const std::string& token) {
   }
   return false;
 }
-
-// A TCP listener on 127.0.0.1 with a kernel-chosen port.
-struct Listener {
-  int fd = -1;
-  int port = 0;
-  Listener() {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    listen(fd, 4);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-  }
-  ~Listener() { close(fd); }
-};
 
 }  // namespace
 
@@ -338,7 +321,7 @@ TEST_CASE("the child runs in its working directory, pinned to the given cores", 
 }
 
 TEST_CASE("the network is unreachable from inside", "[sandbox]") {
-  Listener listener;
+  kiln::testing::LoopbackListener listener;
   REQUIRE(listener.port > 0);
   SandboxOptions o;
   o.argv = {KILN_SANDBOX_PROBE, "connect", std::to_string(listener.port)};

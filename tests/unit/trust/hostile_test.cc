@@ -14,6 +14,7 @@
 #include <string>
 
 #include "harness.h"
+#include "kiln/testing/loopback_listener.h"
 
 using kiln::trust::Harness;
 using kiln::trust::kernel_source;
@@ -32,24 +33,6 @@ Verdict check(Harness& h, const std::string& name, const std::string& body, cons
   no_timing.measure = false;
   return kiln::trust::run(h, name, body, globals, no_timing, "", timeout_s);
 }
-
-// A TCP listener on 127.0.0.1 with a kernel-chosen port.
-struct Listener {
-  int fd = -1;
-  int port = 0;
-  Listener() {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    listen(fd, 4);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-  }
-  ~Listener() { close(fd); }
-};
 
 }  // namespace
 
@@ -104,7 +87,7 @@ TEST_CASE("a kernel cannot start processes (no fork bomb)", "[trust][hostile]") 
 }
 
 TEST_CASE("a kernel cannot reach a TCP listener on 127.0.0.1", "[trust][hostile]") {
-  Listener listener;
+  kiln::testing::LoopbackListener listener;
   REQUIRE(listener.port > 0);
   Harness h;
   Verdict v = check(h, "connects",
