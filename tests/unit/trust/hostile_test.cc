@@ -2,10 +2,6 @@
 // and every attack on the tester's machine must fail. A kernel whose attack fails computes the right
 // answer, and one whose attack succeeds writes garbage, so the verdict itself says whether the sandbox
 // held.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
