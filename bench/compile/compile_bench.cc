@@ -71,6 +71,7 @@ struct Task {
 struct Build {
   bool ok = false;
   double wall_s = 0;      // the compile() call
+  double cpu_s = 0;       // its tools' user + system time (meaningful with one build at a time)
   double compiler_s = 0;  // the compiler's run (BuildInfo::duration_s)
   std::string error;
   std::string so;  // the kernel's shared object
@@ -84,10 +85,12 @@ Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int 
   req.cand.params = {{"KILN_BENCH_SALT", std::to_string(salt)}};
   req.backend = "cuda";
   req.files = task.files;
+  const double cpu0 = children_cpu_s();
   const auto t0 = Clock::now();
   auto out = compiler.compile(req);
   Build b;
   b.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  b.cpu_s = children_cpu_s() - cpu0;
   if (out.next.size() != 1 || out.next[0].service != "test.cuda") {
     b.error = out.error.empty() ? "the build failed" : out.error.substr(0, 300);
     if (!out.next.empty()) {
@@ -109,11 +112,13 @@ double mean(const std::vector<double>& v) {
 }
 
 // A mode as the bench names it: "graph" or "serial", with "/no-huge-pages" where the tools' heap is not asked
-// for huge pages (compiler.huge_pages: off).
+// for huge pages (compiler.huge_pages: off) and "/no-lean" where builds keep every header
+// (compiler.lean_headers: off).
 struct Variant {
   std::string mode;
   bool huge_pages = true;
-  std::string name() const { return huge_pages ? mode : mode + "/no-huge-pages"; }
+  bool lean_headers = true;
+  std::string name() const { return mode + (huge_pages ? "" : "/no-huge-pages") + (lean_headers ? "" : "/no-lean"); }
 };
 
 std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string& nvcc, const Variant& variant,
@@ -126,6 +131,7 @@ std::unique_ptr<kiln::compiler::CompileHandler> make_compiler(const std::string&
   o.nvcc = nvcc;
   o.nvcc_mode = variant.mode;
   o.huge_pages = variant.huge_pages;
+  o.lean_headers = variant.lean_headers;
   o.cache_dir = cache;
   auto c = kiln::compiler::CompileHandler::create(o, nullptr);
   if (!c.is_ok()) {
@@ -154,6 +160,14 @@ int main(int argc, char** argv) {
   app.add_option("--huge-pages", huge_pages,
                  "on | off | both: each mode with the tools' heap on huge pages, not, or both")
       ->check(CLI::IsMember({"on", "off", "both"}));
+  std::string lean_headers = "on";
+  app.add_option("--lean-headers", lean_headers,
+                 "on | off | both: each mode without the C++17 special math functions where unused, with "
+                 "every header, or both")
+      ->check(CLI::IsMember({"on", "off", "both"}));
+  bool farm_all = false;
+  app.add_flag("--farm-all", farm_all,
+               "the farm runs every variant, taking turns at each number of builders (else the first only)");
   app.add_option("--reps", reps, "builds per task and mode")->check(CLI::PositiveNumber);
   app.add_option("--max-builders", max_builders, "the farm's most concurrent builders (0: no farm)");
   int batch_max = 1;
@@ -181,8 +195,12 @@ int main(int argc, char** argv) {
   }
   std::vector<Variant> variants;
   for (const auto& mode : modes) {
-    if (huge_pages != "off") variants.push_back({mode, true});
-    if (huge_pages != "on") variants.push_back({mode, false});
+    for (const bool huge : {true, false}) {
+      if (huge_pages != (huge ? "off" : "on")) {
+        if (lean_headers != "off") variants.push_back({mode, huge, true});
+        if (lean_headers != "on") variants.push_back({mode, huge, false});
+      }
+    }
   }
 
   std::vector<Task> tasks;
@@ -211,9 +229,9 @@ int main(int argc, char** argv) {
     compilers.push_back(make_compiler(nvcc, variants[v], scratch.path() + "/cache-" + std::to_string(v)));
   }
   std::vector<json> per_task(variants.size(), json::object());
-  std::vector<std::vector<double>> medians(variants.size());
+  std::vector<std::vector<double>> medians(variants.size()), cpu_medians(variants.size());
   for (const auto& task : tasks) {
-    std::vector<std::vector<double>> walls(variants.size()), compiler_s(variants.size());
+    std::vector<std::vector<double>> walls(variants.size()), compiler_s(variants.size()), cpu_s(variants.size());
     std::vector<int> failed(variants.size(), 0);
     std::vector<std::string> error(variants.size());
     for (auto& c : compilers) build_one(*c, task, ++salt);  // the reference, the toolchain's version, the plan
@@ -226,6 +244,7 @@ int main(int argc, char** argv) {
           continue;
         }
         walls[v].push_back(b.wall_s);
+        cpu_s[v].push_back(b.cpu_s);
         compiler_s[v].push_back(b.compiler_s);
         if (r == 0 && !keep_builds.empty()) {
           std::string name = variants[v].name();
@@ -242,88 +261,103 @@ int main(int argc, char** argv) {
                                 {"min_s", w.empty() ? 0 : *std::min_element(w.begin(), w.end())},
                                 {"max_s", w.empty() ? 0 : *std::max_element(w.begin(), w.end())},
                                 {"compiler_median_s", median(compiler_s[v])},
+                                {"cpu_median_s", median(cpu_s[v])},
                                 {"failed", failed[v]}};
       if (!error[v].empty()) per_task[v][task.name]["error"] = error[v];
       medians[v].push_back(median(w));
-      std::fprintf(stderr, "%s %s: median %.3f s\n", variants[v].name().c_str(), task.name.c_str(), median(w));
+      cpu_medians[v].push_back(median(cpu_s[v]));
+      std::fprintf(stderr, "%s %s: median %.3f s, %.3f CPU s\n", variants[v].name().c_str(), task.name.c_str(),
+                   median(w), median(cpu_s[v]));
     }
   }
   for (size_t v = 0; v < variants.size(); ++v) {
-    report["modes"][variants[v].name()] = {{"tasks", per_task[v]}, {"mean_of_medians_s", mean(medians[v])}};
+    report["modes"][variants[v].name()] = {{"tasks", per_task[v]},
+                                           {"mean_of_medians_s", mean(medians[v])},
+                                           {"cpu_mean_of_medians_s", mean(cpu_medians[v])}};
   }
   compilers.clear();
 
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   report["machine"] = {{"cpus", cpus}, {"physical_cores", physical_cores()}};
   if (max_builders > 0) {
-    json farm = json::object();
-    double one = 0, steady_one = 0;
+    const size_t farm_variants = farm_all ? variants.size() : 1;
+    std::vector<json> farms(farm_variants, json::object());
+    std::vector<double> ones(farm_variants, 0), steady_ones(farm_variants, 0);
     std::vector<int> counts;
     for (int n = 1; n < max_builders; n *= 2) counts.push_back(n);
     counts.push_back(max_builders);
     for (int n : counts) {
-      auto compiler = make_compiler(nvcc, variants.front(), scratch.path() + "/farm-" + std::to_string(n), batch_max,
-                                    batch_window_ms / 1000.0, batch_cores);
-      for (const auto& task : tasks) build_one(*compiler, task, ++salt);
-      // Every task as often as every other (so with and without batching build the same mix).
-      const int round = batch_max * static_cast<int>(tasks.size());
-      const int jobs =
-          (std::max(builds_per_builder * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
-      std::vector<int> salts(jobs);
-      for (auto& s : salts) s = ++salt;
-      std::atomic<int> next{0}, ok{0};
-      const double cpu0 = children_cpu_s();
-      const auto t0 = Clock::now();
-      auto since_t0 = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-      std::mutex done_mu;
-      std::vector<double> done_s;  // when each good build finished
-      double dry_s = 0;            // when the last job was taken
-      std::vector<std::thread> pool;
-      for (int t = 0; t < n; ++t) {
-        pool.emplace_back([&] {
-          // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
-          for (int i = next++; i < jobs; i = next++) {
-            if (i == jobs - 1) {
-              std::lock_guard lock(done_mu);
-              dry_s = since_t0();
+      for (size_t v = 0; v < farm_variants; ++v) {
+        double& one = ones[v];
+        double& steady_one = steady_ones[v];
+        json& farm = farms[v];
+        auto compiler =
+            make_compiler(nvcc, variants[v], scratch.path() + "/farm-" + std::to_string(v) + "-" + std::to_string(n),
+                          batch_max, batch_window_ms / 1000.0, batch_cores);
+        for (const auto& task : tasks) build_one(*compiler, task, ++salt);
+        // Every task as often as every other (so with and without batching build the same mix).
+        const int round = batch_max * static_cast<int>(tasks.size());
+        const int jobs =
+            (std::max(builds_per_builder * n, 2 * static_cast<int>(tasks.size())) + round - 1) / round * round;
+        std::vector<int> salts(jobs);
+        for (auto& s : salts) s = ++salt;
+        std::atomic<int> next{0}, ok{0};
+        const double cpu0 = children_cpu_s();
+        const auto t0 = Clock::now();
+        auto since_t0 = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+        std::mutex done_mu;
+        std::vector<double> done_s;  // when each good build finished
+        double dry_s = 0;            // when the last job was taken
+        std::vector<std::thread> pool;
+        for (int t = 0; t < n; ++t) {
+          pool.emplace_back([&] {
+            // Batching: runs of batch_max jobs of one task, the way a tuner's campaign sends them.
+            for (int i = next++; i < jobs; i = next++) {
+              if (i == jobs - 1) {
+                std::lock_guard lock(done_mu);
+                dry_s = since_t0();
+              }
+              if (build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok) {
+                ++ok;
+                std::lock_guard lock(done_mu);
+                done_s.push_back(since_t0());
+              }
             }
-            if (build_one(*compiler, tasks[(i / batch_max) % tasks.size()], salts[i]).ok) {
-              ++ok;
-              std::lock_guard lock(done_mu);
-              done_s.push_back(since_t0());
-            }
-          }
-        });
+          });
+        }
+        for (auto& t : pool) t.join();
+        const double wall = since_t0();
+        const auto steady_builds = std::count_if(done_s.begin(), done_s.end(), [&](double d) { return d <= dry_s; });
+        const double steady = dry_s > 0 ? static_cast<double>(steady_builds) / dry_s : 0;
+        const double cpu = children_cpu_s() - cpu0;
+        const double rate = ok / wall;
+        const double cpu_per_build = ok > 0 ? cpu / ok : 0;
+        if (n == 1) {
+          one = rate;
+          steady_one = steady;
+        }
+        const double steady_efficiency = steady_one > 0 ? steady / steady_one / n : 0;
+        farm[std::to_string(n)] = {{"jobs", jobs},
+                                   {"ok", ok.load()},
+                                   {"wall_s", wall},
+                                   {"builds_per_s", rate},
+                                   {"speedup", one > 0 ? rate / one : 0},
+                                   {"efficiency", one > 0 ? rate / one / n : 0},
+                                   {"steady_builds_per_s", steady},
+                                   {"steady_efficiency", steady_efficiency},
+                                   {"cpu_s_per_build", cpu_per_build},
+                                   {"cores_busy", cpu / wall},
+                                   {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
+        std::fprintf(stderr,
+                     "farm %s %d builders: %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s per "
+                     "build, %.1f cores busy\n",
+                     variants[v].name().c_str(), n, rate, steady, steady_efficiency, cpu_per_build, cpu / wall);
       }
-      for (auto& t : pool) t.join();
-      const double wall = since_t0();
-      const auto steady_builds = std::count_if(done_s.begin(), done_s.end(), [&](double d) { return d <= dry_s; });
-      const double steady = dry_s > 0 ? static_cast<double>(steady_builds) / dry_s : 0;
-      const double cpu = children_cpu_s() - cpu0;
-      const double rate = ok / wall;
-      const double cpu_per_build = ok > 0 ? cpu / ok : 0;
-      if (n == 1) {
-        one = rate;
-        steady_one = steady;
-      }
-      const double steady_efficiency = steady_one > 0 ? steady / steady_one / n : 0;
-      farm[std::to_string(n)] = {{"jobs", jobs},
-                                 {"ok", ok.load()},
-                                 {"wall_s", wall},
-                                 {"builds_per_s", rate},
-                                 {"speedup", one > 0 ? rate / one : 0},
-                                 {"efficiency", one > 0 ? rate / one / n : 0},
-                                 {"steady_builds_per_s", steady},
-                                 {"steady_efficiency", steady_efficiency},
-                                 {"cpu_s_per_build", cpu_per_build},
-                                 {"cores_busy", cpu / wall},
-                                 {"cpu_bound_builds_per_s", cpu_per_build > 0 ? cpus / cpu_per_build : 0}};
-      std::fprintf(stderr,
-                   "farm %d builders: %.2f builds/s (steady %.2f, %.2f per builder of one's), %.2f CPU s per build, "
-                   "%.1f cores busy\n",
-                   n, rate, steady, steady_efficiency, cpu_per_build, cpu / wall);
     }
-    report["farm"] = farm;
+    report["farm"] = farms.front();
+    if (farm_all) {
+      for (size_t v = 0; v < farm_variants; ++v) report["farms"][variants[v].name()] = farms[v];
+    }
     report["farm_mode"] = variants.front().name();
     report["farm_batch_max"] = batch_max;
     report["farm_batch_window_ms"] = batch_window_ms;

@@ -20,6 +20,7 @@
 #include "kiln/core/hash.h"
 #include "kiln/core/strings.h"
 #include "kiln/compiler/batch.h"
+#include "kiln/compiler/lean_headers.h"
 #include "kiln/compiler/nvcc_graph.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/sandbox/sandbox.h"
@@ -212,6 +213,7 @@ bool crashed(const sandbox::SandboxResult& result) {
 Status write_sources(const std::string& dir, const proto::FileMap& sources) {
   KILN_RETURN_IF_ERROR(make_dirs(dir + "/kiln"));
   KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
+  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kLeanPreludePath), std::string(lean_prelude())));
   for (const auto& [name, content] : sources) {
     const std::string path = dir + "/" + name;
     KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
@@ -307,6 +309,7 @@ CompilerOptions options_from_config(const config::CompilerConfig& config, const 
   o.cuda_arch = config.cuda_arch;
   o.nvcc_mode = config.nvcc_mode;
   o.huge_pages = config.huge_pages == "on";
+  o.lean_headers = config.lean_headers == "on";
   o.max_log_bytes = config.max_log_bytes;
   // A batch needs builds that arrive together: a compiler of one slot never has two.
   o.batch_max = config.slots > 1 ? config.batch_max : 1;
@@ -409,11 +412,6 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
                                                     const std::map<std::string, std::string>& defines, bool may_batch) {
   KILN_ASSIGN_OR_RETURN(std::string version, toolchain(backend));
   const std::string compiler = backend == proto::Backend::kCuda ? options_.nvcc : options_.cxx;
-  const std::vector<std::string> base = base_flags(backend, arch);
-  std::vector<std::string> flags = base;
-  for (auto& d : define_flags(defines)) flags.push_back(std::move(d));
-  const std::string flags_text = join(flags);
-
   // Everything that can change the binary: the package's sources and headers (not its task.yaml or notes),
   // the source being built, the ABI header, the flags and the exact toolchain.
   proto::FileMap sources = files;
@@ -422,6 +420,14 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   sources[source_name] = proto::Bytes{source};
   std::map<std::string, std::string> plain;
   for (const auto& [name, content] : sources) plain[name] = content.data;
+
+  std::vector<std::string> base = base_flags(backend, arch);
+  if (options_.lean_headers) {
+    for (auto& f : lean_header_flags(lean_headers(plain, defines))) base.push_back(std::move(f));
+  }
+  std::vector<std::string> flags = base;
+  for (auto& d : define_flags(defines)) flags.push_back(std::move(d));
+  const std::string flags_text = join(flags);
   const std::string files_hash = hash_files(plain);
   auto content_key = [&](std::string_view flags_part) {
     Sha256 h;

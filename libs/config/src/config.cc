@@ -67,6 +67,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"compiler.cuda_arch", &c.compiler.cuda_arch},
       {"compiler.nvcc_mode", &c.compiler.nvcc_mode},
       {"compiler.huge_pages", &c.compiler.huge_pages},
+      {"compiler.lean_headers", &c.compiler.lean_headers},
       {"compiler.max_log_bytes", &c.compiler.max_log_bytes},
       {"compiler.slots", &c.compiler.slots},
       {"compiler.batch_max", &c.compiler.batch_max},
@@ -407,6 +408,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.non_empty("compiler.cuda_arch", cc.cuda_arch);
   v.one_of("compiler.nvcc_mode", cc.nvcc_mode, {"graph", "serial"});
   v.one_of("compiler.huge_pages", cc.huge_pages, {"on", "off"});
+  v.one_of("compiler.lean_headers", cc.lean_headers, {"on", "off"});
   v.at_least("compiler.max_log_bytes", cc.max_log_bytes, 1);
   v.at_least("compiler.slots", cc.slots, 1);
   v.in_range("compiler.batch_max", cc.batch_max, 1, 64);

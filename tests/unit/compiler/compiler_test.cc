@@ -130,7 +130,10 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   const auto& b = test->build;
   CHECK(b.ok);
   CHECK(b.compiler == "g++");
-  CHECK(b.flags == "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I. -DTHREADS=2 -DVEC=8");
+  // The kernel calls std::sqrt after #include <cmath>: a lean build with the prelude (kiln/compiler/lean_headers.h).
+  CHECK(b.flags ==
+        "-O3 -march=native -fopenmp -shared -fPIC -std=c++17 -I. -D_GLIBCXX_BITS_SPECFUN_H -include "
+        "kiln/lean_prelude.h -DTHREADS=2 -DVEC=8");
   CHECK(b.toolchain.rfind("g++", 0) == 0);
   CHECK_FALSE(b.cache_hit);
   CHECK(b.kernel_sha256 == kiln::sha256_hex(kernel_so));
@@ -862,4 +865,100 @@ TEST_CASE("a compiler of one slot never batches, and the batch settings are chec
   o.batch_window_s = 0.05;
   o.batch_cores = -1;
   CHECK(!CompileHandler::create(o, nullptr).is_ok());
+}
+
+namespace {
+
+// The test request a CUDA build of `kernel` (twice_request's task) becomes, and the build it made.
+kiln::proto::TestRequest built_test(Fixture& f, const kiln::proto::CompileRequest& req) {
+  auto out = f.handler->compile(req);
+  REQUIRE(out.next.size() == 1);
+  REQUIRE(out.next[0].service == "test.cuda");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  return *test;
+}
+
+// twice_request's kernel, its launch size worked out with std::min and std::numeric_limits in host code,
+// after `includes`.
+std::string kernel_naming_std(const std::string& includes, const std::string& extra) {
+  std::string k = kTwiceKernel;
+  k.insert(0, includes);
+  k.replace(k.find("(n + BLOCK - 1) / BLOCK"), 23,
+            "std::min<long>((n + BLOCK - 1) / BLOCK, std::numeric_limits<int>::max())" + extra);
+  return k;
+}
+
+}  // namespace
+
+// kiln/compiler/lean_headers.h: the device code of a lean build is that of a build with every header.
+TEST_CASE("a lean CUDA build embeds the same machine code and PTX as a build with every header",
+          "[compiler][cuda][lean]") {
+  CompilerOptions lean;
+  if (!have_nvcc(lean)) return;
+  REQUIRE(lean.lean_headers);
+  CompilerOptions full = lean;
+  full.lean_headers = false;
+  Fixture lean_fixture(lean);
+  Fixture full_fixture(full);
+  for (const char* name : {"cuda_rmsnorm", "cuda_sgemm", "cuda_reduce_sum"}) {
+    INFO(name);
+    auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
+    REQUIRE(files.is_ok());
+    kiln::proto::CompileRequest req;
+    req.cand.campaign_id = std::string("c-") + name;
+    req.cand.program_id = std::string(name) + "/p0";
+    req.cand.code = files->at("kernel.cu").data;
+    req.backend = "cuda";
+    req.arch = "sm_90";
+    req.files = *files;
+    const auto a = built_test(lean_fixture, req);
+    const auto b = built_test(full_fixture, req);
+    INFO(a.build.log << b.build.log);
+    REQUIRE(a.build.ok);
+    REQUIRE(b.build.ok);
+    CHECK(a.build.flags.find("-D_GLIBCXX_BITS_SPECFUN_H") != std::string::npos);
+    CHECK(a.build.flags.find("-include") == std::string::npos);  // nothing of std is named: no prelude
+    CHECK(b.build.flags.find("SPECFUN") == std::string::npos);
+    CHECK(a.build.registers == b.build.registers);
+    CHECK(a.build.shared_bytes == b.build.shared_bytes);
+    const std::string lean_fatbin = fatbin_section(*kiln::proto::kernel_library(a, 64u << 20));
+    const std::string full_fatbin = fatbin_section(*kiln::proto::kernel_library(b, 64u << 20));
+    CHECK(lean_fatbin == full_fatbin);
+    if (!lean_fatbin.empty()) CHECK(lean_fatbin.find("sm_90") != std::string::npos);
+  }
+}
+
+// What <bits/specfun.h> brought besides the special functions, a source that names std still finds.
+TEST_CASE("a CUDA candidate that names std builds lean with the prelude and would not without it",
+          "[compiler][cuda][lean]") {
+  CompilerOptions options;
+  if (!have_nvcc(options)) return;
+  Fixture f(options);
+  const std::string kernel = kernel_naming_std("", "");
+  const auto test = built_test(f, twice_request(kernel));
+  INFO(test.build.log);
+  CHECK(test.build.ok);
+  CHECK(test.build.flags.find("-D_GLIBCXX_BITS_SPECFUN_H -include kiln/lean_prelude.h") != std::string::npos);
+
+  // The guard alone hides std::min and std::numeric_limits from it: the prelude is what keeps it building.
+  kiln::TempDir dir("kiln-lean-test");
+  REQUIRE(kiln::write_file_atomic(dir.path() + "/kernel.cu", kernel).is_ok());
+  const std::string nvcc = options.nvcc + " -c -arch=sm_90 -I" KILN_SOURCE_DIR "/libs/core/include kernel.cu -o k.o";
+  CHECK(std::system(("cd " + dir.path() + " && " + nvcc + " >/dev/null 2>&1").c_str()) == 0);
+  CHECK(std::system(("cd " + dir.path() + " && " + nvcc + " -D_GLIBCXX_BITS_SPECFUN_H > log 2>&1").c_str()) != 0);
+  auto log = kiln::read_file(dir.path() + "/log");
+  REQUIRE(log.is_ok());
+  CHECK(log->find("numeric_limits") != std::string::npos);
+}
+
+TEST_CASE("a CUDA candidate that calls a special function is built with every header", "[compiler][cuda][lean]") {
+  CompilerOptions options;
+  if (!have_nvcc(options)) return;
+  Fixture f(options);
+  const auto test =
+      built_test(f, twice_request(kernel_naming_std("#include <cmath>\n", " + long(std::riemann_zeta(2.0) * 0)")));
+  INFO(test.build.log);
+  CHECK(test.build.ok);
+  CHECK(test.build.flags.find("SPECFUN") == std::string::npos);
 }

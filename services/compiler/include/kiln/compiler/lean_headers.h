@@ -1,0 +1,53 @@
+// A build without the C++17 special math functions, where the sources cannot name them.
+//
+// In C++17, libstdc++'s <cmath> brings the mathematical special functions (std::riemann_zeta,
+// std::cyl_bessel_j and the rest: <bits/specfun.h> and the tr1 templates behind it, about 10,000 lines).
+// cuda_runtime.h includes <cmath>, so every CUDA build parses them three times (cudafe++, cicc and the host
+// compiler), though they are host functions no kernel can call: about a quarter of the CPU of a bundled
+// task's build. A lean build defines the include guard of <bits/specfun.h>, so the header is skipped.
+//
+// What <bits/specfun.h> brings besides the special functions (<limits> and <bits/stl_algobase.h>:
+// std::numeric_limits, std::min and std::max, the iterator basics) would then be missing too. Code that
+// names nothing of namespace std cannot reach it; code that does gets it back from a prelude, included
+// after cuda_runtime.h and before the source (kLeanPreludePath). So a source sees what it saw before, but
+// the special functions. Where the sources may call those (or read the macros that announce them), the
+// build is not lean. The device code is the same either way (test_compiler "[lean]" compares the PTX).
+//
+// A host library other than libstdc++ ignores the guard; the prelude includes nothing it lacks.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::compiler {
+
+enum class LeanHeaders {
+  kOff,       // the build as it is: the sources may name the special functions, or lean builds are off
+  kPrelude,   // specfun.h skipped, the rest of what it brings included by the prelude
+  kSkipOnly,  // specfun.h skipped: nothing in the sources names namespace std, and every header is known
+};
+
+std::string_view name(LeanHeaders lean);
+
+// How lean the build of these files can be: the package's sources and headers, the source being built
+// among them, and the build's -D names and values. Every file is read as C++ text (comments aside,
+// string literals included: a name in a string counts, which errs on the safe side).
+//   kOff: a special function is called (its name before "(") or qualified (after "::") where "std" appears,
+//         or the text names __gnu_cxx, a libstdc++ macro (_GLIBCXX...), a library feature macro
+//         (__cpp_lib_...) or the special functions' own macros (__STDCPP_...).
+//   kSkipOnly: no "std" anywhere, and every #include is a package file, the kernel ABI header or a header
+//         of the CUDA toolkit (cuda..., cooperative_groups..., cub/, thrust/, mma.h, math_constants.h,
+//         curand..., sm_..., crt/, device_..., vector_..., nv/): those were built this way in tests.
+//   kPrelude: otherwise.
+LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
+                         const std::map<std::string, std::string>& defines);
+
+// The flags that make a build lean (none for kOff). The prelude's path is relative to the build folder.
+std::vector<std::string> lean_header_flags(LeanHeaders lean);
+
+inline constexpr std::string_view kLeanPreludePath = "kiln/lean_prelude.h";
+std::string_view lean_prelude();
+
+}  // namespace kiln::compiler

@@ -1,0 +1,138 @@
+#include "kiln/compiler/lean_headers.h"
+
+#include <array>
+#include <cctype>
+
+#include "kiln/compiler/batch.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr std::string_view kSpecfunGuard = "-D_GLIBCXX_BITS_SPECFUN_H";
+constexpr std::string_view kAbiHeader = "kiln/kernel_abi.h";
+
+// The mathematical special functions of C++17 (each also with an f and an l suffix).
+constexpr std::array<std::string_view, 21> kSpecialFunctions = {
+    "assoc_laguerre", "assoc_legendre", "beta",         "comp_ellint_1", "comp_ellint_2", "comp_ellint_3",
+    "cyl_bessel_i",   "cyl_bessel_j",   "cyl_bessel_k", "cyl_neumann",   "ellint_1",      "ellint_2",
+    "ellint_3",       "expint",         "hermite",      "laguerre",      "legendre",      "riemann_zeta",
+    "sph_bessel",     "sph_legendre",   "sph_neumann"};
+
+// Prefixes of the CUDA toolkit's headers: a lean build without the prelude compiled with each of them
+// (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups.h and /reduce.h, mma.h, cub/cub.cuh,
+// cuda/pipeline, cuda/barrier, cuda/std/..., thrust/device_vector.h, curand_kernel.h, ...).
+constexpr std::array<std::string_view, 12> kToolkitHeaders = {"cuda",    "cooperative_groups",
+                                                              "cub/",    "thrust/",
+                                                              "mma.h",   "math_constants.h",
+                                                              "curand",  "sm_",
+                                                              "crt/",    "device_",
+                                                              "vector_", "nv/"};
+
+bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool blank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+bool special_function(std::string_view id) {
+  for (std::string_view f : kSpecialFunctions) {
+    if (id == f) return true;
+    if (id.size() == f.size() + 1 && starts_with(id, f) && (id.back() == 'f' || id.back() == 'l')) return true;
+  }
+  return false;
+}
+
+struct Scan {
+  bool names_std = false;         // the identifier std, anywhere
+  bool calls_special = false;     // a special function's name before "(" or after "::"
+  bool names_library = false;     // __gnu_cxx, _GLIBCXX..., __cpp_lib_..., __STDCPP_...
+  bool includes_unknown = false;  // an #include that is not a package file, the ABI header or CUDA's
+};
+
+void scan_identifiers(std::string_view text, Scan& s) {
+  size_t i = 0;
+  while (i < text.size()) {
+    if (!ident_start(text[i]) || (i > 0 && ident_char(text[i - 1]))) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && ident_char(text[end])) ++end;
+    const std::string_view id = text.substr(i, end - i);
+    if (id == "std") {
+      s.names_std = true;
+    } else if (id == "__gnu_cxx" || starts_with(id, "_GLIBCXX") || starts_with(id, "__cpp_lib_") ||
+               starts_with(id, "__STDCPP_")) {
+      s.names_library = true;
+    } else if (special_function(id)) {
+      size_t before = i;
+      while (before > 0 && blank(text[before - 1])) --before;
+      size_t after = end;
+      while (after < text.size() && blank(text[after])) ++after;
+      const bool qualified = before >= 2 && text[before - 1] == ':' && text[before - 2] == ':';
+      const bool called = after < text.size() && text[after] == '(';
+      if (qualified || called) s.calls_special = true;
+    }
+    i = end;
+  }
+}
+
+bool known_include(const std::string& include, const std::map<std::string, std::string>& files) {
+  if (include.size() < 2) return false;  // #include MACRO: whatever it names is unknown here
+  const std::string target = include.substr(1, include.size() - 2);
+  if (include.front() == '"' && (target == kAbiHeader || files.count(target) > 0)) return true;
+  if (include.front() != '"' && include.front() != '<') return false;
+  for (std::string_view prefix : kToolkitHeaders) {
+    if (starts_with(target, prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string_view name(LeanHeaders lean) {
+  switch (lean) {
+    case LeanHeaders::kOff: return "off";
+    case LeanHeaders::kPrelude: return "prelude";
+    case LeanHeaders::kSkipOnly: return "skip-only";
+  }
+  return "?";
+}
+
+LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
+                         const std::map<std::string, std::string>& defines) {
+  Scan s;
+  for (const auto& [file_name, content] : files) {
+    const std::string text = preprocessor_text(content);
+    scan_identifiers(text, s);
+    for (const auto& include : source_directives(content).includes) {
+      if (!known_include(include, files)) s.includes_unknown = true;
+    }
+  }
+  for (const auto& [macro, value] : defines) scan_identifiers(macro + " " + value, s);
+  if (s.names_library || (s.names_std && s.calls_special)) return LeanHeaders::kOff;
+  if (s.names_std || s.includes_unknown) return LeanHeaders::kPrelude;
+  return LeanHeaders::kSkipOnly;
+}
+
+std::vector<std::string> lean_header_flags(LeanHeaders lean) {
+  switch (lean) {
+    case LeanHeaders::kOff: return {};
+    case LeanHeaders::kPrelude: return {std::string(kSpecfunGuard), "-include", std::string(kLeanPreludePath)};
+    case LeanHeaders::kSkipOnly: return {std::string(kSpecfunGuard)};
+  }
+  return {};
+}
+
+std::string_view lean_prelude() {
+  return "/* Kiln's lean build (-D_GLIBCXX_BITS_SPECFUN_H skips the C++17 special math functions): what\n"
+         "   <bits/specfun.h> brings besides them, included ahead of the source. */\n"
+         "#include <limits>\n"
+         "#include <type_traits>\n"
+         "#if defined(__has_include)\n"
+         "#if __has_include(<bits/stl_algobase.h>)\n"
+         "#include <bits/stl_algobase.h>\n"
+         "#endif\n"
+         "#endif\n";
+}
+
+}  // namespace kiln::compiler
