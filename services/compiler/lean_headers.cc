@@ -58,14 +58,16 @@ void scan_identifiers(std::string_view text, Scan& s) {
     size_t end = i;
     while (end < text.size() && ident_char(text[end])) ++end;
     const std::string_view id = text.substr(i, end - i);
+    size_t before = i;
+    while (before > 0 && blank(text[before - 1])) --before;
     if (id == "std") {
       s.names_std = true;
+    } else if ((id == "include_next" || id == "import") && before > 0 && text[before - 1] == '#') {
+      s.includes_unknown = true;  // a directive source_directives does not list
     } else if (id == "__gnu_cxx" || starts_with(id, "_GLIBCXX") || starts_with(id, "__cpp_lib_") ||
                starts_with(id, "__STDCPP_")) {
       s.names_library = true;
     } else if (special_function(id)) {
-      size_t before = i;
-      while (before > 0 && blank(text[before - 1])) --before;
       size_t after = end;
       while (after < text.size() && blank(text[after])) ++after;
       const bool qualified = before >= 2 && text[before - 1] == ':' && text[before - 2] == ':';

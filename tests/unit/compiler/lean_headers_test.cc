@@ -67,6 +67,7 @@ TEST_CASE("a source that names std or includes a header of its own gets the prel
   CHECK(lean_of(with_header) == LeanHeaders::kPrelude);
   CHECK(lean_of(kernel_with("#include \"missing.cuh\"\n", "")) == LeanHeaders::kPrelude);
   CHECK(lean_of(kernel_with("#define HEADER <cstdio>\n#include HEADER\n", "")) == LeanHeaders::kPrelude);
+  CHECK(lean_of(kernel_with("# include_next <cuda_fp16.h>\n", "")) == LeanHeaders::kPrelude);
   // A parameter's value is read too.
   CHECK(lean_of(kernel_with("", "  k<<<1, WIDTH>>>(nullptr);"), {{"WIDTH", "std"}}) == LeanHeaders::kPrelude);
   // Comments are not code.

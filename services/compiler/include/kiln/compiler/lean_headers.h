@@ -40,6 +40,7 @@ std::string_view name(LeanHeaders lean);
 //   kSkipOnly: no "std" anywhere, and every #include is a package file, the kernel ABI header or a header
 //         of the CUDA toolkit (cuda..., cooperative_groups..., cub/, thrust/, mma.h, math_constants.h,
 //         curand..., sm_..., crt/, device_..., vector_..., nv/): those were built this way in tests.
+//         (#include_next and #import count as unknown.)
 //   kPrelude: otherwise.
 LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
                          const std::map<std::string, std::string>& defines);
