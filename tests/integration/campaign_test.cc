@@ -591,6 +591,10 @@ TEST_CASE("kiln up --demo writes a report per campaign next to its results table
                        300);
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_code == 0);
+  // Every service stopped when asked to, none had to be killed (a worker that had fetched a task package
+  // once waited for ever in its ZeroMQ context's destructor).
+  CHECK(r.out.find("did not stop") == std::string::npos);
+  CHECK(r.err.find("did not stop") == std::string::npos);
   std::smatch m;
   REQUIRE(std::regex_search(r.out, m, std::regex("report: (/[^\\n]+\\.html)")));
   const std::string page = m[1].str();

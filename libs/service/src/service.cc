@@ -114,13 +114,15 @@ int run_worker_service(int argc, char** argv, const ServiceSpec& spec) {
     return 2;
   }
   log::init(spec.name, flags.log_level.empty() ? cfg->up.log_level : flags.log_level);
+  // Declared before everything that may hold a socket of it: the context's task source (the blob store's
+  // client) and the handlers. Destroyed last, it finds every socket closed; a socket still open would make
+  // its destructor wait for ever (zmq_ctx_term), and the service would not stop.
+  zmq::context_t zctx(1);
   auto ctx = make_context(spec, flags, *cfg);
   if (!ctx.is_ok()) {
     spdlog::error("{}", ctx.status().message());
     return 2;
   }
-  // Declared before the handlers, which may hold sockets of it (the blob store's), so it outlives them.
-  zmq::context_t zctx(1);
   ctx->tasks = std::make_shared<TaskSource>(
       cfg->broker.blob_store == 1
           ? messaging::BlobClient::connect(zctx, broker_endpoint(flags, *cfg), socket_options(*cfg))
