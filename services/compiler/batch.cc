@@ -71,16 +71,23 @@ std::string preprocessor_text(std::string_view source) {
   out.reserve(source.size());
   size_t i = 0;
   auto at = [&](size_t k) { return k < source.size() ? source[k] : '\0'; };
+  // The length of a line splice at k: a backslash, blanks or a carriage return after it (gcc and nvcc's
+  // front end accept those), then a newline; 0 where there is none.
+  auto splice = [&](size_t k) -> size_t {
+    if (at(k) != '\\') return 0;
+    size_t j = k + 1;
+    while (at(j) == ' ' || at(j) == '\t' || at(j) == '\r') ++j;
+    return at(j) == '\n' ? j + 1 - k : 0;
+  };
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   while (i < source.size()) {
     const char c = source[i];
-    if (c == '\\' && at(i + 1) == '\n') {
-      i += 2;
-    } else if (c == '\\' && at(i + 1) == '\r' && at(i + 2) == '\n') {
-      i += 3;
+    if (const size_t n = splice(i)) {
+      i += n;
     } else if (c == '/' && at(i + 1) == '/') {
       while (i < source.size() && source[i] != '\n') {
-        // A line comment ends at a newline that no backslash continues.
-        if (source[i] == '\\' && at(i + 1) == '\n') ++i;
+        // A line comment ends at a newline that no splice continues.
+        if (const size_t joined = splice(i)) i += joined - 1;
         ++i;
       }
       out += ' ';
@@ -89,6 +96,17 @@ std::string preprocessor_text(std::string_view source) {
       end = end == std::string_view::npos ? source.size() : end + 2;
       // One blank, newlines and all: a directive after the comment is on the line the comment began.
       out += ' ';
+      i = end;
+    } else if (c == 'R' && at(i + 1) == '"' &&
+               (i == 0 || !ident(source[i - 1]) || source[i - 1] == '8' || source[i - 1] == 'u' ||
+                source[i - 1] == 'U' || source[i - 1] == 'L')) {
+      // A raw string literal, R"delim( ... )delim", kept whole: nothing in it is a comment or a quote.
+      const size_t open = source.find('(', i + 2);
+      const std::string close =
+          open == std::string_view::npos ? std::string() : ")" + std::string(source.substr(i + 2, open - i - 2)) + "\"";
+      size_t end = open == std::string_view::npos ? std::string_view::npos : source.find(close, open + 1);
+      end = end == std::string_view::npos ? source.size() : end + close.size();
+      out.append(source.substr(i, end - i));
       i = end;
     } else if (c == '"' || c == '\'') {
       out += c;

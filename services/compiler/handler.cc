@@ -211,14 +211,15 @@ bool crashed(const sandbox::SandboxResult& result) {
 
 // A build folder: the ABI header and the sources (names checked by task::parse_task: relative, no "..").
 Status write_sources(const std::string& dir, const proto::FileMap& sources) {
-  KILN_RETURN_IF_ERROR(make_dirs(dir + "/kiln"));
-  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
-  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kLeanPreludePath), std::string(lean_prelude())));
   for (const auto& [name, content] : sources) {
     const std::string path = dir + "/" + name;
     KILN_RETURN_IF_ERROR(make_dirs(std::filesystem::path(path).parent_path().string()));
     KILN_RETURN_IF_ERROR(write_file(path, content.data));
   }
+  // Kiln's own headers last: a package file of the same name does not replace them.
+  KILN_RETURN_IF_ERROR(make_dirs(dir + "/kiln"));
+  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kAbiHeaderPath), std::string(kernel_abi_header())));
+  KILN_RETURN_IF_ERROR(write_file(dir + "/" + std::string(kLeanPreludePath), std::string(lean_prelude())));
   return Status::ok();
 }
 
@@ -422,7 +423,7 @@ Result<CompileHandler::Build> CompileHandler::build(proto::Backend backend, cons
   for (const auto& [name, content] : sources) plain[name] = content.data;
 
   std::vector<std::string> base = base_flags(backend, arch);
-  if (options_.lean_headers) {
+  if (options_.lean_headers && backend == proto::Backend::kCuda) {
     for (auto& f : lean_header_flags(lean_headers(plain, defines))) base.push_back(std::move(f));
   }
   std::vector<std::string> flags = base;

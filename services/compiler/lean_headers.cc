@@ -33,22 +33,50 @@ bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || 
 bool blank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
+// A special function's name (or its f or l variant), or an identifier of the library's own (starting with
+// "__") that holds one (std::__detail::__riemann_zeta).
 bool special_function(std::string_view id) {
   for (std::string_view f : kSpecialFunctions) {
     if (id == f) return true;
     if (id.size() == f.size() + 1 && starts_with(id, f) && (id.back() == 'f' || id.back() == 'l')) return true;
+    if (starts_with(id, "__") && id.find(f) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Names the skipped headers define or reach (gcc 12's macros that a lean build loses, by prefix where
+// the library names them so) and the library's internal namespaces: a source that reads one is built as
+// it is.
+constexpr std::array<std::string_view, 7> kLibraryPrefixes = {"_GLIBCXX", "__glibcxx", "__cpp_lib_", "__STDCPP_",
+                                                              "_STL_",    "__gnu_cxx", "__detail"};
+constexpr std::array<std::string_view, 8> kLibraryNames = {"_CONCEPT_CHECK_H",
+                                                           "_EXCEPTION_DEFINES_H",
+                                                           "_EXT_NUMERIC_TRAITS",
+                                                           "_FUNCTEXCEPT_H",
+                                                           "_PTR_TRAITS_H",
+                                                           "__catch",
+                                                           "__try",
+                                                           "__throw_exception_again"};
+
+bool library_name(std::string_view id) {
+  for (std::string_view p : kLibraryPrefixes) {
+    if (starts_with(id, p)) return true;
+  }
+  for (std::string_view n : kLibraryNames) {
+    if (id == n) return true;
   }
   return false;
 }
 
 struct Scan {
-  bool names_std = false;         // the identifier std, anywhere
-  bool calls_special = false;     // a special function's name before "(" or after "::"
-  bool names_library = false;     // __gnu_cxx, _GLIBCXX..., __cpp_lib_..., __STDCPP_...
+  bool names_std = false;         // the identifier std, anywhere, or a ## that could make it
+  bool names_special = false;     // a special function's name, anywhere
+  bool names_library = false;     // library_name
   bool includes_unknown = false;  // an #include that is not a package file, the ABI header or CUDA's
 };
 
 void scan_identifiers(std::string_view text, Scan& s) {
+  if (text.find("##") != std::string_view::npos) s.names_std = true;  // std may be pasted together
   size_t i = 0;
   while (i < text.size()) {
     if (!ident_start(text[i]) || (i > 0 && ident_char(text[i - 1]))) {
@@ -64,15 +92,10 @@ void scan_identifiers(std::string_view text, Scan& s) {
       s.names_std = true;
     } else if ((id == "include_next" || id == "import") && before > 0 && text[before - 1] == '#') {
       s.includes_unknown = true;  // a directive source_directives does not list
-    } else if (id == "__gnu_cxx" || starts_with(id, "_GLIBCXX") || starts_with(id, "__cpp_lib_") ||
-               starts_with(id, "__STDCPP_")) {
+    } else if (library_name(id)) {
       s.names_library = true;
     } else if (special_function(id)) {
-      size_t after = end;
-      while (after < text.size() && blank(text[after])) ++after;
-      const bool qualified = before >= 2 && text[before - 1] == ':' && text[before - 2] == ':';
-      const bool called = after < text.size() && text[after] == '(';
-      if (qualified || called) s.calls_special = true;
+      s.names_special = true;
     }
     i = end;
   }
@@ -111,7 +134,7 @@ LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
     }
   }
   for (const auto& [macro, value] : defines) scan_identifiers(macro + " " + value, s);
-  if (s.names_library || (s.names_std && s.calls_special)) return LeanHeaders::kOff;
+  if (s.names_library || (s.names_std && s.names_special)) return LeanHeaders::kOff;
   if (s.names_std || s.includes_unknown) return LeanHeaders::kPrelude;
   return LeanHeaders::kSkipOnly;
 }

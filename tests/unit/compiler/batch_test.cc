@@ -47,6 +47,13 @@ TEST_CASE("comments go and continued lines join before directives are read", "[c
   CHECK(preprocessor_text("/* x\n y */ #define Z") == "  #define Z");      // a directive
   CHECK(preprocessor_text("#def\\\nine X 1") == "#define X 1");
   CHECK(preprocessor_text("s = \"// not a comment\"; c = '\\''; /**/") == "s = \"// not a comment\"; c = '\\'';  ");
+  // Blanks between a backslash and the newline still join the lines (as gcc and nvcc do, with a warning).
+  CHECK(preprocessor_text("st\\  \nd::min") == "std::min");
+  CHECK(preprocessor_text("a // b \\ \t\r\n c\nd") == "a  \nd");
+  // A raw string is one literal: no quote or comment inside it counts.
+  CHECK(preprocessor_text("q = R\"(\")\"; o = \"/*\"; std::min(1, 2); /* x */") ==
+        "q = R\"(\")\"; o = \"/*\"; std::min(1, 2);  ");
+  CHECK(preprocessor_text("q = u8R\"x(a)\" /* )x\"; k /**/") == "q = u8R\"x(a)\" /* )x\"; k  ");
 }
 
 TEST_CASE("a source's includes and the macros it defines are read as the preprocessor sees them", "[compiler][batch]") {

@@ -45,7 +45,7 @@ struct CompilerConfig {
   std::string cuda_arch = "sm_90";
   std::string nvcc_mode = "graph";  // graph | serial
   std::string huge_pages = "on";    // on | off: the build tools' malloc asks for transparent huge pages
-  std::string lean_headers = "on";  // on | off: builds skip the C++17 special math functions where unused
+  std::string lean_headers = "on";  // on | off: CUDA builds skip the C++17 special math functions if unused
   int64_t max_log_bytes = 8192;
   int64_t slots = 1;
   // With several slots: CUDA candidates of one source, differing only in their parameters, that arrive
