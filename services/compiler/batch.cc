@@ -79,7 +79,6 @@ std::string preprocessor_text(std::string_view source) {
     while (at(j) == ' ' || at(j) == '\t' || at(j) == '\r') ++j;
     return at(j) == '\n' ? j + 1 - k : 0;
   };
-  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   while (i < source.size()) {
     const char c = source[i];
     if (const size_t n = splice(i)) {
@@ -98,7 +97,7 @@ std::string preprocessor_text(std::string_view source) {
       out += ' ';
       i = end;
     } else if (c == 'R' && at(i + 1) == '"' &&
-               (i == 0 || !ident(source[i - 1]) || source[i - 1] == '8' || source[i - 1] == 'u' ||
+               (i == 0 || !ident_char(source[i - 1]) || source[i - 1] == '8' || source[i - 1] == 'u' ||
                 source[i - 1] == 'U' || source[i - 1] == 'L')) {
       // A raw string literal, R"delim( ... )delim", kept whole: nothing in it is a comment or a quote.
       const size_t open = source.find('(', i + 2);
@@ -124,10 +123,7 @@ std::string preprocessor_text(std::string_view source) {
   return out;
 }
 
-namespace {
-
-// source_directives of a text already through preprocessor_text.
-SourceDirectives directives_of(std::string_view text) {
+SourceDirectives preprocessed_directives(std::string_view text) {
   SourceDirectives d;
   for_each_directive(text, [&](std::string_view name, std::string_view rest) {
     if (name == "include") {
@@ -144,9 +140,9 @@ SourceDirectives directives_of(std::string_view text) {
   return d;
 }
 
-}  // namespace
-
-SourceDirectives source_directives(std::string_view source) { return directives_of(preprocessor_text(source)); }
+SourceDirectives source_directives(std::string_view source) {
+  return preprocessed_directives(preprocessor_text(source));
+}
 
 Status batchable(std::string_view source, const std::vector<std::string>& param_names) {
   auto no = [](const std::string& why) { return failed_precondition("not batched: " + why); };
@@ -156,7 +152,7 @@ Status batchable(std::string_view source, const std::vector<std::string>& param_
       return no("parameter '" + p + "' could change what a header means");
   }
   const std::string text = preprocessor_text(source);
-  const SourceDirectives d = directives_of(text);
+  const SourceDirectives d = preprocessed_directives(text);
   for (const auto& inc : d.includes) {
     if (inc.empty() || (inc.front() != '<' && inc != kAbiInclude))
       return no("it includes a file of its own (" + inc + ")");

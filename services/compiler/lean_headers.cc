@@ -31,15 +31,14 @@ constexpr std::array<std::string_view, 12> kToolkitHeaders = {"cuda",    "cooper
 bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 bool blank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 // A special function's name (or its f or l variant), or an identifier of the library's own (starting with
 // "__") that holds one (std::__detail::__riemann_zeta).
 bool special_function(std::string_view id) {
   for (std::string_view f : kSpecialFunctions) {
     if (id == f) return true;
-    if (id.size() == f.size() + 1 && starts_with(id, f) && (id.back() == 'f' || id.back() == 'l')) return true;
-    if (starts_with(id, "__") && id.find(f) != std::string_view::npos) return true;
+    if (id.size() == f.size() + 1 && id.starts_with(f) && (id.back() == 'f' || id.back() == 'l')) return true;
+    if (id.starts_with("__") && id.find(f) != std::string_view::npos) return true;
   }
   return false;
 }
@@ -60,7 +59,7 @@ constexpr std::array<std::string_view, 8> kLibraryNames = {"_CONCEPT_CHECK_H",
 
 bool library_name(std::string_view id) {
   for (std::string_view p : kLibraryPrefixes) {
-    if (starts_with(id, p)) return true;
+    if (id.starts_with(p)) return true;
   }
   for (std::string_view n : kLibraryNames) {
     if (id == n) return true;
@@ -107,21 +106,12 @@ bool known_include(const std::string& include, const std::map<std::string, std::
   if (include.front() == '"' && (target == kAbiHeader || files.count(target) > 0)) return true;
   if (include.front() != '"' && include.front() != '<') return false;
   for (std::string_view prefix : kToolkitHeaders) {
-    if (starts_with(target, prefix)) return true;
+    if (target.starts_with(prefix)) return true;
   }
   return false;
 }
 
 }  // namespace
-
-std::string_view name(LeanHeaders lean) {
-  switch (lean) {
-    case LeanHeaders::kOff: return "off";
-    case LeanHeaders::kPrelude: return "prelude";
-    case LeanHeaders::kSkipOnly: return "skip-only";
-  }
-  return "?";
-}
 
 LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
                          const std::map<std::string, std::string>& defines) {
@@ -129,7 +119,7 @@ LeanHeaders lean_headers(const std::map<std::string, std::string>& files,
   for (const auto& [file_name, content] : files) {
     const std::string text = preprocessor_text(content);
     scan_identifiers(text, s);
-    for (const auto& include : source_directives(content).includes) {
+    for (const auto& include : preprocessed_directives(text).includes) {
       if (!known_include(include, files)) s.includes_unknown = true;
     }
   }

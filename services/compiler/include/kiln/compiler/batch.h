@@ -36,6 +36,8 @@ struct SourceDirectives {
   std::vector<std::string> defined;
 };
 SourceDirectives source_directives(std::string_view source);
+// The same of a text already through preprocessor_text.
+SourceDirectives preprocessed_directives(std::string_view text);
 
 // OK when `source` can be one variant among several of a batch with these parameter names; otherwise
 // failed_precondition naming the first reason.

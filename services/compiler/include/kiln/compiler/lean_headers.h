@@ -32,8 +32,6 @@ enum class LeanHeaders {
   kSkipOnly,  // specfun.h skipped: nothing in the sources names namespace std, and every header is known
 };
 
-std::string_view name(LeanHeaders lean);
-
 // How lean the build of these files can be: the package's sources and headers, the source being built
 // among them, and the build's -D names and values. Every file is read as C++ text (comments aside,
 // string literals included: a name in a string counts, which errs on the safe side).
