@@ -1,6 +1,9 @@
 #include "kiln/sandbox/sandbox.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -119,6 +122,63 @@ bool drain_once(int fd, StreamCapture& capture) {
   return false;
 }
 
+// `path` made absolute and real (symbolic links resolved); empty when it does not exist.
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return {};
+  return buf;
+}
+
+bool is_under(const std::string& path, const std::string& dir) {
+  if (dir == "/") return true;
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+
+// Confinement, checked and resolved before fork: the ids, the real paths to cover and to mount.
+Result<detail::ConfinePlan> plan_confinement(const Confinement& c, const std::string& working_dir) {
+  detail::ConfinePlan p;
+  p.on = true;
+  const bool privileged = can_map_other_ids();
+  p.uid = privileged && c.uid != 0 ? c.uid : geteuid();
+  p.gid = privileged && c.gid != 0 ? c.gid : getegid();
+  p.user_namespace = !privileged;
+  p.uid_map = std::to_string(p.uid) + " " + std::to_string(p.uid) + " 1\n";
+  p.gid_map = std::to_string(p.gid) + " " + std::to_string(p.gid) + " 1\n";
+  p.tmp_options = "size=" + std::to_string(std::max<int64_t>(c.tmp_bytes, 1 << 20)) + ",mode=1777";
+  auto add_bind = [&](const std::string& outside, const std::string& inside, bool writable) -> Status {
+    std::string real = real_path(outside);
+    if (real.empty()) return not_found("sandbox: confinement: cannot bind " + outside + ": " + std::strerror(errno));
+    if (inside.empty() || inside[0] != '/' || inside.find("/../") != std::string::npos)
+      return invalid_argument("sandbox: confinement: bind target must be an absolute path, got '" + inside + "'");
+    struct stat st {};
+    if (::stat(real.c_str(), &st) != 0) return not_found("sandbox: confinement: cannot stat " + real);
+    p.binds.push_back({real, inside, S_ISDIR(st.st_mode), writable, -1});
+    return Status::ok();
+  };
+  if (!working_dir.empty()) {
+    // The working directory stays at its own path (it is usually under /tmp, which the child gets afresh).
+    std::string real = real_path(working_dir);
+    if (real.empty()) return not_found("sandbox: confinement: no working directory " + working_dir);
+    KILN_RETURN_IF_ERROR(add_bind(real, real, true));
+  }
+  for (const auto& b : c.binds) KILN_RETURN_IF_ERROR(add_bind(b.outside, b.inside, b.writable));
+  for (const auto& h : c.hidden) {
+    std::string real = real_path(h);
+    if (real.empty()) continue;  // nothing there to see
+    if (real == "/") return invalid_argument("sandbox: confinement: cannot hide the root");
+    if (is_under(real, "/tmp") && real != "/tmp") continue;  // gone with the private /tmp
+    for (const auto& b : p.binds) {
+      // A bind whose place lies under a cover could not be mounted there (the cover is read-only).
+      if (is_under(b.inside, real))
+        return invalid_argument("sandbox: confinement: " + b.inside + " lies under hidden " + real);
+    }
+    struct stat st {};
+    if (::stat(real.c_str(), &st) != 0) continue;
+    p.hidden.push_back({real, S_ISDIR(st.st_mode)});
+  }
+  return p;
+}
+
 void log_seccomp_fallback_once() {
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
@@ -129,6 +189,15 @@ void log_seccomp_fallback_once() {
 }
 
 }  // namespace
+
+bool can_map_other_ids() {
+  if (geteuid() != 0) return false;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  auto has = [&](int cap) { return (data[cap / 32].effective & (1u << (cap % 32))) != 0; };
+  return has(CAP_SETUID) && has(CAP_SETGID);
+}
 
 std::string signal_description(int sig) {
   switch (sig) {
@@ -174,7 +243,20 @@ std::string SandboxResult::describe(double timeout_s) const {
 Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
   if (options.argv.empty()) return invalid_argument("sandbox: empty argv");
   if (!(options.timeout_s > 0)) return invalid_argument("sandbox: timeout_s must be positive");
-  KILN_ASSIGN_OR_RETURN(std::string exe, resolve_executable(options.argv[0], options.env));
+  std::string exe;
+  if (options.confine) {
+    // A program inside a bind is named by its place inside; check it where it lies outside.
+    for (const auto& b : options.confine->binds) {
+      if (!is_under(options.argv[0], b.inside)) continue;
+      const std::string outside = b.outside + options.argv[0].substr(b.inside.size());
+      if (access(outside.c_str(), X_OK) != 0)
+        return not_found("sandbox: cannot execute '" + outside + "': " + std::strerror(errno));
+      exe = options.argv[0];
+    }
+  }
+  if (exe.empty()) {
+    KILN_ASSIGN_OR_RETURN(exe, resolve_executable(options.argv[0], options.env));
+  }
 
   ChildPlan plan;
   plan.exe = exe;
@@ -215,6 +297,14 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
   plan.guard = detail::guard_filter(getpid(), getpgrp(), options.deny_process_creation);
   plan.readonly_root = options.readonly_root;
   plan.drop_capabilities = options.drop_capabilities;
+  if (options.confine) {
+    KILN_ASSIGN_OR_RETURN(plan.confine, plan_confinement(*options.confine, options.working_dir));
+    plan.isolate_network = true;
+    plan.readonly_root = true;
+    plan.drop_capabilities = true;
+    plan.force_seccomp = false;
+    if (!options.working_dir.empty()) plan.working_dir = plan.confine.binds.front().inside.c_str();
+  }
   plan.timeout_s = options.timeout_s;
 
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -230,7 +320,17 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
 
   const double start = monotonic_s();
   pid_t pid = -1;
-  if (options.isolate_pids) {
+  if (plan.confine.on) {
+    // The supervisor as init of a new PID namespace (inside a new user namespace unless we may take the
+    // sandbox's ids ourselves); no fallback.
+    const unsigned long flags = SIGCHLD | CLONE_NEWPID | (plan.confine.user_namespace ? CLONE_NEWUSER : 0);
+    pid = static_cast<pid_t>(syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr));
+    if (pid < 0)
+      return failed_precondition(std::string("sandbox: confinement: cannot create a ") +
+                                 (plan.confine.user_namespace ? "user and " : "") +
+                                 "PID namespace here: " + std::strerror(errno));
+    plan.in_pid_namespace = true;
+  } else if (options.isolate_pids) {
     // Like fork, with the supervisor as init of a new PID namespace; refused without CAP_SYS_ADMIN.
     pid = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD | CLONE_NEWPID, nullptr, nullptr, nullptr, nullptr));
     if (pid >= 0) plan.in_pid_namespace = true;
@@ -275,8 +375,8 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
     kill(pid, SIGKILL);
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    std::string what = std::string("sandbox: ") + detail::step_name(step) + " failed for '" + options.argv[0] +
-                       "': " + std::strerror(err);
+    std::string what = std::string(plan.confine.on ? "sandbox: confinement: " : "sandbox: ") + detail::step_name(step) +
+                       " failed for '" + options.argv[0] + "': " + std::strerror(err);
     if (step == detail::kStepExec) return not_found(what);
     return failed_precondition(what);
   }
@@ -291,6 +391,10 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
       default: result.network_isolation = "none"; break;
     }
     result.filesystem_isolation = status_bytes[2] == detail::kReadonlyRoot ? "readonly_root" : "none";
+    if (status_bytes[3] == detail::kUserNamespace) {
+      result.user_isolation = plan.confine.user_namespace ? "userns" : "uid";
+      result.child_uid = plan.confine.uid;
+    }
     report_at = detail::kSetupBytes;
   } else {
     result.network_isolation = "none";

@@ -4,7 +4,9 @@
 #include <linux/capability.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <grp.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -33,6 +35,13 @@ const char* step_name(uint8_t step) {
     case kStepMount: return "setting up the mount namespace";
     case kStepCapabilities: return "dropping capabilities";
     case kStepGuard: return "installing the seccomp guard filter";
+    case kStepProc: return "mounting a fresh /proc";
+    case kStepBind: return "mounting a bound path";
+    case kStepHide: return "covering a hidden path";
+    case kStepTmpfs: return "mounting the private /tmp";
+    case kStepIdentity: return "taking the sandbox's user and group ids";
+    case kStepNetns: return "creating a network namespace";
+    case kStepUserns: return "mapping the user namespace's ids";
     default: return "setup";
   }
 }
@@ -66,6 +75,15 @@ void write_all(int fd, const void* data, size_t n) {
     p += w;
     n -= static_cast<size_t>(w);
   }
+}
+
+bool write_file_raw(const char* path, const char* text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t n = std::strlen(text);
+  const bool ok = ::write(fd, text, n) == static_cast<ssize_t>(n);
+  ::close(fd);
+  return ok;
 }
 
 [[noreturn]] void child_fail(int status_fd, uint8_t step) {
@@ -135,11 +153,118 @@ bool isolate_filesystem(const ChildPlan& plan, int st) {
   return true;
 }
 
-void drop_all_capabilities(int st) {
+// mkdir -p for a path in a fixed buffer (no allocation after fork). Existing components are fine.
+bool make_dirs_raw(const char* path) {
+  char buf[4096];
+  size_t n = std::strlen(path);
+  if (n == 0 || n >= sizeof buf) return false;
+  std::memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; ++i) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    const char saved = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return false;
+    buf[i] = saved;
+  }
+  return true;
+}
+
+// "/proc/self/fd/<fd>": how a mount reaches a path opened before the root turned read-only.
+void fd_path(int fd, char (&out)[32]) {
+  char digits[12];
+  size_t n = 0;
+  for (unsigned v = static_cast<unsigned>(fd); n == 0 || v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  const char prefix[] = "/proc/self/fd/";
+  std::memcpy(out, prefix, sizeof prefix - 1);
+  size_t at = sizeof prefix - 1;
+  while (n > 0) out[at++] = digits[--n];
+  out[at] = '\0';
+}
+
+bool exists(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0;
+}
+
+bool set_readonly(const char* path, unsigned flags) {
+  MountAttr ro{kMountAttrRdonly, 0, 0, 0};
+  return syscall(SYS_mount_setattr, AT_FDCWD, path, flags, &ro, sizeof ro) == 0;
+}
+
+// The sandbox's ids, inside and outside alike; supplementary groups dropped where they can be.
+void take_identity(const ConfinePlan& c, int st) {
+  if (!c.user_namespace && setgroups(0, nullptr) != 0) child_fail(st, kStepIdentity);
+  if (setresgid(c.gid, c.gid, c.gid) != 0) child_fail(st, kStepIdentity);
+  if (setresuid(c.uid, c.uid, c.uid) != 0) child_fail(st, kStepIdentity);
+}
+
+// The confined child's file system (SandboxOptions::confine): every step must hold, or the run fails.
+// Runs inside the user namespace, where this process holds every capability.
+void confine_filesystem(ConfinePlan& c, int st) {
+  if (unshare(CLONE_NEWNS) != 0) child_fail(st, kStepMount);
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(st, kStepMount);
+  // The PID namespace's own /proc: nothing outside it in sight, no /proc/<tester>/environ.
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) child_fail(st, kStepProc);
+  // Reached before anything is covered, so a bind may come from under a hidden path.
+  for (auto& b : c.binds) {
+    b.fd = ::open(b.outside.c_str(), O_PATH | O_CLOEXEC);
+    if (b.fd < 0) child_fail(st, kStepBind);
+  }
+  if (!set_readonly("/", AT_RECURSIVE)) child_fail(st, kStepMount);
+  const bool have_tmp = exists("/tmp");
+  if (have_tmp && mount("kiln-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c.tmp_options.c_str()) != 0)
+    child_fail(st, kStepTmpfs);
+  // A private, small, writable /dev/shm: runtimes (the CUDA driver, OpenMP, glibc's sem_open) want one.
+  if (exists("/dev/shm") &&
+      mount("kiln-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777") != 0)
+    child_fail(st, kStepTmpfs);
+  // Covers: an empty tmpfs over a directory (read-only once the binds below it are made), an empty file
+  // over a file.
+  const char* empty_file = "/dev/null";
+  if (have_tmp) {
+    int fd = ::open("/tmp/.kiln-hidden", O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+    if (fd < 0) child_fail(st, kStepHide);
+    ::close(fd);
+    empty_file = "/tmp/.kiln-hidden";
+  }
+  for (const auto& h : c.hidden) {
+    const bool ok =
+        h.is_dir ? mount("kiln-hidden", h.path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                         "size=64k,nr_inodes=64,mode=0755") == 0
+                 : mount(empty_file, h.path.c_str(), nullptr, MS_BIND, nullptr) == 0 && set_readonly(h.path.c_str(), 0);
+    if (!ok) child_fail(st, kStepHide);
+  }
+  for (auto& b : c.binds) {
+    if (b.is_dir) {
+      if (!make_dirs_raw(b.inside.c_str())) child_fail(st, kStepBind);
+    } else if (!exists(b.inside.c_str())) {
+      int fd = ::open(b.inside.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+      if (fd < 0) child_fail(st, kStepBind);
+      ::close(fd);
+    }
+    char from[32];
+    fd_path(b.fd, from);
+    if (mount(from, b.inside.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) child_fail(st, kStepBind);
+    MountAttr attr{b.writable ? 0 : kMountAttrRdonly, b.writable ? kMountAttrRdonly : 0, 0, 0};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, b.inside.c_str(), AT_RECURSIVE, &attr, sizeof attr) != 0)
+      child_fail(st, kStepBind);
+    ::close(b.fd);
+    b.fd = -1;
+  }
+  for (const auto& h : c.hidden) {
+    if (h.is_dir && !set_readonly(h.path.c_str(), 0)) child_fail(st, kStepHide);
+  }
+}
+
+void drop_bounding_capabilities() {
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   // Without CAP_SETPCAP this fails, and then there is nothing to drop from the bounding set that exec
   // could grant under PR_SET_NO_NEW_PRIVS anyway.
   for (int cap = 0; cap <= kMaxCapability; ++cap) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+}
+
+void drop_all_capabilities(int st) {
+  drop_bounding_capabilities();
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
   if (syscall(SYS_capset, &header, data) != 0) child_fail(st, kStepCapabilities);
@@ -166,19 +291,34 @@ void drop_all_capabilities(int st) {
   if (plan.set_affinity && sched_setaffinity(0, sizeof plan.affinity, &plan.affinity) != 0) {
     child_fail(st, kStepAffinity);
   }
-  const bool readonly = isolate_filesystem(plan, st);
+  bool readonly = false;
+  if (plan.confine.on) {
+    confine_filesystem(plan.confine, st);
+    readonly = true;
+  } else {
+    readonly = isolate_filesystem(plan, st);
+  }
   // After the mounts, so the working directory is the writable bind mount.
   if (plan.working_dir && chdir(plan.working_dir) != 0) child_fail(st, kStepChdir);
 
   char isolation = kIsolationNone;
   bool use_seccomp_network = false;
-  if (plan.isolate_network) {
+  if (plan.confine.on) {
+    if (unshare(CLONE_NEWNET) != 0) child_fail(st, kStepNetns);
+    isolation = kIsolationNetns;
+  } else if (plan.isolate_network) {
     if (!plan.force_seccomp && unshare(CLONE_NEWNET) == 0) {
       isolation = kIsolationNetns;
     } else {
       use_seccomp_network = true;
       isolation = kIsolationSeccomp;
     }
+  }
+  if (plan.confine.on) {
+    // The sandbox's ids, after the bounding set (dropping it needs CAP_SETPCAP) and before the rest
+    // (taking them needs CAP_SETUID; as root, taking them clears every capability anyway).
+    drop_bounding_capabilities();
+    take_identity(plan.confine, st);
   }
   if (plan.drop_capabilities) drop_all_capabilities(st);
 
@@ -199,7 +339,8 @@ void drop_all_capabilities(int st) {
   sock_fprog guard{static_cast<unsigned short>(plan.guard.code.size()), plan.guard.code.data()};
   if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &guard) != 0) child_fail(st, kStepGuard);
 
-  const char setup[kSetupBytes] = {kSetupTag, isolation, readonly ? kReadonlyRoot : '-'};
+  const char setup[kSetupBytes] = {kSetupTag, isolation, readonly ? kReadonlyRoot : '-',
+                                   plan.confine.on ? kUserNamespace : '-'};
   write_all(st, setup, sizeof setup);
 
   close_fds_except(st);
@@ -279,6 +420,15 @@ void kill_inherited_descendants() {
 // kernel kills every remaining process of the namespace when it exits.
 [[noreturn]] void run_supervisor(ChildPlan& plan) {
   const int st = plan.status_fd;
+  if (plan.confine.user_namespace) {
+    // Our own id maps, as their owner: /proc/self's files are ours only while we are dumpable (the caller
+    // may not be, after a change of ids); we stop being so below.
+    prctl(PR_SET_DUMPABLE, 1);
+    if (!write_file_raw("/proc/self/setgroups", "deny") ||
+        !write_file_raw("/proc/self/uid_map", plan.confine.uid_map.c_str()) ||
+        !write_file_raw("/proc/self/gid_map", plan.confine.gid_map.c_str()))
+      child_fail(st, kStepUserns);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (!plan.in_pid_namespace && getppid() != plan.parent_pid) _exit(127);
   // Not dumpable: a child without CAP_SYS_PTRACE cannot read our memory or /proc/<pid>/environ, which

@@ -11,12 +11,39 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/core/status.h"
 
 namespace kiln::sandbox {
+
+// A path of the caller's file system made visible inside a confined child (SandboxOptions::confine) at
+// `inside`, an absolute path under the child's private /tmp (or one that exists in its read-only root).
+// Read-only unless `writable`. Binds are reached without walking the path outside, so a child that runs as
+// another user reaches them even where that user may not search their parents (a tree under /root).
+struct Bind {
+  std::string outside;
+  std::string inside;
+  bool writable = false;
+};
+
+// The confinement of code nobody trusts (DESIGN §5 "Isolation", docs/threat-model.md). The child runs as
+// `uid`/`gid` with no capability when the caller may take other ids (root with CAP_SETUID/CAP_SETGID);
+// otherwise in a user namespace of its own that maps the caller's own ids, the only ones it may map. In
+// either case: in a PID namespace (a fresh /proc, nothing else in sight), a network namespace (a down
+// loopback) and a mount namespace where every mount is read-only, each of `hidden` is covered (a
+// directory by an empty read-only tmpfs, a file by an empty one; paths under /tmp need no cover), /tmp
+// and /dev/shm are private tmpfs, and the working directory and `binds` are mounted at their places.
+// Nothing falls back: a step that cannot be set up here fails the run, naming the step.
+struct Confinement {
+  uint32_t uid = 0;  // the child's ids, when the caller may take them (0: the caller's own)
+  uint32_t gid = 0;
+  std::vector<std::string> hidden;  // absolute; a path that does not exist is skipped
+  std::vector<Bind> binds;
+  int64_t tmp_bytes = int64_t{256} << 20;  // the private /tmp's size (the working dir is not counted)
+};
 
 struct SandboxOptions {
   std::vector<std::string> argv;  // argv[0] without a '/' is looked up in the PATH of `env`
@@ -46,6 +73,9 @@ struct SandboxOptions {
   // Drop every capability (bounding, effective, permitted, ambient) before exec, so a child running as
   // root cannot undo the above (remount, raise rlimits, ptrace across users).
   bool drop_capabilities = true;
+  // Confine the child as Confinement says, or fail the run: no fallback. When set it implies (and
+  // replaces) isolate_pids, isolate_network, readonly_root and drop_capabilities.
+  std::optional<Confinement> confine;
 };
 
 struct SandboxResult {
@@ -58,6 +88,10 @@ struct SandboxResult {
   std::string network_isolation;     // netns | seccomp | none
   std::string pid_isolation;         // pidns | subreaper
   std::string filesystem_isolation;  // readonly_root | none (not requested, or not permitted here)
+  // SandboxOptions::confine: "uid" (the child ran as the sandbox's uid `child_uid`) or "userns" (in a user
+  // namespace, as the caller's own uid `child_uid`); "none" otherwise.
+  std::string user_isolation = "none";
+  int64_t child_uid = -1;  // the child's uid outside, when confined
 
   bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }
   // The exit code, or -N when signal N ended the leader (the subprocess convention; a run killed at its
@@ -74,6 +108,10 @@ struct SandboxResult {
 // ptrace and process_vm_readv/writev always do). Sets PR_SET_NO_NEW_PRIVS. Irreversible, and inherited by
 // every thread created afterwards.
 Status confine_current_process();
+
+// Whether this process may run a confined child as other ids (Confinement::uid): root with CAP_SETUID and
+// CAP_SETGID.
+bool can_map_other_ids();
 
 // Runs the child to completion. An error means the child could not be started (bad argv, exec failed,
 // no way to isolate the network); whatever the child itself does is a SandboxResult.
