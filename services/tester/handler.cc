@@ -1,6 +1,8 @@
 #include "kiln/tester/handler.h"
 
 #include <prometheus/counter.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -95,6 +97,39 @@ std::string host_arch() {
   return uname(&u) == 0 ? u.machine : "";
 }
 
+// Files the child wrote are read without following links: a candidate could leave a link to a file only
+// the tester may read where its report should be.
+Result<std::string> read_child_file(const std::string& path, size_t max_bytes = 64u << 20) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return not_found(path + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string out;
+  Status status = Status::ok();
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    status = failed_precondition(path + ": not a regular file");
+  } else if (static_cast<size_t>(st.st_size) > max_bytes) {
+    status =
+        resource_exhausted(path + ": " + std::to_string(st.st_size) + " bytes, limit " + std::to_string(max_bytes));
+  } else {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+  }
+  ::close(fd);
+  if (!status.is_ok()) return status;
+  return out;
+}
+
+// Said in the log of every verdict a candidate earned without confinement.
+constexpr const char* kUnconfinedWarning =
+    "WARNING: this candidate ran UNCONFINED (tester.allow_unconfined): it had the tester's rights on this host";
+
 Status write_request_files(const std::string& dir, const proto::FileMap& files, const std::string& kernel_so,
                            const std::string& reference_so) {
   // File names come from a package that task::parse_task accepted: relative, without "..".
@@ -121,9 +156,9 @@ Result<std::string> write_report_key(const std::string& dir) {
 // The report the child wrote to `dir`/`file` and signed with `key`; the error says what was wrong with it.
 Result<proto::TestReport> read_signed_report(const std::string& dir, const char* file, const std::string& key) {
   const std::string path = dir + "/" + file;
-  auto bytes = read_file(path);
+  auto bytes = read_child_file(path);
   if (!bytes.is_ok()) return not_found("exited without writing a result");
-  auto mac = read_file(eval::report_mac_path(path));
+  auto mac = read_child_file(eval::report_mac_path(path), 4096);
   if (!mac.is_ok() || !eval::report_authentic(key, *bytes, *mac))
     return failed_precondition("the result was not written by the evaluator (its authentication failed)");
   auto decoded = proto::decode<proto::TestReport>(*bytes);
@@ -156,6 +191,8 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.profile_scope = config.profile_scope;
   o.ncu = config.ncu;
   o.profile_timeout_s = config.profile_timeout_s;
+  o.sandbox_uid = static_cast<uint32_t>(config.sandbox_uid);
+  o.allow_unconfined = config.allow_unconfined != 0;
   return o;
 }
 
@@ -280,17 +317,52 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
   // to how it measures changes it). Read once; a binary that cannot be read leaves the key out.
   if (auto binary = read_file(options_.eval_binary, kMaxEvaluatorBytes); binary.is_ok())
     run_metadata_["evaluator_sha256"] = sha256_hex(*binary);
+  policy_.sandbox_uid = options_.sandbox_uid;
+  policy_.hidden = options_.hidden_paths;
+  policy_.eval_binary = options_.eval_binary;
+  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
+    std::string dirs = lib_path;
+    for (size_t at = 0; at <= dirs.size();) {
+      size_t end = dirs.find(':', at);
+      if (end == std::string::npos) end = dirs.size();
+      if (std::string dir = dirs.substr(at, end - at); !dir.empty() && std::filesystem::is_directory(dir))
+        policy_.lib_dirs.push_back(dir);
+      at = end + 1;
+    }
+  }
+}
+
+// Checks once, at start, that children can be confined here, and says how they will run.
+std::unique_ptr<TestHandler> TestHandler::with_confinement(std::unique_ptr<TestHandler> h) {
+  if (!h->device_lock_.empty()) h->policy_.lock_dir = std::filesystem::path(h->device_lock_).parent_path().string();
+  const TesterOptions& o = h->options_;
+  h->confinement_ = o.confine ? check_confinement(h->policy_)
+                              : failed_precondition("confinement is off for this tester (TesterOptions::confine)");
+  if (h->confinement_.is_ok()) {
+    spdlog::info("tester: candidates run confined: {}, read-only root, PID, mount and network namespaces",
+                 sandbox::can_map_other_ids() ? "as uid " + std::to_string(o.sandbox_uid) + "+slot"
+                                              : "in a user namespace of uid " + std::to_string(geteuid()));
+  } else if (o.allow_unconfined || !o.confine) {
+    spdlog::warn("tester: candidates run UNCONFINED ({}): {}",
+                 o.confine ? "tester.allow_unconfined" : "confinement off", h->confinement_.message());
+  } else {
+    spdlog::error(
+        "tester: cannot confine candidates here, so every evaluation is refused: {} "
+        "(tester.allow_unconfined: 1 runs them unconfined, for development only)",
+        h->confinement_.message());
+  }
+  return h;
 }
 
 // With several slots, the device lock file the children share: one per device, in lock_dir.
 Result<std::unique_ptr<TestHandler>> TestHandler::with_device_lock(std::unique_ptr<TestHandler> h) {
   const TesterOptions& o = h->options_;
-  if (o.slots <= 1) return h;
+  if (o.slots <= 1) return with_confinement(std::move(h));
   if (o.lock_dir.empty()) return invalid_argument("tester: slots > 1 needs a folder for the device lock");
   KILN_RETURN_IF_ERROR(make_dirs(o.lock_dir).with_context("tester: device lock folder"));
   h->device_lock_ = o.lock_dir + "/device-" + (h->gpu_.uuid.empty() ? std::string("cpu") : h->gpu_.uuid) + ".lock";
   KILN_RETURN_IF_ERROR(eval::DeviceLock::open(h->device_lock_).status().with_context("tester"));
-  return h;
+  return with_confinement(std::move(h));
 }
 
 Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) {
@@ -344,6 +416,10 @@ proto::Capabilities TestHandler::capabilities() const {
   caps.gpu_uuid = worker_.gpu_uuid;
   caps.arch = options_.backend == proto::Backend::kCuda ? gpu_.arch() : host_arch();
   caps.host = worker_.host;
+  caps.confinement = confinement_.is_ok() ? "confined"
+                     : options_.allow_unconfined || !options_.confine
+                         ? "UNCONFINED: " + confinement_.message()
+                         : "refuses to evaluate: " + confinement_.message();
   return caps;
 }
 
@@ -353,7 +429,7 @@ void TestHandler::start_gpu_monitor(std::shared_ptr<prometheus::Registry> regist
 
 std::vector<std::string> TestHandler::eval_argv(const char* result_file, double screen_below) const {
   const auto& t = options_.timing;
-  std::vector<std::string> argv = {options_.eval_binary,
+  std::vector<std::string> argv = {confined() ? policy_.eval_binary_in_child() : options_.eval_binary,
                                    "--task",
                                    kTaskDir,
                                    "--kernel",
@@ -380,7 +456,7 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
                                    kReportKeyFile};
   if (!device_lock_.empty()) {
     argv.push_back("--device-lock");
-    argv.push_back(device_lock_);
+    argv.push_back(confined() ? policy_.lock_file_in_child(device_lock_) : device_lock_);
   }
   argv.push_back("--settle-calls");  // 0 too: the evaluator's own default is to settle
   argv.push_back(std::to_string(t.settle_calls));
@@ -399,7 +475,9 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   run.env = {"PATH=/usr/bin:/bin", "HOME=" + scratch, "TMPDIR=" + scratch, "LC_ALL=C"};
   // Where the tester itself found its shared libraries (a deployment that ships them beside Kiln); it is
   // no secret, and the child is built from the same tree.
-  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
+  if (confined()) {
+    if (std::string lib = policy_.library_path_in_child(); !lib.empty()) run.env.push_back("LD_LIBRARY_PATH=" + lib);
+  } else if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
     run.env.push_back(std::string("LD_LIBRARY_PATH=") + lib_path);
   }
   run.timeout_s = timeout_s;
@@ -421,6 +499,9 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
   run.readonly_root = options_.readonly_root.value_or(options_.backend == proto::Backend::kCpu);
   run.deny_process_creation = options_.deny_process_creation.value_or(false);
+  // Confined, the sandbox gives the child a read-only root with private /tmp and /dev/shm, its own uid
+  // (or user namespace) and nothing of Kiln's files, and never falls back (confinement.h).
+  if (confined()) run.confine = policy_.for_slot(slot);
   if (slot >= 0 && static_cast<size_t>(slot) < slot_cores_.size()) {
     run.cpu_affinity = slot_cores_[static_cast<size_t>(slot)];
   } else {
@@ -429,7 +510,20 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   return run;
 }
 
-void TestHandler::profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice,
+Result<TestHandler::Scratch> TestHandler::make_scratch(const ScratchFiles& files, int slot) const {
+  Scratch scratch;
+  KILN_RETURN_IF_ERROR(
+      write_request_files(scratch.dir.path(), *files.task_files, *files.kernel_so, *files.reference_so));
+  KILN_ASSIGN_OR_RETURN(scratch.key, write_report_key(scratch.dir.path()));
+  // As root the child runs as the slot's own ids, which must own the folder it works in.
+  if (confined() && sandbox::can_map_other_ids()) {
+    const uint32_t id = policy_.uid_for_slot(slot);
+    KILN_RETURN_IF_ERROR(give_scratch(scratch.dir.path(), id, id));
+  }
+  return scratch;
+}
+
+void TestHandler::profile(const ScratchFiles& files, proto::TestReport& report, const ProfileChoice& choice,
                           int slot) const {
   if (options_.backend != proto::Backend::kCuda || options_.profile != "ncu" ||
       report.status != proto::test_status::kOk)
@@ -441,9 +535,14 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report,
   };
   if (std::string why = why_not_profiled(report, choice); !why.empty()) return skipped(why);
   if (::access(options_.ncu.c_str(), X_OK) != 0) return skipped("no ncu at " + options_.ncu);
+  // A scratch folder of its own: the measured run's candidate had the other one to itself, and nothing
+  // it may have left there (a link where a file will be written or read) reaches this run.
   // Only a report the child signed is read for the profiled process.
-  auto key = write_report_key(scratch);
-  if (!key.is_ok()) return skipped(key.status().message());
+  auto made = make_scratch(files, slot);
+  if (!made.is_ok()) return skipped(made.status().message());
+  const Scratch fresh = std::move(made).value();
+  const std::string& scratch = fresh.dir.path();
+  const std::string* key = &fresh.key;
   std::vector<std::string> argv = eval_argv(kProfileResultFile);
   argv.push_back("--profile");
   const std::string csv = std::string(kProfileCsvFile);
@@ -463,7 +562,7 @@ void TestHandler::profile(const std::string& scratch, proto::TestReport& report,
   if (!profiled.is_ok()) return skipped("the profiling run: " + profiled.status().message());
   if (profiled->status != proto::test_status::kOk) return skipped("the profiling run failed: " + profiled->message);
   const auto pid = profiled->metadata.find("profile_pid");
-  auto text = read_file(scratch + "/" + csv, kMaxProfileCsvBytes);
+  auto text = read_child_file(scratch + "/" + csv, kMaxProfileCsvBytes);
   if (pid == profiled->metadata.end() || !text.is_ok()) return skipped("ncu wrote no results");
   auto parsed = cuda::parse_ncu_csv(*text, std::atoll(pid->second.c_str()));
   if (!parsed.is_ok()) return skipped(parsed.status().message());
@@ -518,14 +617,12 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
                                ", this tester runs " + std::string(proto::name(options_.backend)));
   }
 
-  TempDir scratch("kiln-test");
-  KILN_RETURN_IF_ERROR(
-      messaging::worker_fault(write_request_files(scratch.path(), package->files, *kernel_so, *reference_so))
-          .with_context("tester: scratch dir"));
-
-  auto report_key = write_report_key(scratch.path());
-  if (!report_key.is_ok()) return messaging::worker_fault(report_key.status()).with_context("tester");
-  const std::string& key = *report_key;
+  // Fail closed: a candidate is never run unconfined unless the tester was told it may be.
+  if (!confined() && options_.confine && !options_.allow_unconfined) {
+    return unavailable("tester: cannot confine the candidate here, so it is not evaluated: " + confinement_.message() +
+                       " (tester.allow_unconfined: 1 runs candidates unconfined, for "
+                       "development only)");
+  }
 
   // A confirmation is measured in full; a first measurement may be screened.
   const std::string_view program_id = request.cand.program_id;
@@ -559,18 +656,32 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     for (int c : slot_cores_[static_cast<size_t>(slot)]) cores += (cores.empty() ? "" : ",") + std::to_string(c);
     metadata["slot_cores"] = cores;
   }
+  const ScratchFiles files{&package->files, &*kernel_so, reference_so.get()};
+  auto made = make_scratch(files, slot);
+  if (!made.is_ok()) return messaging::worker_fault(made.status()).with_context("tester: scratch dir");
+  const Scratch scratch_files = std::move(made).value();
+  const TempDir& scratch = scratch_files.dir;
+  const std::string& key = scratch_files.key;
+
   sandbox::SandboxOptions run =
       child_sandbox(scratch.path(), eval_argv(kResultFile, screen_below), options_.timeout_s, slot);
   auto ran = sandbox::run_sandboxed(run);
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   sandbox::SandboxResult child = std::move(ran).value();
 
-  const std::string log = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
+  const std::string log_tail = tail(child.stderr_text + child.stdout_text, options_.max_log_bytes);
   const auto [out_budget, err_budget] =
       proto::stream_budgets(child.stdout_text.size(), child.stderr_text.size(), options_.max_log_bytes);
   metadata["isolation_network"] = child.network_isolation;
   metadata["isolation_pids"] = child.pid_isolation;
   metadata["isolation_filesystem"] = child.filesystem_isolation;
+  metadata["isolation_user"] =
+      child.user_isolation + (child.child_uid >= 0 ? " uid " + std::to_string(child.child_uid) : std::string());
+  // Every verdict an unconfined candidate earns says so, first in its log.
+  auto warn_unconfined = [&](std::string text) {
+    return confined() ? text : std::string(kUnconfinedWarning) + "\n" + text;
+  };
+  const std::string log = warn_unconfined(log_tail);
   process.returncode = child.returncode();
   process.stdout_text = tail(child.stdout_text, out_budget);
   process.stderr_text = tail(child.stderr_text, err_budget);
@@ -600,7 +711,7 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   }
   report.log = log;
   if (options_.screen_by_best && !confirmation) seen_bars_.record(campaign, report);
-  profile(scratch.path(), report,
+  profile(files, report,
           {.scope = options_.profile_scope,
            .bar = screen_below,
            .confirmation = confirmation,
@@ -684,6 +795,7 @@ Result<service::ServiceHandlers> make_test_handlers(const service::ServiceContex
   KILN_ASSIGN_OR_RETURN(TesterOptions options, options_from_config(ctx.config->tester));
   options.worker_id = ctx.worker_id;
   options.lock_dir = ctx.state_dir + "/locks";
+  options.hidden_paths = kiln_private_paths(*ctx.config, ctx.state_dir, own_home());
   const int slots = static_cast<int>(std::max<int64_t>(1, options.slots));
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<TestHandler> handler, TestHandler::create(std::move(options)));
   if (ctx.tasks) handler->set_task_source(ctx.tasks);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
@@ -45,7 +46,8 @@ struct Rig {
 
   explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
                std::optional<bool> deny_process_creation = {}, const std::string& profile = "off",
-               const std::string& ncu = kiln::tester::TesterOptions{}.ncu) {
+               const std::string& ncu = kiln::tester::TesterOptions{}.ncu,
+               const std::vector<std::string>& hidden_paths = {}, bool confine = true) {
     kiln::compiler::CompilerOptions c;
     c.cache_dir = cache.path() + "/cache";
     auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
@@ -65,6 +67,10 @@ struct Rig {
     t.deny_process_creation = deny_process_creation;
     t.profile = profile;  // the profiling run costs seconds; only the profiling test asks for it
     t.ncu = ncu;
+    // Confined as a deployed tester confines (confinement.h); `confine` false: the sandbox's older
+    // defences only, to compare against.
+    t.hidden_paths = hidden_paths;
+    t.confine = confine;
     auto th = kiln::tester::TestHandler::create(t);
     INFO(th.status().message());
     REQUIRE(th.is_ok());

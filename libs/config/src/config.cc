@@ -97,6 +97,8 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.profile_scope", &c.tester.profile_scope},
       {"tester.ncu", &c.tester.ncu},
       {"tester.profile_timeout_s", &c.tester.profile_timeout_s},
+      {"tester.sandbox_uid", &c.tester.sandbox_uid},
+      {"tester.allow_unconfined", &c.tester.allow_unconfined},
       {"scorer.db_path", &c.scorer.db_path},
       {"scorer.default_budget", &c.scorer.default_budget},
       {"scorer.max_in_flight", &c.scorer.max_in_flight},
@@ -435,6 +437,8 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.flag("tester.screen_by_best", t.screen_by_best);
   v.one_of("tester.profile_scope", t.profile_scope, {"contenders", "all"});
   v.positive("tester.profile_timeout_s", t.profile_timeout_s);
+  v.flag("tester.allow_unconfined", t.allow_unconfined);
+  v.in_range("tester.sandbox_uid", t.sandbox_uid, 1, 4294967200);
   v.at_least("tester.timing.min_samples", t.timing.min_samples, 1);
   v.non_negative("tester.timing.min_time_s", t.timing.min_time_s);
   v.positive("tester.timing.max_noise", t.timing.max_noise);

@@ -176,6 +176,16 @@ Result<detail::ConfinePlan> plan_confinement(const Confinement& c, const std::st
     if (::stat(real.c_str(), &st) != 0) continue;
     p.hidden.push_back({real, S_ISDIR(st.st_mode)});
   }
+  // A path under a hidden folder is gone with it (and could not be covered again under its cover).
+  std::vector<detail::HiddenPlan> outer;
+  for (const auto& h : p.hidden) {
+    const bool nested = std::any_of(p.hidden.begin(), p.hidden.end(), [&](const detail::HiddenPlan& o) {
+      return o.is_dir && o.path != h.path && is_under(h.path, o.path);
+    });
+    const bool repeated = std::any_of(outer.begin(), outer.end(), [&](const auto& o) { return o.path == h.path; });
+    if (!nested && !repeated) outer.push_back(h);
+  }
+  p.hidden = std::move(outer);
   return p;
 }
 
@@ -447,6 +457,14 @@ Result<SandboxResult> run_sandboxed(const SandboxOptions& options) {
   // kill the namespace's remaining processes.
   int supervisor_status = 0;
   while (waitpid(pid, &supervisor_status, 0) < 0 && errno == EINTR) {
+  }
+  if (report_complete() && status_bytes[report_at] == detail::kFailureTag) {
+    // The child's setup went through but its exec did not (a program its ids may not run).
+    int err = 0;
+    std::memcpy(&err, status_bytes.data() + report_at + 2, sizeof(int));
+    return not_found(std::string(plan.confine.on ? "sandbox: confinement: " : "sandbox: ") +
+                     detail::step_name(static_cast<uint8_t>(status_bytes[report_at + 1])) + " failed for '" +
+                     options.argv[0] + "': " + std::strerror(err));
   }
   if (report_complete()) {
     int wstatus = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -56,6 +57,14 @@ struct Fixture {
     auto so = kiln::read_file(base + ".so");
     REQUIRE(so.is_ok());
     return *so;
+  }
+
+  // A folder for stand-ins of the evaluator: bound into the confined child, so anyone may read it.
+  std::string bin_dir() {
+    const std::string bin = dir.path() + "/bin";
+    REQUIRE(kiln::make_dirs(bin).is_ok());
+    REQUIRE(::chmod(bin.c_str(), 0755) == 0);
+    return bin;
   }
 
   kiln::proto::TestRequest request(const std::string& kernel_so, const std::string& purpose = "eval") {
@@ -490,12 +499,14 @@ TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
   forged.message = "correct; speedup 50x";
   forged.correctness.passed = true;
   forged.performance.measured = true;
-  const std::string forged_path = f.dir.path() + "/forged.msgpack";
-  REQUIRE(kiln::write_file_atomic(forged_path, kiln::proto::encode(forged)).is_ok());
-  const std::string script = f.dir.path() + "/fake-eval";
-  REQUIRE(kiln::write_file_atomic(script, "#!/bin/sh\ncp " + forged_path +
-                                              " result.msgpack\n"
-                                              "echo 0000 > result.msgpack.mac\n")
+  // The fake evaluator's folder is bound into the confined child, where the forged report is found beside it.
+  const std::string bin = f.bin_dir();
+  REQUIRE(kiln::write_file_atomic(bin + "/forged.msgpack", kiln::proto::encode(forged)).is_ok());
+  REQUIRE(::chmod((bin + "/forged.msgpack").c_str(), 0644) == 0);
+  const std::string script = bin + "/fake-eval";
+  REQUIRE(kiln::write_file_atomic(script,
+                                  "#!/bin/sh\ncp \"$(dirname \"$0\")/forged.msgpack\" result.msgpack\n"
+                                  "echo 0000 > result.msgpack.mac\n")
               .is_ok());
   REQUIRE(::chmod(script.c_str(), 0755) == 0);
   TesterOptions o = quick_options();
@@ -508,11 +519,14 @@ TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
 
 TEST_CASE("the tester passes tester.timing.settle_calls to the evaluator and says so", "[tester]") {
   Fixture f;
-  // The evaluator behind a script that says how it was called.
-  const std::string script = f.dir.path() + "/argv-eval";
-  REQUIRE(kiln::write_file_atomic(script,
-                                  "#!/bin/sh\necho \"argv: $*\" >&2\nexec " KILN_BINARY_DIR "/bin/kiln-eval \"$@\"\n")
-              .is_ok());
+  // The evaluator behind a script that says how it was called (a copy beside it: the folder is bound into
+  // the confined child).
+  const std::string bin = f.bin_dir();
+  std::filesystem::copy_file(KILN_BINARY_DIR "/bin/kiln-eval", bin + "/kiln-eval");
+  const std::string script = bin + "/argv-eval";
+  REQUIRE(
+      kiln::write_file_atomic(script, "#!/bin/sh\necho \"argv: $*\" >&2\nexec \"$(dirname \"$0\")/kiln-eval\" \"$@\"\n")
+          .is_ok());
   REQUIRE(::chmod(script.c_str(), 0755) == 0);
   for (const int64_t settle : {0, 2}) {
     TesterOptions o = quick_options();
@@ -564,15 +578,17 @@ TEST_CASE("a reference that will not load or crashes is the evaluator's fault: t
 TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only the candidate's scored", "[tester]") {
   Fixture f;
   // This worker's fault: its evaluation child is gone (a broken install, a full disk). Given back.
-  const std::string evaluator = f.dir.path() + "/kiln-eval";
-  REQUIRE(::symlink(KILN_BINARY_DIR "/bin/kiln-eval", evaluator.c_str()) == 0);
+  const std::string evaluator = f.bin_dir() + "/kiln-eval";
+  std::filesystem::copy_file(KILN_BINARY_DIR "/bin/kiln-eval", evaluator);
   TesterOptions o = quick_options();
   o.eval_binary = evaluator;
   auto handler = make(o);
   const auto correct = f.request(f.build("correct"));
   REQUIRE(::unlink(evaluator.c_str()) == 0);
-  CHECK(given_back(*handler, correct).rfind("test: tester: evaluation child: ", 0) == 0);
-  REQUIRE(::symlink(KILN_BINARY_DIR "/bin/kiln-eval", evaluator.c_str()) == 0);  // the next attempt
+  const std::string gone = given_back(*handler, correct);
+  INFO(gone);
+  CHECK(gone.rfind("test: tester: evaluation child: ", 0) == 0);
+  std::filesystem::copy_file(KILN_BINARY_DIR "/bin/kiln-eval", evaluator);  // the next attempt
   CHECK(handle(*handler, correct).outcome == Outcome::kDone);
 
   // Permanent and not the candidate's: a job for a task of another backend. Never scored.

@@ -33,6 +33,9 @@ struct Capabilities {
   std::string arch;       // "sm_90", "x86_64"
   std::string toolchain;  // "nvcc 13.0", "g++ 12.2.0"
   std::string host;
+  // Evaluation workers: "confined" when candidates run confined (DESIGN §5), else "UNCONFINED: <why>" or
+  // "refuses to evaluate: <why>"; "" for other workers.
+  std::string confinement;
   template <class V>
   void fields(V& v) {
     v("backend", backend);
@@ -41,6 +44,7 @@ struct Capabilities {
     v("arch", arch);
     v("toolchain", toolchain);
     v("host", host);
+    v("confinement", confinement);
   }
 };
 

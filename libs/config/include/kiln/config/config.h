@@ -106,6 +106,12 @@ struct TesterConfig {
   std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
   double profile_timeout_s = 120;
+  // Candidates run confined (docs/threat-model.md): as root, slot k's children run as uid and gid
+  // sandbox_uid + k; otherwise in a user namespace of the tester's own ids.
+  int64_t sandbox_uid = 99000;
+  // 1: where confinement cannot be set up, run candidates unconfined anyway, with a warning in every
+  // verdict's log. For development only; 0 (the default) refuses to evaluate instead.
+  int64_t allow_unconfined = 0;
 };
 
 // The MAP-Elites archive (DESIGN §6; defaults after KernelFoundry).

@@ -28,6 +28,8 @@
 #include "kiln/service/service.h"
 #include <prometheus/counter.h>
 
+#include "kiln/core/files.h"
+#include "kiln/tester/confinement.h"
 #include "kiln/tester/gpu_monitor.h"
 
 namespace kiln::tester {
@@ -53,11 +55,13 @@ struct TesterOptions {
   config::TimingConfig timing;
   size_t max_log_bytes = 16384;  // of the child's output kept in the report
   std::string worker_id;
-  // The sandbox's opt-in defences for the evaluation child; unset: the backend's default (cpu: read-only
-  // root, process creation refused inside kiln-eval's runners; cuda: process creation refused, writable
-  // root; see docs/threat-model.md).
+  // Without confinement (tester.allow_unconfined where it cannot be set up, or `confine` false), the
+  // sandbox's opt-in defences for the evaluation child; unset: the backend's default (cpu: read-only root;
+  // cuda: writable root; process creation is refused inside kiln-eval's runners either way).
   std::optional<bool> readonly_root;
   std::optional<bool> deny_process_creation;
+  // false: skip the confinement (the sandbox's older opt-in defences above apply), as tests of those do.
+  bool confine = true;
   // Profiler feedback (cuda): after a correct verdict, a separate run of the evaluation child under ncu.
   std::string profile = "ncu";  // ncu | off
   // Which correct candidates: "contenders" (first measurements whose proposer reads profiles and whose
@@ -65,6 +69,13 @@ struct TesterOptions {
   std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
   double profile_timeout_s = 120;
+  // Confinement of every evaluation child (confinement.h): as root, slot k's child runs as sandbox_uid + k.
+  uint32_t sandbox_uid = 99000;
+  // Paths the child must not see (kiln_private_paths).
+  std::vector<std::string> hidden_paths;
+  // Where confinement cannot be set up: false refuses to evaluate (the job goes back with the reason);
+  // true runs candidates unconfined, saying so in every verdict's log. For development only.
+  bool allow_unconfined = false;
 };
 
 // tester.* from the config. Fails for a backend other than cpu or cuda.
@@ -120,6 +131,13 @@ class SeenBars {
   size_t max_campaigns_;
 };
 
+// What one evaluation's scratch folder holds: the task package's files and both shared objects.
+struct ScratchFiles {
+  const proto::FileMap* task_files = nullptr;
+  const std::string* kernel_so = nullptr;
+  const std::string* reference_so = nullptr;
+};
+
 class TestHandler {
  public:
   // Fails for an evaluation child that is not there, or (cuda) no GPU to serve: such a
@@ -137,6 +155,9 @@ class TestHandler {
   // The device lock file the evaluation children share (tester.slots > 1), else empty.
   const std::string& device_lock() const { return device_lock_; }
   proto::Capabilities capabilities() const;
+  // Ok when every evaluation child runs confined; else why not (then evaluations are refused, or run
+  // unconfined with tester.allow_unconfined).
+  const Status& confinement() const { return confinement_; }
   // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
   // Counts on `registry`, per device: kiln_tester_evaluations_total{device, status} (every evaluation, by
@@ -164,7 +185,15 @@ class TestHandler {
   void give_slot(int slot);
   // Profiler feedback for a correct CUDA verdict: the child once more, under ncu, calling only the
   // candidate. Fills report.profile and profile_summary; any trouble is a line in profile_summary.
-  void profile(const std::string& scratch, proto::TestReport& report, const ProfileChoice& choice, int slot) const;
+  void profile(const ScratchFiles& files, proto::TestReport& report, const ProfileChoice& choice, int slot) const;
+  // A fresh scratch folder with the task package, both libraries and a fresh report key, handed to slot
+  // `slot`'s child.
+  struct Scratch {
+    TempDir dir{"kiln-test"};
+    std::string key;
+  };
+  Result<Scratch> make_scratch(const ScratchFiles& files, int slot) const;
+  bool confined() const { return confinement_.is_ok(); }
 
   TesterOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
@@ -172,8 +201,10 @@ class TestHandler {
   // TestReport.metadata common to every evaluation: the evaluation child and its hash, Kiln's version,
   // the timing options and the timeout.
   std::map<std::string, std::string> run_metadata_;
-  std::string device_lock_;  // the device lock file the children share (slots > 1), else empty
-  SeenBars seen_bars_;       // options_.screen_by_best
+  std::string device_lock_;   // the device lock file the children share (slots > 1), else empty
+  ConfinementPolicy policy_;  // how children are confined (when confinement_ is ok)
+  Status confinement_ = failed_precondition("not checked");
+  SeenBars seen_bars_;  // options_.screen_by_best
   // With several slots: which are taken, and each one's cores (tester.pin_cores, else the cores this
   // process may run on, split by split_cores).
   std::mutex slot_mu_;
@@ -181,6 +212,7 @@ class TestHandler {
   std::vector<std::vector<int>> slot_cores_;
 
   static Result<std::unique_ptr<TestHandler>> with_device_lock(std::unique_ptr<TestHandler> h);
+  static std::unique_ptr<TestHandler> with_confinement(std::unique_ptr<TestHandler> h);
   std::shared_ptr<cuda::Nvml> nvml_;  // cuda only
   cuda::GpuIdentity gpu_;             // cuda: the GPU this tester serves; its uuid is the child's CUDA_VISIBLE_DEVICES
   cuda::GpuClaim gpu_claim_;          // cuda with gpu_claim_dir: held while this handler lives

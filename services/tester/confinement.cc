@@ -1,0 +1,132 @@
+#include "kiln/tester/confinement.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "kiln/core/files.h"
+
+namespace kiln::tester {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string basename_of(const std::string& path) { return fs::path(path).filename().string(); }
+
+// `path` against `base` when relative; lexically normal.
+std::string absolute_against(const std::string& path, const std::string& base) {
+  if (path.empty()) return {};
+  fs::path p(path);
+  if (p.is_relative()) p = fs::path(base) / p;
+  return p.lexically_normal().string();
+}
+
+}  // namespace
+
+std::string ConfinementPolicy::eval_binary_in_child() const {
+  return std::string(kChildBinDir) + "/" + basename_of(eval_binary);
+}
+
+std::string ConfinementPolicy::lock_file_in_child(const std::string& lock_file) const {
+  return std::string(kChildLockDir) + "/" + basename_of(lock_file);
+}
+
+std::string ConfinementPolicy::library_path_in_child() const {
+  std::string out;
+  for (size_t i = 0; i < lib_dirs.size(); ++i)
+    out += (out.empty() ? "" : ":") + std::string(kChildLibDir) + std::to_string(i);
+  return out;
+}
+
+uint32_t ConfinementPolicy::uid_for_slot(int slot) const {
+  return sandbox::can_map_other_ids() ? sandbox_uid + static_cast<uint32_t>(std::max(slot, 0))
+                                      : static_cast<uint32_t>(geteuid());
+}
+
+sandbox::Confinement ConfinementPolicy::for_slot(int slot) const {
+  sandbox::Confinement c;
+  c.uid = c.gid = sandbox_uid + static_cast<uint32_t>(std::max(slot, 0));
+  c.hidden = hidden;
+  c.binds.push_back({fs::path(eval_binary).parent_path().string(), kChildBinDir, false});
+  if (!lock_dir.empty()) c.binds.push_back({lock_dir, kChildLockDir, false});
+  for (size_t i = 0; i < lib_dirs.size(); ++i)
+    c.binds.push_back({lib_dirs[i], std::string(kChildLibDir) + std::to_string(i), false});
+  return c;
+}
+
+std::vector<std::string> kiln_private_paths(const config::KilnConfig& config, const std::string& state_dir,
+                                            const std::string& home) {
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  std::vector<std::string> paths;
+  auto add = [&](const std::string& p) {
+    if (p.empty() || p == "/") return;
+    if (std::find(paths.begin(), paths.end(), p) == paths.end()) paths.push_back(p);
+  };
+  const std::string state = absolute_against(state_dir, cwd);
+  add(state);
+  for (const std::string* p :
+       {&config.broker.db_path, &config.broker.external_secret_key_file, &config.broker.external_public_key_file,
+        &config.broker.external_allowlist, &config.compiler.cache_dir, &config.scorer.db_path}) {
+    add(absolute_against(*p, state));
+  }
+  add(absolute_against(config.promoter.registry_dir, cwd));
+  if (!config.source.empty() && config.source != "defaults") add(absolute_against(config.source, cwd));
+  add(home);
+  return paths;
+}
+
+std::string own_home() {
+  if (const char* h = std::getenv("HOME"); h && *h) return h;
+  if (const passwd* pw = getpwuid(geteuid()); pw && pw->pw_dir) return pw->pw_dir;
+  return {};
+}
+
+Status check_confinement(const ConfinementPolicy& policy) {
+  TempDir scratch("kiln-confine-check");
+  if (sandbox::can_map_other_ids())
+    KILN_RETURN_IF_ERROR(give_scratch(scratch.path(), policy.uid_for_slot(0), policy.uid_for_slot(0)));
+  sandbox::SandboxOptions run;
+  run.argv = {policy.eval_binary_in_child(), "--help"};
+  run.working_dir = scratch.path();
+  run.env = {"PATH=/usr/bin:/bin"};
+  if (std::string lib = policy.library_path_in_child(); !lib.empty()) run.env.push_back("LD_LIBRARY_PATH=" + lib);
+  run.timeout_s = 30;
+  run.confine = policy.for_slot(0);
+  auto ran = sandbox::run_sandboxed(run);
+  if (!ran.is_ok()) {
+    if (ran.status().message().find("exec failed") != std::string::npos)
+      return failed_precondition(ran.status().message() + " (uid " + std::to_string(policy.uid_for_slot(0)) +
+                                 " must be able to read and run the evaluator and search its folder)");
+    return ran.status();
+  }
+  // What the evaluator answers does not matter (--help is a usage error): that it was started confined
+  // does. A program its ids may not run is an error of run_sandboxed ("exec failed ...").
+  if (ran->user_isolation == "none" || ran->filesystem_isolation != "readonly_root")
+    return failed_precondition("sandbox: confinement did not hold (" + ran->user_isolation + ", " +
+                               ran->filesystem_isolation + ")");
+  return Status::ok();
+}
+
+Status give_scratch(const std::string& dir, uint32_t uid, uint32_t gid) {
+  auto give = [&](const fs::path& p) -> Status {
+    if (::lchown(p.c_str(), uid, gid) != 0)
+      return unavailable("scratch " + p.string() + ": chown to " + std::to_string(uid) + ": " + std::strerror(errno));
+    return Status::ok();
+  };
+  KILN_RETURN_IF_ERROR(give(dir));
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    KILN_RETURN_IF_ERROR(give(it->path()));
+  }
+  if (ec) return unavailable("scratch " + dir + ": " + ec.message());
+  return Status::ok();
+}
+
+}  // namespace kiln::tester

@@ -1,0 +1,186 @@
+// The tester confines every candidate (DESIGN §5, docs/threat-model.md): a correct CPU candidate whose
+// code attacks Kiln's own files and processes finds every attack refused and still gets its normal
+// verdict, as root (the sandbox's uid) and as an ordinary user (a user namespace of that user's ids). Where
+// the confinement cannot be set up the tester refuses to evaluate and says why, unless
+// tester.allow_unconfined, which then says so in every verdict.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "kiln/config/config.h"
+#include "kiln/core/files.h"
+#include "kiln/proto/codec.h"
+#include "kiln/sandbox/sandbox.h"
+#include "kiln/task/task.h"
+#include "kiln/tester/confinement.h"
+#include "kiln/tester/handler.h"
+#include "kiln/testing/hostile_probe.h"
+#include "kiln/testing/kiln_install.h"
+#include "kiln/testing/loopback_listener.h"
+#include "kiln/testing/no_namespaces.h"
+
+using kiln::tester::TesterOptions;
+using kiln::tester::TestHandler;
+namespace fs = std::filesystem;
+namespace status = kiln::proto::test_status;
+
+using kiln::testing::Install;
+
+namespace {
+
+constexpr uint32_t kNobody = 65534;
+
+// rmsnorm's program 0 with the probe run at the start of every call (once per process).
+struct Candidate {
+  kiln::TempDir dir{"kiln-confine-build"};
+  kiln::proto::FileMap files;
+  std::string kernel_so, reference_so;
+
+  explicit Candidate(const kiln::testing::ProbeTargets& t) {
+    auto loaded = kiln::task::load_package(KILN_SOURCE_DIR "/configs/tasks/rmsnorm");
+    REQUIRE(loaded.is_ok());
+    files = *loaded;
+    const std::string& kernel = files.at("kernel.cpp").data;
+    auto bodies = kiln::task::region_bodies(kernel);
+    REQUIRE(bodies.is_ok());
+    auto hostile = kiln::task::replace_region(kernel, "  kiln_hostile_probe();\n" + bodies->at(0));
+    REQUIRE(hostile.is_ok());
+    kernel_so = compile("hostile", kiln::testing::probe_source(t) + *hostile);
+    reference_so = compile("reference", files.at("reference.cpp").data);
+  }
+
+  std::string compile(const std::string& name, const std::string& code) {
+    const std::string base = dir.path() + "/" + name;
+    REQUIRE(kiln::write_file_atomic(base + ".cpp", code).is_ok());
+    const std::string cmd = "g++ -O2 -fopenmp -shared -fPIC -std=c++17 -I" KILN_SOURCE_DIR "/libs/core/include -o " +
+                            base + ".so " + base + ".cpp";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    auto so = kiln::read_file(base + ".so");
+    REQUIRE(so.is_ok());
+    return *so;
+  }
+
+  kiln::proto::TestRequest request() const {
+    kiln::proto::TestRequest req;
+    req.cand.campaign_id = "c1";
+    req.cand.program_id = "c1/p1";
+    req.purpose = "eval";
+    req.files = files;
+    req.kernel_so.data = kernel_so;
+    req.reference_so.data = reference_so;
+    req.build.ok = true;
+    return req;
+  }
+};
+
+// Evaluates the hostile candidate through a tester with `options`; "" when its verdict is ok, every
+// attack was refused and nothing changed, else what went wrong. Catch's macros are not used, so this runs
+// in a forked child too.
+std::string evaluate_hostile(const Install& install, const Candidate& candidate, const TesterOptions& options,
+                             std::string* log_out = nullptr) {
+  auto handler = TestHandler::create(options);
+  if (!handler.is_ok()) return "create: " + handler.status().to_string();
+  if (!(*handler)->confinement().is_ok()) return "not confined: " + (*handler)->confinement().message();
+  auto report = (*handler)->evaluate(candidate.request());
+  if (!report.is_ok()) return "evaluate: " + report.status().to_string();
+  if (log_out) *log_out = report->log;
+  if (report->status != status::kOk) return "verdict " + report->status + ": " + report->message + "\n" + report->log;
+  const auto seen = kiln::testing::probe_results(report->process.stderr_text + report->log);
+  for (const auto& name : kiln::testing::probe_names()) {
+    auto it = seen.find(name);
+    if (it == seen.end()) return "the probe did not say " + name + ":\n" + report->log;
+    if (it->second.rfind("refused", 0) != 0) return name + " " + it->second;
+  }
+  const auto user = report->metadata.find("isolation_user");
+  if (user == report->metadata.end() || user->second == "none") return "no user isolation in the metadata";
+  return install.unchanged();
+}
+
+// Runs `body` as `uid` in a forked child; its answer ("" when every check held).
+std::string as_user(uint32_t uid, const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe";
+  pid_t pid = ::fork();
+  if (pid < 0) return "fork";
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string why = (::getuid() == uid || (::setgid(uid) == 0 && ::setuid(uid) == 0)) ? body() : "setuid failed";
+    (void)!::write(fds[1], why.data(), why.size());
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU candidate that attacks Kiln's files and processes finds every attack refused", "[tester][confine]") {
+  Install install;
+  kiln::testing::LoopbackListener broker;
+  ::setenv("KILN_CONFINE_MARKER", "kiln-tester-environ-marker", 1);
+  Candidate candidate(install.targets(broker.port));
+  SECTION("as this process's user") {
+    std::string log;
+    CHECK(evaluate_hostile(install, candidate, install.options(), &log) == "");
+    INFO(log);
+    // The probe ran in a runner with the same rights as the kernel it belongs to.
+    CHECK(log.find("KILN-PROBE create_outside refused") != std::string::npos);
+  }
+  if (::geteuid() == 0) {
+    SECTION("as an ordinary user") {
+      CHECK(as_user(kNobody, [&] { return evaluate_hostile(install, candidate, install.options()); }) == "");
+    }
+  }
+  ::unsetenv("KILN_CONFINE_MARKER");
+}
+
+TEST_CASE("a tester that cannot confine refuses to evaluate and says why, unless told to run unconfined",
+          "[tester][confine]") {
+  Install install;
+  kiln::testing::LoopbackListener broker;
+  Candidate candidate(install.targets(broker.port));
+  // In a forked child whose seccomp profile refuses new namespaces, as a container's default one does.
+  const std::string refused = as_user(::geteuid(), [&]() -> std::string {
+    if (!kiln::testing::refuse_namespaces()) return "could not install the filter";
+    auto handler = TestHandler::create(install.options());
+    if (!handler.is_ok()) return "create: " + handler.status().to_string();
+    if ((*handler)->confinement().is_ok()) return "confinement claimed to work";
+    if ((*handler)->capabilities().confinement.rfind("refuses to evaluate: ", 0) != 0)
+      return "capabilities say " + (*handler)->capabilities().confinement;
+    kiln::proto::Job job;
+    job.job_id = "c1/p1:test";
+    job.payload.data = kiln::proto::encode(candidate.request());
+    auto out = (*handler)->handle(job);
+    if (out.outcome != kiln::messaging::Outcome::kRetry) return "not given back: " + out.error;
+    if (!out.next.empty()) return "a verdict went to the scorer";
+    if (out.error.find("cannot confine the candidate here") == std::string::npos ||
+        out.error.find("PID namespace here: Operation not permitted") == std::string::npos)
+      return "reason: " + out.error;
+    if (fs::exists(install.outside + "/planted")) return "the candidate ran";
+    // Told it may, the tester runs the candidate unconfined, and the verdict's log says so first.
+    TesterOptions loose = install.options();
+    loose.allow_unconfined = true;
+    auto unconfined = TestHandler::create(loose);
+    if (!unconfined.is_ok()) return "create: " + unconfined.status().to_string();
+    auto report = (*unconfined)->evaluate(candidate.request());
+    if (!report.is_ok()) return "unconfined evaluate: " + report.status().to_string();
+    if (report->log.rfind("WARNING: this candidate ran UNCONFINED", 0) != 0) return "no warning: " + report->log;
+    if ((*unconfined)->capabilities().confinement.rfind("UNCONFINED: ", 0) != 0) return "capabilities";
+    return "";
+  });
+  CHECK(refused == "");
+}
