@@ -25,6 +25,15 @@ for step in "$@"; do
     # GPU_FILTER is one Catch2 test spec (names with spaces, comma-separated alternatives, wildcards).
     tests) KILN_GPU_TESTS=1 timeout ${GPU_TIMEOUT:-540} build/bin/test_gpu -d yes ${GPU_FILTER:+"$GPU_FILTER"} > "$out/gpu_tests.log" 2>&1
            echo "test_gpu exit $?"; grep -E "speedup|passed|failed|FAILED|with expansion|seconds:|sandbox" "$out/gpu_tests.log" | head -70 ;;
+    # The same tests as an ordinary user (nobody): the sandbox then confines through a user namespace. The
+    # tree is copied where that user can read it, and the source path the binaries carry points there.
+    user-tests) copy=/tmp/kiln-as-user; rm -rf "$copy"; cp -aL "$root" "$copy"; chmod -R a+rX "$copy"
+           ln -sfn "$copy" "$src" 2>/dev/null || true
+           (cd "$copy" && KILN_GPU_TESTS=1 HOME=/tmp LD_LIBRARY_PATH=$copy/.gpu-rt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64 \
+              timeout ${GPU_TIMEOUT:-540} setpriv --reuid=65534 --regid=65534 --clear-groups \
+              "$copy/build-gpu/bin/test_gpu" -d yes ${GPU_FILTER:+"$GPU_FILTER"}) > "$out/gpu_tests_user.log" 2>&1
+           echo "test_gpu (as nobody) exit $?"; grep -E "passed|failed|FAILED|with expansion|refused|SUCCEEDED|confined" "$out/gpu_tests_user.log" | head -50
+           [ "$src" != "$root" ] && ln -sfn "$root" "$src" ;;
     bench) timeout ${BENCH_TIMEOUT:-170} bash bench/timing/cuda_runner.sh build/bin/kiln-eval-cuda "${RUNS:-5}" > "$out/cuda_runner.json" 2> "$out/cuda_runner.log"
            echo "bench exit $?"; cat "$out/cuda_runner.log" | cut -c1-160 | head -40 ;;
     trust) for t in ${TRUST_TESTS:-test_trust test_trust_timing}; do timeout 90 build/bin/$t > "$out/$t.log" 2>&1; echo "$t exit $?"; grep -E "passed|failed" "$out/$t.log" | tail -3; done ;;

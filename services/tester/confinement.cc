@@ -1,6 +1,7 @@
 #include "kiln/tester/confinement.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,9 +39,23 @@ std::string ConfinementPolicy::lock_file_in_child(const std::string& lock_file) 
 
 std::string ConfinementPolicy::library_path_in_child() const {
   std::string out;
-  for (size_t i = 0; i < lib_dirs.size(); ++i)
-    out += (out.empty() ? "" : ":") + std::string(kChildLibDir) + std::to_string(i);
+  for (size_t i = 0; i < lib_dirs.size(); ++i) {
+    const bool bound = i < lib_bound.size() && lib_bound[i];
+    out += (out.empty() ? "" : ":") + (bound ? std::string(kChildLibDir) + std::to_string(i) : lib_dirs[i]);
+  }
   return out;
+}
+
+bool reachable_by_anyone(const std::string& dir) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(dir, ec);
+  if (ec) return false;
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0 || (st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH)) return false;
+  for (fs::path p = real.parent_path();; p = p.parent_path()) {
+    if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
+    if (p == p.root_path()) return true;
+  }
 }
 
 uint32_t ConfinementPolicy::uid_for_slot(int slot) const {
@@ -54,8 +69,10 @@ sandbox::Confinement ConfinementPolicy::for_slot(int slot) const {
   c.hidden = hidden;
   c.binds.push_back({fs::path(eval_binary).parent_path().string(), kChildBinDir, false});
   if (!lock_dir.empty()) c.binds.push_back({lock_dir, kChildLockDir, false});
-  for (size_t i = 0; i < lib_dirs.size(); ++i)
-    c.binds.push_back({lib_dirs[i], std::string(kChildLibDir) + std::to_string(i), false});
+  for (size_t i = 0; i < lib_dirs.size(); ++i) {
+    if (i < lib_bound.size() && lib_bound[i])
+      c.binds.push_back({lib_dirs[i], std::string(kChildLibDir) + std::to_string(i), false});
+  }
   return c;
 }
 
@@ -76,6 +93,8 @@ std::vector<std::string> kiln_private_paths(const config::KilnConfig& config, co
     add(absolute_against(*p, state));
   }
   add(absolute_against(config.promoter.registry_dir, cwd));
+  // The GPU claims are flocks shared by the testers of a host: a candidate could hold one open and starve them.
+  add(absolute_against(config.tester.gpu_claim_dir, cwd));
   if (!config.source.empty() && config.source != "defaults") add(absolute_against(config.source, cwd));
   add(home);
   return paths;

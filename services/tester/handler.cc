@@ -247,6 +247,16 @@ size_t SeenBars::size() const {
   return bars_.size();
 }
 
+std::vector<std::string> openmp_env(const std::vector<int>& cores) {
+  std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "OMP_DYNAMIC=false"};
+  if (!cores.empty()) {
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(cores.size()));
+    env.push_back("OMP_PROC_BIND=close");
+    env.push_back("OMP_PLACES=cores");
+  }
+  return env;
+}
+
 std::vector<std::vector<int>> split_cores(const std::vector<int>& cores, int64_t slots) {
   if (slots < 1 || cores.size() < static_cast<size_t>(slots)) return {};
   std::vector<std::vector<int>> groups(static_cast<size_t>(slots));
@@ -325,8 +335,10 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
     for (size_t at = 0; at <= dirs.size();) {
       size_t end = dirs.find(':', at);
       if (end == std::string::npos) end = dirs.size();
-      if (std::string dir = dirs.substr(at, end - at); !dir.empty() && std::filesystem::is_directory(dir))
+      if (std::string dir = dirs.substr(at, end - at); !dir.empty() && std::filesystem::is_directory(dir)) {
         policy_.lib_dirs.push_back(dir);
+        policy_.lib_bound.push_back(sandbox::can_map_other_ids() && !reachable_by_anyone(dir));
+      }
       at = end + 1;
     }
   }
@@ -507,6 +519,8 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   } else {
     for (int64_t core : options_.pin_cores) run.cpu_affinity.push_back(static_cast<int>(core));
   }
+  if (options_.backend == proto::Backend::kCpu)
+    for (std::string& var : openmp_env(run.cpu_affinity)) run.env.push_back(std::move(var));
   return run;
 }
 

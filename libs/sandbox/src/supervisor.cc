@@ -203,14 +203,18 @@ void take_identity(const ConfinePlan& c, int st) {
 void confine_filesystem(ConfinePlan& c, int st) {
   if (unshare(CLONE_NEWNS) != 0) child_fail(st, kStepMount);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) child_fail(st, kStepMount);
-  // The PID namespace's own /proc: nothing outside it in sight, no /proc/<tester>/environ.
-  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) child_fail(st, kStepProc);
   // Reached before anything is covered, so a bind may come from under a hidden path.
   for (auto& b : c.binds) {
     b.fd = ::open(b.outside.c_str(), O_PATH | O_CLOEXEC);
     if (b.fd < 0) child_fail(st, kStepBind);
   }
+  // The PID namespace's own /proc: nothing outside it in sight, no /proc/<tester>/environ.
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) child_fail(st, kStepProc);
   if (!set_readonly("/", AT_RECURSIVE)) child_fail(st, kStepMount);
+  // /proc keeps proc's own rules rather than a read-only mount's: the CUDA runtime names its threads
+  // through /proc/self/task/<tid>/comm and fails to initialize (cudaErrorOperatingSystem) when it cannot.
+  MountAttr proc_rw{0, kMountAttrRdonly, 0, 0};
+  if (syscall(SYS_mount_setattr, AT_FDCWD, "/proc", 0, &proc_rw, sizeof proc_rw) != 0) child_fail(st, kStepProc);
   const bool have_tmp = exists("/tmp");
   if (have_tmp && mount("kiln-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c.tmp_options.c_str()) != 0)
     child_fail(st, kStepTmpfs);

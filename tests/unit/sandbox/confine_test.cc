@@ -154,9 +154,10 @@ std::string battery(uint32_t expect_uid) {
                                           " 2>/dev/null && echo config; "
                                           "touch /etc/kiln-planted 2>/dev/null && echo etc; "
                                           "touch made-here && echo scratch; touch /tmp/t && echo tmp; "
-                                          "touch /dev/shm/t && echo shm; id -u"));
+                                          "touch /dev/shm/t && echo shm; echo probe > /proc/self/comm && echo comm; id -u"));
   if (!werr.empty()) return werr;
-  const std::string want = "scratch\ntmp\nshm\n" + std::to_string(expect_uid) + "\n";
+  // (A thread may name itself: the CUDA runtime does, through /proc, and will not start where it cannot.)
+  const std::string want = "scratch\ntmp\nshm\ncomm\n" + std::to_string(expect_uid) + "\n";
   if (w.stdout_text != want) return "writes: got '" + w.stdout_text + "' want '" + want + "' " + w.stderr_text;
   const std::string want_user = kiln::sandbox::can_map_other_ids() ? "uid" : "userns";
   if (w.user_isolation != want_user || w.child_uid != expect_uid) return "user_isolation " + w.user_isolation;

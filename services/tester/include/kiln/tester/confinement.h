@@ -26,6 +26,11 @@ struct ConfinementPolicy {
   std::string eval_binary;            // kiln-eval or kiln-eval-cuda, outside
   std::string lock_dir;               // the device lock folder, outside ("" = none)
   std::vector<std::string> lib_dirs;  // LD_LIBRARY_PATH entries, outside
+  // Which of lib_dirs are bound into the child (at kChildLibDir<i>): only those the child could not reach
+  // at their own path (a folder of the tester's user that others may not search). The rest stay where
+  // they are: the CUDA driver's library finds its companions from its own path and will not start from
+  // another place (cudaErrorOperatingSystem).
+  std::vector<bool> lib_bound;
 
   // The same paths as the child sees them.
   std::string eval_binary_in_child() const;
@@ -43,6 +48,9 @@ struct ConfinementPolicy {
 // Absolute, each once; paths that do not exist are left to the sandbox to skip.
 std::vector<std::string> kiln_private_paths(const config::KilnConfig& config, const std::string& state_dir,
                                             const std::string& home);
+
+// Whether any user may reach `dir`: every folder from the root down searchable by others, `dir` readable.
+bool reachable_by_anyone(const std::string& dir);
 
 // The home folder of the user this process runs as ($HOME, else the password database), or "".
 std::string own_home();

@@ -90,6 +90,12 @@ Result<std::string> default_eval_binary(proto::Backend backend = proto::Backend:
 // there are fewer cores than slots (then no slot is pinned).
 std::vector<std::vector<int>> split_cores(const std::vector<int>& cores, int64_t slots);
 
+// The OpenMP settings every contestant of a CPU evaluation runs under (candidate, reference and baselines
+// alike): idle threads sleep instead of spinning (a spinning team of a stopped runner, or of a kernel on a
+// loaded host, takes the cores the timed call needs), and with `cores` given, one thread per core, bound
+// to those cores.
+std::vector<std::string> openmp_env(const std::vector<int>& cores);
+
 // What decides whether a correct CUDA verdict is profiled besides the verdict itself.
 struct ProfileChoice {
   std::string_view scope = "all";  // TesterOptions::profile_scope
