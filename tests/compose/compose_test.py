@@ -131,6 +131,25 @@ def crash_worker(stack, service):
     return cid
 
 
+def check_isolation(stack):
+    """What runs candidates holds nothing worth forging: the tester's root is read-only and it mounts no
+    volume (scratch is tmpfs); the registry volume is mounted by the promoter alone; and the tester says its
+    candidates run confined."""
+    for cid in stack.containers("tester"):
+        st = stack.inspect(cid)
+        check(st["HostConfig"].get("ReadonlyRootfs") is True, f"tester {cid[:12]} has a read-only root")
+        check(not st.get("Mounts"), f"tester {cid[:12]} mounts no volume ({[m.get('Name') for m in st.get('Mounts', [])]})")
+    holders = []
+    for service in KILN_SERVICES:
+        for cid in stack.containers(service):
+            if any((m.get("Name") or "").endswith("_kiln-registry") for m in stack.inspect(cid).get("Mounts", [])):
+                holders.append(service)
+    check(sorted(set(holders)) == ["promoter"], f"only the promoter mounts the registry volume ({holders})")
+    workers = [w for w in stack.kiln_json("status")["workers"] if w["service"] == "test.cpu"]
+    check(bool(workers) and all(w.get("confinement") == "confined" for w in workers),
+          f"every tester confines its candidates ({[w.get('confinement') for w in workers]})")
+
+
 def cuda_compile_check(stack, args):
     """The CUDA image's compilers build every bundled CUDA task (program 0) without a GPU."""
     run(["bash", os.path.join(ROOT, "docker", "cuda-toolkit.sh")], timeout=900, capture=False)
@@ -229,6 +248,7 @@ def main():
             return by if by.get("compile", 0) >= COMPILERS and by.get("test.cpu", 0) >= 1 else None
         by = eventually(workers_ready, 120, 1.0, "the workers to register")
         log(f"workers: {by}")
+        check_isolation(stack)
 
         # A campaign from the host CLI.
         sub = stack.kiln_json("submit", os.path.join(ROOT, "tests", "data", "tasks", "fast_cpu"),

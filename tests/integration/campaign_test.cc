@@ -405,6 +405,15 @@ TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integrat
   for (const auto& q : j["queues"])
     if (q["service"] == "test.cuda") found = q["queued"].get<int>() >= 1 && q["failed"].get<int>() == 0;
   CHECK(found);
+  // The CPU tester says how it runs candidates: confined, here as on any host where it evaluates at all.
+  int testers = 0;
+  for (const auto& w : j["workers"])
+    if (w["service"] == "test.cpu") {
+      ++testers;
+      CHECK(w["confinement"] == "confined");
+    }
+  CHECK(testers == 1);
+  CHECK(st.out.find("UNCONFINED") == std::string::npos);
 }
 
 TEST_CASE("a campaign submitted with a target speedup stops early", "[integration]") {

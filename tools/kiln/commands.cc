@@ -263,7 +263,8 @@ int cmd_status(const Common& c, const std::string& campaign) {
                    {"in_flight", x.in_flight},
                    {"backend", x.caps.backend},
                    {"gpu", x.caps.gpu_name},
-                   {"host", x.caps.host}});
+                   {"host", x.caps.host},
+                   {"confinement", x.caps.confinement}});
     for (const auto& info : shown) cs.push_back(to_json(info));
     json out{{"queues", q}, {"workers", w}, {"campaigns", cs}, {"rejected_frames", st->rejected_frames}};
     if (!campaigns.is_ok()) out["campaigns_error"] = campaigns.status().message();
@@ -276,6 +277,11 @@ int cmd_status(const Common& c, const std::string& campaign) {
                 (long long)s.leased, (long long)s.done, (long long)s.failed, (long long)s.dead, (long long)s.workers,
                 s.queued > 0 && s.workers == 0 ? "  (waiting: no worker for this service)" : "");
   }
+  // An evaluation worker that runs candidates unconfined, or refuses to run them, says so here.
+  for (const auto& x : st->workers)
+    if (!x.caps.confinement.empty() && x.caps.confinement != "confined")
+      std::printf("%s %s: %s\n", x.caps.confinement.rfind("UNCONFINED", 0) == 0 ? "WARNING:" : "refusing:",
+                  x.worker_id.c_str(), x.caps.confinement.c_str());
   if (!campaigns.is_ok()) {
     std::printf("\ncampaigns: unavailable (%s)\n", campaigns.status().message().c_str());
   } else if (!shown.empty()) {

@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "kiln/config/config.h"
@@ -183,4 +185,27 @@ TEST_CASE("a tester that cannot confine refuses to evaluate and says why, unless
     return "";
   });
   CHECK(refused == "");
+}
+
+TEST_CASE("the paths hidden from a candidate are every file Kiln keeps, whatever the config names them",
+          "[tester][confine]") {
+  kiln::config::KilnConfig cfg;
+  cfg.source = "/etc/kiln/kiln.yaml";
+  cfg.broker.db_path = "broker.db";                   // relative: under the state directory
+  cfg.scorer.db_path = "/srv/kiln/archive.db";        // absolute: as it is
+  cfg.compiler.cache_dir = "cache/../compile-cache";  // normalised
+  cfg.broker.external_secret_key_file = "/etc/kiln/broker.key";
+  cfg.promoter.registry_dir = "/srv/registry";
+  cfg.tester.gpu_claim_dir = "/run/kiln/gpu-claims";
+  const auto hidden = kiln::tester::kiln_private_paths(cfg, "/var/lib/kiln", "/home/kiln");
+  auto has = [&](const std::string& p) { return std::find(hidden.begin(), hidden.end(), p) != hidden.end(); };
+  for (const char* p : {"/var/lib/kiln", "/var/lib/kiln/broker.db", "/srv/kiln/archive.db", "/var/lib/kiln/compile-cache",
+                        "/etc/kiln/broker.key", "/srv/registry", "/run/kiln/gpu-claims", "/etc/kiln/kiln.yaml",
+                        "/home/kiln"}) {
+    INFO(p);
+    CHECK(has(p));
+  }
+  // Nothing is hidden twice, and never the root itself.
+  CHECK(std::set<std::string>(hidden.begin(), hidden.end()).size() == hidden.size());
+  CHECK_FALSE(has("/"));
 }

@@ -381,6 +381,15 @@ TEST_CASE("split_cores gives each slot consecutive cores of its own", "[tester]"
   CHECK(split_cores({0, 1}, 0).empty());
 }
 
+TEST_CASE("CPU contestants run OpenMP with sleeping idle threads, one per slot core, bound there", "[tester]") {
+  using kiln::tester::openmp_env;
+  using Env = std::vector<std::string>;
+  CHECK(openmp_env({2, 3}) == Env{"OMP_WAIT_POLICY=passive", "OMP_DYNAMIC=false", "OMP_NUM_THREADS=2",
+                                  "OMP_PROC_BIND=close", "OMP_PLACES=cores"});
+  // Unpinned: the team size and placement are OpenMP's own, but idle threads still sleep.
+  CHECK(openmp_env({}) == Env{"OMP_WAIT_POLICY=passive", "OMP_DYNAMIC=false"});
+}
+
 TEST_CASE("with several slots the evaluations share the device's lock file and run at once", "[tester]") {
   Fixture f;
   TesterOptions o = quick_options();
