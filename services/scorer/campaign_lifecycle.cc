@@ -66,8 +66,11 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile(p0.id), proto::encode(compile)));
 
-  // Proposals start at once, beside program 0, so the first wave does not wait for its score.
-  while (c.proposing() && c.proposed < c.max_in_flight) KILN_RETURN_IF_ERROR(proposals_.issue(c, fx));
+  // The tuner reads no feedback: its proposals start at once, beside program 0. Any other proposer writes
+  // from what the hardware said about its parent, so its first proposals wait for program 0's result
+  // (Results tops the campaign up once it is scored or found not evaluable).
+  if (!reads_feedback(c))
+    while (c.proposing() && c.proposed < c.max_in_flight) KILN_RETURN_IF_ERROR(proposals_.issue(c, fx));
 
   KILN_ASSIGN_OR_RETURN(proto::CampaignInfo info, queries_.campaign_info(c));
   fx.payload = proto::encode(info);

@@ -13,7 +13,9 @@ proto::Backend backend_of(const CampaignRow& c) {
   return proto::is_backend(c.backend, proto::Backend::kCuda) ? proto::Backend::kCuda : proto::Backend::kCpu;
 }
 
-bool reads_profiles(const CampaignRow& c) { return c.proposer != proposer::kTuner; }
+bool reads_feedback(const CampaignRow& c) { return c.proposer != proposer::kTuner; }
+
+bool reads_profiles(const CampaignRow& c) { return reads_feedback(c); }
 
 std::string arch_for(const EngineOptions& options, proto::Backend backend) {
   return backend == proto::Backend::kCuda ? options.cuda_arch : std::string("native");

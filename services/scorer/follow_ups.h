@@ -33,6 +33,10 @@ Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx);
 // is read as the CPU.
 proto::Backend backend_of(const CampaignRow& c);
 
+// Whether a campaign's proposer writes from its parent's result (verdict, timing, profile): every
+// proposer but the tuner. Such a campaign proposes from evaluated parents only.
+bool reads_feedback(const CampaignRow& c);
+
 // Whether a campaign's proposer reads profiler feedback (the want_profile of its jobs): every proposer but
 // the tuner, which picks parameters by score alone.
 bool reads_profiles(const CampaignRow& c);

@@ -58,6 +58,21 @@ bool reachable_by_anyone(const std::string& dir) {
   }
 }
 
+bool covered_in_child(const std::string& dir, const std::vector<std::string>& hidden) {
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(dir, ec);
+  if (ec) return true;  // not to be found at its own path, whatever it is: bind it
+  auto under = [&](const fs::path& top) {
+    auto [t, r] = std::mismatch(top.begin(), top.end(), real.begin(), real.end());
+    return t == top.end();
+  };
+  for (const char* replaced : {"/tmp", "/dev/shm"})
+    if (under(replaced)) return true;
+  for (const std::string& h : hidden)
+    if (!h.empty() && under(fs::weakly_canonical(h, ec))) return true;
+  return false;
+}
+
 uint32_t ConfinementPolicy::uid_for_slot(int slot) const {
   return sandbox::can_map_other_ids() ? sandbox_uid + static_cast<uint32_t>(std::max(slot, 0))
                                       : static_cast<uint32_t>(geteuid());
@@ -125,7 +140,13 @@ Status check_confinement(const ConfinementPolicy& policy) {
     return ran.status();
   }
   // What the evaluator answers does not matter (--help is a usage error): that it was started confined
-  // does. A program its ids may not run is an error of run_sandboxed ("exec failed ...").
+  // does. A program its ids may not run is an error of run_sandboxed ("exec failed ..."); one the dynamic
+  // loader could not start (its libraries out of the child's sight) exits 127 and says why.
+  if (ran->exit_code == 127) {
+    std::string why = ran->stderr_text.substr(0, 400);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return failed_precondition("the evaluator does not start confined (exit code 127): " + why);
+  }
   if (ran->user_isolation == "none" || ran->filesystem_isolation != "readonly_root")
     return failed_precondition("sandbox: confinement did not hold (" + ran->user_isolation + ", " +
                                ran->filesystem_isolation + ")");

@@ -126,6 +126,9 @@ Result<std::string> read_child_file(const std::string& path, size_t max_bytes = 
   return out;
 }
 
+// Nsight Compute runs at most this often for one verdict: once, and once more after a passing failure.
+constexpr int kProfileAttempts = 2;
+
 // Said in the log of every verdict a candidate earned without confinement.
 constexpr const char* kUnconfinedWarning =
     "WARNING: this candidate ran UNCONFINED (tester.allow_unconfined): it had the tester's rights on this host";
@@ -337,7 +340,8 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
       if (end == std::string::npos) end = dirs.size();
       if (std::string dir = dirs.substr(at, end - at); !dir.empty() && std::filesystem::is_directory(dir)) {
         policy_.lib_dirs.push_back(dir);
-        policy_.lib_bound.push_back(sandbox::can_map_other_ids() && !reachable_by_anyone(dir));
+        policy_.lib_bound.push_back((sandbox::can_map_other_ids() && !reachable_by_anyone(dir)) ||
+                                    covered_in_child(dir, policy_.hidden));
       }
       at = end + 1;
     }
@@ -562,15 +566,26 @@ void TestHandler::profile(const ScratchFiles& files, proto::TestReport& report, 
   const std::string csv = std::string(kProfileCsvFile);
   sandbox::SandboxOptions run = child_sandbox(scratch, cuda::ncu_argv(options_.ncu, csv, kProfileMaxKernels, argv),
                                               options_.profile_timeout_s, slot);
-  auto child = sandbox::run_sandboxed(run);
-  if (!child.is_ok()) return skipped(child.status().message());
-  if (!child->succeeded()) {
-    // ncu's own reason (no permission for the counters: ERR_NVGPUCTRPERM) is in its output.
-    std::string why = child->describe(run.timeout_s);
+  // One Nsight Compute session per GPU at a time: two at once (this tester's slots) make one fail.
+  auto ncu_lock = eval::DeviceLock::open(device_lock_.empty() ? std::string() : device_lock_ + ".ncu");
+  if (!ncu_lock.is_ok()) return skipped(ncu_lock.status().message());
+  auto hold = ncu_lock->hold(eval::DeviceLock::Mode::kExclusive);
+  if (!hold.is_ok()) return skipped(hold.status().message());
+  Result<sandbox::SandboxResult> child = unavailable("not run");
+  for (int attempt = 1; attempt <= kProfileAttempts; ++attempt) {
+    child = sandbox::run_sandboxed(run);
+    if (!child.is_ok()) return skipped(child.status().message());
+    if (child->succeeded()) break;
     const std::string out = child->stdout_text + child->stderr_text;
-    if (auto at = out.find("ERR_NVGPUCTRPERM"); at != std::string::npos)
+    // ncu's own reason, named: no permission for the counters (ERR_NVGPUCTRPERM), or its ==ERROR== lines.
+    std::string why = cuda::ncu_errors(out);
+    if (out.find("ERR_NVGPUCTRPERM") != std::string::npos)
       why = "ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM)";
-    return skipped(why);
+    why = child->describe(run.timeout_s) + (why.empty() ? "" : ": " + why);
+    if (attempt == kProfileAttempts || child->timed_out || !cuda::ncu_failure_is_transient(out)) {
+      return skipped(attempt > 1 ? why + " (after " + std::to_string(attempt) + " tries)" : why);
+    }
+    append_log_line(report, "profiling: ncu failed (" + why + "); trying once more");
   }
   auto profiled = read_signed_report(scratch, kProfileResultFile, *key);
   if (!profiled.is_ok()) return skipped("the profiling run: " + profiled.status().message());

@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/cuda/nvml.h"
 #include "kiln/tester/gpu_monitor.h"
@@ -50,6 +52,26 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed in its own r
         CHECK(c.baselines[0].stats.median_us > 0);
       }
     }
+  }
+}
+
+TEST_CASE("slots that profile at once take turns with Nsight Compute, and every one gets its profile", "[gpu]") {
+  KILN_REQUIRE_GPU_TESTS();
+  constexpr int kSlots = 4;
+  Rig rig(120, 0.2, {}, {}, "ncu", kiln::tester::TesterOptions{}.ncu, {}, true, kSlots);
+  std::vector<kiln::proto::TestRequest> jobs;
+  for (int i = 0; i < kSlots; ++i) jobs.push_back(rig.build(i % 2 ? "cuda_softmax" : "cuda_rmsnorm"));
+  std::vector<kiln::Result<kiln::proto::TestReport>> got(kSlots, kiln::unavailable("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSlots; ++i) threads.emplace_back([&, i] { got[i] = rig.tester->evaluate(jobs[i]); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kSlots; ++i) {
+    INFO("slot job " << i << ": " << got[i].status().message());
+    REQUIRE(got[i].is_ok());
+    INFO(summary(*got[i]));
+    CHECK(got[i]->status == "ok");
+    std::printf("  concurrent job %d: %s\n", i, got[i]->profile_summary.c_str());
+    CHECK(got[i]->profile_summary.rfind("profile on ", 0) == 0);
   }
 }
 

@@ -47,7 +47,7 @@ struct Rig {
   explicit Rig(double timeout_s = 120, double min_time_s = 0.2, std::optional<bool> readonly_root = {},
                std::optional<bool> deny_process_creation = {}, const std::string& profile = "off",
                const std::string& ncu = kiln::tester::TesterOptions{}.ncu,
-               const std::vector<std::string>& hidden_paths = {}, bool confine = true) {
+               const std::vector<std::string>& hidden_paths = {}, bool confine = true, int64_t slots = 1) {
     kiln::compiler::CompilerOptions c;
     c.cache_dir = cache.path() + "/cache";
     auto ch = kiln::compiler::CompileHandler::create(c, std::make_shared<prometheus::Registry>());
@@ -71,6 +71,8 @@ struct Rig {
     // defences only, to compare against.
     t.hidden_paths = hidden_paths;
     t.confine = confine;
+    t.slots = slots;
+    if (slots > 1) t.lock_dir = cache.path() + "/locks";
     auto th = kiln::tester::TestHandler::create(t);
     INFO(th.status().message());
     REQUIRE(th.is_ok());
@@ -91,6 +93,12 @@ struct Rig {
   // The tester's answer as it is: a report, or the error that makes the job a retry.
   kiln::Result<kiln::proto::TestReport> try_evaluate(const std::string& task, const std::string& code = {},
                                                      const std::map<std::string, std::string>& params = {}) {
+    return tester->evaluate(build(task, code, params));
+  }
+
+  // The test job the compiler makes of `code` (program 0 when empty), built.
+  kiln::proto::TestRequest build(const std::string& task, const std::string& code = {},
+                                 const std::map<std::string, std::string>& params = {}) {
     kiln::proto::FileMap files = task_files(task);
     kiln::proto::CompileRequest req;
     req.cand.campaign_id = "gpu-test";
@@ -113,7 +121,7 @@ struct Rig {
     }
     auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
     REQUIRE(test.is_ok());
-    return tester->evaluate(*test);
+    return std::move(test).value();
   }
 
   int programs_ = 0;

@@ -180,4 +180,33 @@ Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid) {
   return p;
 }
 
+std::string ncu_errors(std::string_view output) {
+  constexpr std::string_view kPrefix = "==ERROR==";
+  std::string out;
+  int found = 0;
+  size_t at = 0;
+  while (found < 3 && (at = output.find(kPrefix, at)) != std::string_view::npos) {
+    at += kPrefix.size();
+    size_t end = output.find('\n', at);
+    if (end == std::string_view::npos) end = output.size();
+    std::string_view line = output.substr(at, end - at);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    if (!line.empty()) {
+      out += (out.empty() ? "" : "; ") + std::string(line);
+      ++found;
+    }
+    at = end;
+  }
+  if (out.size() > 400) out = out.substr(0, 397) + "...";
+  return out;
+}
+
+bool ncu_failure_is_transient(std::string_view output) {
+  for (std::string_view permanent : {"ERR_NVGPUCTRPERM", "No such file or directory", "Failed to launch",
+                                     "No kernels were profiled", "not supported"})
+    if (output.find(permanent) != std::string_view::npos) return false;
+  return true;
+}
+
 }  // namespace kiln::cuda

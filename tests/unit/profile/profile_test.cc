@@ -92,3 +92,25 @@ TEST_CASE("the ncu command line profiles every process of the evaluation child, 
   CHECK(joined.find("--launch-count 16 --log-file ncu.csv") != std::string::npos);
   CHECK(joined.find("gpu__time_duration.sum") != std::string::npos);
 }
+
+TEST_CASE("a failed ncu run is named by ncu's own errors, and only a passing trouble is tried again", "[profile]") {
+  using kiln::cuda::ncu_errors;
+  using kiln::cuda::ncu_failure_is_transient;
+  const std::string busy =
+      "==PROF== Connected to process 41\n"
+      "==ERROR== Failed to prepare kernel for profiling\n"
+      "==ERROR==   Unknown Error on device 0.  \n"
+      "==PROF== Disconnected from process 41\n";
+  CHECK(ncu_errors(busy) == "Failed to prepare kernel for profiling; Unknown Error on device 0.");
+  CHECK(ncu_failure_is_transient(busy));
+  const std::string perm = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+                           "Performance Counters on the target device 0.\n";
+  CHECK(ncu_errors(perm).rfind("ERR_NVGPUCTRPERM", 0) == 0);
+  CHECK_FALSE(ncu_failure_is_transient(perm));
+  CHECK(ncu_errors("==PROF== all good\n").empty());
+  CHECK(ncu_errors(std::string(1000, 'x') + "==ERROR== " + std::string(1000, 'y')).size() == 400);
+  // At most three, so a flood of errors stays one readable line.
+  std::string many;
+  for (int i = 0; i < 10; ++i) many += "==ERROR== e" + std::to_string(i) + "\n";
+  CHECK(ncu_errors(many) == "e0; e1; e2");
+}

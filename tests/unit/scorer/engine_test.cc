@@ -320,6 +320,33 @@ TEST_CASE("a tuner campaign's jobs ask for no profile, an LLM campaign's do", "[
   }
 }
 
+TEST_CASE("an LLM campaign proposes from evaluated parents only: its first wave waits for program 0's result",
+          "[scorer][engine]") {
+  for (const bool p0_builds : {true, false}) {
+    Fixture f;
+    proto::CampaignStart start = campaign_start("c1", 6, 3, kiln::testing::task_files());
+    start.proposer = "llm";
+    scorer::Handled h = f.handle("c1:start", proto::encode(start));
+    REQUIRE(h.answer.next.size() == 1);  // program 0's compile, and no proposal written blind
+    CHECK(h.answer.next[0].service == "compile");
+    CHECK(f.info("c1").proposed == 0);
+    auto p0 = decode_or_die<proto::CompileRequest>(h.answer.next[0].payload.data).cand;
+    const proto::ScoreResult result =
+        p0_builds ? correct(p0, 1.0, 0.9, 1.1) : kiln::testing::build_failed(p0, "kernel.cpp:3: error: expected ';'");
+    scorer::Handled scored = f.handle("c1/p0:score", proto::encode(result));
+    const auto proposals = job_ids(scored.answer.next, "propose");
+    INFO("program 0 builds: " << p0_builds);
+    CHECK(proposals.size() == 3);  // the whole first wave at once, each with program 0's result
+    for (const auto& fu : scored.answer.next) {
+      if (fu.service != "propose") continue;
+      auto req = decode_or_die<proto::ProposalRequest>(fu.payload.data);
+      CHECK(req.parent.program_id == "c1/p0");
+      CHECK_FALSE(req.parent_eval_log.empty());
+      if (!p0_builds) CHECK(req.parent_eval_log.find("expected ';'") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
   Fixture f;
   scorer::Handled start = f.handle("c1:start", start_payload("c1", 4, 2));

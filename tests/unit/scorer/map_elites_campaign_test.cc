@@ -122,11 +122,16 @@ TEST_CASE("proposals carry the archive's choices and are routed by proposer", "[
   c.open();
   auto start = kiln::testing::campaign_start("c1", 6, 2);
   start.proposer = "external";
-  auto h = c.engine->handle_job("c1:start", proto::encode(start));
+  auto started = c.engine->handle_job("c1:start", proto::encode(start));
+  REQUIRE(started.is_ok());
+  // An external agent writes from program 0's result, so it is asked once that result is in.
+  REQUIRE(started->answer.next.size() == 1);
+  auto p0 = kiln::testing::decode_or_die<proto::CompileRequest>(started->answer.next[0].payload.data).cand;
+  auto h = c.engine->handle_job("c1/p0:score", proto::encode(kiln::testing::correct(p0, 1.0, 0.9, 1.1)));
   REQUIRE(h.is_ok());
   std::set<std::string> services;
   for (const auto& f : h->answer.next) services.insert(f.service);
-  CHECK(services == std::set<std::string>{"compile", "propose.external"});
+  CHECK(services == std::set<std::string>{"propose.external"});
   CHECK(proposal_service_for("llm") == "propose");
   CHECK(proposal_service_for("tuner") == "propose");
 

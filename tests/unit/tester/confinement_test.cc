@@ -209,3 +209,30 @@ TEST_CASE("the paths hidden from a candidate are every file Kiln keeps, whatever
   CHECK(std::set<std::string>(hidden.begin(), hidden.end()).size() == hidden.size());
   CHECK_FALSE(has("/"));
 }
+
+TEST_CASE("library folders the child would find replaced are bound in; an evaluator that cannot start fails the check",
+          "[tester][confine]") {
+  using kiln::tester::covered_in_child;
+  CHECK(covered_in_child("/tmp/kiln-libs/lib", {}));
+  CHECK(covered_in_child("/dev/shm/x", {}));
+  CHECK(covered_in_child("/srv/kiln/state/lib", {"/srv/kiln/state"}));
+  CHECK_FALSE(covered_in_child("/usr/lib/x86_64-linux-gnu", {"/srv/kiln/state"}));
+  CHECK_FALSE(covered_in_child("/tmpfoo/lib", {}));  // a prefix of the name is not a parent folder
+
+  // The dynamic loader's refusal (exit code 127, its message on stderr) is not a started evaluator.
+  kiln::TempDir dir("kiln-confine-loader");
+  const std::string eval = dir.path() + "/kiln-eval";
+  REQUIRE(kiln::write_file_atomic(eval,
+                                  "#!/bin/sh\necho 'kiln-eval: error while loading shared libraries: libkiln-x.so' >&2\n"
+                                  "exit 127\n")
+              .is_ok());
+  ::chmod(eval.c_str(), 0755);
+  ::chmod(dir.path().c_str(), 0755);
+  kiln::tester::ConfinementPolicy policy;
+  policy.eval_binary = eval;
+  const kiln::Status st = kiln::tester::check_confinement(policy);
+  INFO(st.message());
+  REQUIRE_FALSE(st.is_ok());
+  CHECK(st.message().find("exit code 127") != std::string::npos);
+  CHECK(st.message().find("libkiln-x.so") != std::string::npos);
+}

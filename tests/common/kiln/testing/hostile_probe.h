@@ -141,10 +141,13 @@ void kiln_hostile_probe() {
     }
     kiln_probe_say("connect_broker", ok, ok ? 0 : err);
   }
-  kiln_probe_say("signal_tester", kill()" +
-         std::to_string(t.tester_pid) + R"(, 0) == 0, errno);
-  kiln_probe_say("signal_all", kill(-1, 0) == 0, errno);
-  kiln_probe_say("ptrace_init", ptrace(PTRACE_ATTACH, 1, nullptr, nullptr) == 0, errno);
+  // Each call before its errno is read (an argument list's order is unspecified).
+  bool done = kill()" + std::to_string(t.tester_pid) + R"(, 0) == 0;
+  kiln_probe_say("signal_tester", done, errno);
+  done = kill(-1, 0) == 0;
+  kiln_probe_say("signal_all", done, errno);
+  done = ptrace(PTRACE_ATTACH, 1, nullptr, nullptr) == 0;
+  kiln_probe_say("ptrace_init", done, errno);
   pid_t child = fork();
   if (child == 0) _exit(0);
   int err = errno;

@@ -38,4 +38,12 @@ std::vector<std::string> ncu_argv(const std::string& ncu, const std::string& csv
 // kernel launch. Keeps the rows of process `pid` (every row when pid <= 0). Not found: no kernel row.
 Result<Profile> parse_ncu_csv(std::string_view csv, int64_t pid);
 
+// Why an ncu run failed, in ncu's own words: its "==ERROR==" lines (at most three, without the prefix,
+// joined by "; ", capped at 400 bytes), or "" when it printed none.
+std::string ncu_errors(std::string_view output);
+
+// Whether an ncu failure is worth one more try: anything but a refusal that will not change (no access to
+// the performance counters, no ncu, a target it cannot run).
+bool ncu_failure_is_transient(std::string_view output);
+
 }  // namespace kiln::cuda

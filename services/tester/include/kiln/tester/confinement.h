@@ -27,7 +27,8 @@ struct ConfinementPolicy {
   std::string lock_dir;               // the device lock folder, outside ("" = none)
   std::vector<std::string> lib_dirs;  // LD_LIBRARY_PATH entries, outside
   // Which of lib_dirs are bound into the child (at kChildLibDir<i>): only those the child could not reach
-  // at their own path (a folder of the tester's user that others may not search). The rest stay where
+  // at their own path (a folder of the tester's user that others may not search, or one under /tmp,
+  // /dev/shm or a hidden path, which the child sees replaced). The rest stay where
   // they are: the CUDA driver's library finds its companions from its own path and will not start from
   // another place (cudaErrorOperatingSystem).
   std::vector<bool> lib_bound;
@@ -51,6 +52,10 @@ std::vector<std::string> kiln_private_paths(const config::KilnConfig& config, co
 
 // Whether any user may reach `dir`: every folder from the root down searchable by others, `dir` readable.
 bool reachable_by_anyone(const std::string& dir);
+
+// Whether `dir` is out of the child's sight at its own path: under /tmp or /dev/shm (private in the child)
+// or under a hidden path. Such a library folder is bound into the child whoever runs the tester.
+bool covered_in_child(const std::string& dir, const std::vector<std::string>& hidden);
 
 // The home folder of the user this process runs as ($HOME, else the password database), or "".
 std::string own_home();
