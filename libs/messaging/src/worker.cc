@@ -64,6 +64,7 @@ struct Worker::Impl {
   std::deque<Done> done;           // results waiting for the I/O thread
   int running = 0;
   bool shutting_down = false;
+  const std::atomic<bool>* stop = nullptr;  // run()'s flag, read by the pool threads
   std::vector<std::thread> pool;
 
   double last_recv = 0;
@@ -106,15 +107,28 @@ struct Worker::Impl {
       } catch (...) {
         out = JobOutcome::retry("handler threw an unknown exception");
       }
+      const bool withheld = withheld_on_stop(job, out);
       Done d;
-      d.result = to_result(job, std::move(out));
+      if (!withheld) d.result = to_result(job, std::move(out));
       {
         std::lock_guard lock(mu);
-        done.push_back(std::move(d));
+        if (!withheld) done.push_back(std::move(d));
         --running;
       }
       wake.notify();
     }
+  }
+
+  // A job that fails once the worker is stopping is given back, never judged: the signal that stops the
+  // worker may have reached the job's own children too (cancelling a Slurm job signals every process of its
+  // steps), and a compiler or candidate killed that way is no fault of the candidate. No RESULT is sent: the
+  // DISCONNECT that follows gives the job back once. (A RESULT "retry" would free the slot, and the broker
+  // would lease the job again to this very worker, and requeue it again at the DISCONNECT: two attempts.)
+  bool withheld_on_stop(const proto::Job& job, const JobOutcome& out) const {
+    if (out.outcome == Outcome::kDone || stop == nullptr || !stop->load()) return false;
+    spdlog::info("worker {}: job {} given back: it ended while the worker was stopping ({})", opt.worker_id, job.job_id,
+                 out.error);
+    return true;
   }
 
   void flush_done() {
@@ -138,6 +152,8 @@ struct Worker::Impl {
         spdlog::warn("worker {}: rejected JOB: {}", opt.worker_id, job.status().message());
         return;
       }
+      // A stopping worker starts nothing more: the DISCONNECT gives the job back.
+      if (stop != nullptr && stop->load()) return;
       {
         std::lock_guard lock(mu);
         pending.push_back(std::move(job).value());
@@ -205,6 +221,7 @@ Worker::~Worker() = default;
 
 void Worker::run(const std::atomic<bool>& stop, double drain_timeout_s) {
   Impl& m = *impl_;
+  m.stop = &stop;
   for (int i = 0; i < std::max(1, m.opt.slots); ++i) m.pool.emplace_back([&m] { m.thread_main(); });
   m.connect();
   double backoff = m.opt.reconnect_min_s;

@@ -309,6 +309,34 @@ TEST_CASE("a silent worker's job is requeued with attempt+1 to another worker", 
   CHECK(b.broker->counters().requeued >= 1);
 }
 
+TEST_CASE("a job that fails while its worker stops is given back and not judged", "[broker]") {
+  RunningBroker b;
+  messaging::Client client(b.ctx, b.endpoint());
+  // The handler fails its job only once the worker has been told to stop, as a compiler whose g++ got the
+  // same SIGTERM would (a cancelled Slurm job signals every process of the step).
+  std::atomic<bool> started{false};
+  std::atomic<std::atomic<bool>*> worker_stop{nullptr};
+  auto stopping = std::make_unique<RunningWorker>(b.ctx, b.endpoint(), "work", [&](const proto::Job&) {
+    started = true;
+    while (!worker_stop.load()->load()) std::this_thread::sleep_for(5ms);
+    return messaging::JobOutcome::candidate_fault("compiler killed by SIGTERM");
+  });
+  worker_stop = &stopping->stop;
+  REQUIRE(client.submit(submit_of("work", "k1", "p")).is_ok());
+  REQUIRE(eventually([&] { return started.load(); }));
+  stopping->stop = true;
+  stopping.reset();
+  // Given back, not failed: a healthy worker runs it as attempt 2.
+  std::atomic<int> attempt{0};
+  RunningWorker healthy(b.ctx, b.endpoint(), "work", [&](const proto::Job& job) {
+    attempt = job.attempt;
+    return messaging::JobOutcome::ok();
+  });
+  REQUIRE(eventually([&] { return job_status(client, "k1").state == "done"; }));
+  CHECK(attempt == 2);
+  CHECK(b.broker->counters().requeued >= 1);
+}
+
 TEST_CASE("a job that fails every attempt is dead-lettered and the scorer is told", "[broker]") {
   RunningBroker b;
   std::atomic<int> tries{0};

@@ -44,8 +44,9 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Serves until `stop` becomes true; then sends DISCONNECT, waits up to `drain_timeout_s` for running
-  // jobs (their results are sent) and returns.
+  // Serves until `stop` becomes true; then waits up to `drain_timeout_s` for running jobs (their results
+  // are sent), sends DISCONNECT and returns. A job that fails once `stop` is set gets no RESULT, whatever
+  // its handler said (the stop signal may have killed the job's children): the DISCONNECT gives it back.
   void run(const std::atomic<bool>& stop, double drain_timeout_s = 5.0);
 
   const WorkerStats& stats() const { return stats_; }
