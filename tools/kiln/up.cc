@@ -108,6 +108,10 @@ int cmd_up(const Common& c, const UpOptions& o) {
     }
   }
   std::fprintf(stderr, "kiln: up. broker %s, state and logs in %s\n", c.broker_endpoint().c_str(), state.c_str());
+  if (cfg.up.compilers == 0 || cfg.up.testers == 0)
+    std::fprintf(stderr, "kiln: %lld compiler(s) and %lld tester(s) here; workers elsewhere connect to %s\n",
+                 static_cast<long long>(cfg.up.compilers), static_cast<long long>(cfg.up.testers),
+                 cfg.broker.bind.c_str());
   if (cfg.broker.metrics_port > 0)
     std::fprintf(stderr, "kiln: metrics on http://127.0.0.1:%d/metrics (broker); the other services' ports are in %s\n",
                  cfg.broker.metrics_port, c.config_path.empty() ? "configs/kiln.yaml" : c.config_path.c_str());

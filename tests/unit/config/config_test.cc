@@ -168,6 +168,9 @@ TEST_CASE("validation checks ranges and choices", "[config]") {
   CHECK(parse_error("tester: {timing: {min_time_s: 20}}\n") ==
         "test.yaml: tester.timing.max_time_s: must be >= tester.timing.min_time_s");
   CHECK(parse_error("up: {log_level: loud}\n").starts_with("test.yaml: up.log_level: expected trace | debug"));
+  // `kiln up` with no workers of its own: they run elsewhere (a Slurm job) and connect to its broker.
+  CHECK(parse_ok("up: {compilers: 0, testers: 0}\n").up.testers == 0);
+  CHECK(parse_error("up: {compilers: -1}\n") == "test.yaml: up.compilers: expected an integer >= 0, got -1");
   CHECK(parse_error("tester: {timing: {precision: 1}}\n") ==
         "test.yaml: tester.timing.precision: must be < 1 (a relative half-width; 0 = off)");
   CHECK(parse_error("tester: {timing: {precision: -0.1}}\n").find("tester.timing.precision") != std::string::npos);
