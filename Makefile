@@ -9,9 +9,9 @@ endif
 DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
   prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
   libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq \
-  python3-msgpack chromium
+  python3-msgpack chromium slurm-wlm munge
 
-.PHONY: deps build run test compose-test bench format clean
+.PHONY: deps build run test compose-test slurm-test bench format clean
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -32,16 +32,24 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	$(BUILD)/bin/kiln up --demo
 
-# The compose stack test runs after the suite wherever a Docker daemon answers (.ci/run starts one).
+# The compose stack test runs after the suite wherever a Docker daemon answers (.ci/run starts one); the
+# Slurm test wherever it can start Slurm (it says SKIP and why where it cannot).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test; \
 	else echo "make test: compose-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi
+	@python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
 
 # Builds the images, runs docker/docker-compose.yml with 3 compilers, a campaign from the host CLI, kills
 # workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.
 compose-test: build
 	python3 tests/compose/compose_test.py --kiln $(BUILD)/bin/kiln
+
+# Starts munged, slurmctld and slurmd for one node (state in a temporary folder, no systemd), `kiln up` with
+# no workers, and the workers as a Slurm job (deploy/slurm/kiln-slurm); a campaign from the host CLI, then a
+# scancel mid-campaign and the job again. Exit 77 (SKIP, with the reason) where Slurm cannot start here.
+slurm-test: build
+	python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln
 
 bench: build
 	mkdir -p bench/results

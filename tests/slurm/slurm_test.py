@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""Kiln's workers as a Slurm job (`make slurm-test`), on a real Slurm of one node started here.
+
+Starts munged, slurmctld and slurmd with their own state under a temporary folder (no systemd needed), and
+on the host `kiln up` with no compilers or testers of its own (broker, task-ingest, llm-bridge, scorer,
+promoter). Then:
+  1. deploy/slurm/kiln-slurm submits the workers (a compiler and a CPU tester) as a Slurm job; a CPU
+     campaign submitted from the host CLI finishes, every candidate scored once;
+  2. a second campaign: the job is cancelled with `scancel` while its workers hold jobs; the workers stop
+     cleanly (each logs that it stopped), their jobs go back to the queue, no candidate is judged on a
+     kill; the job is submitted again and the campaign finishes, every candidate scored once.
+Everything it started is stopped afterwards.
+
+Exit codes: 0 passed, 1 failed, 77 skipped (no Slurm or munge here, not root, or the daemons cannot start;
+the reason is printed).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KILN_SLURM = os.path.join(ROOT, "deploy", "slurm", "kiln-slurm")
+TASK = os.path.join(ROOT, "tests", "data", "tasks", "fast_cpu")
+NEEDED = ["munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun",
+          "scancel", "squeue", "sinfo"]
+JOB_SERVICES = ("compile", "test.cpu")  # what the Slurm job's workers serve
+
+
+def log(msg):
+    print(f"[slurm-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Skip(Exception):
+    pass
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+    log(f"ok: {msg}")
+
+
+def eventually(fn, timeout, interval=0.5, what="condition"):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (Failure, subprocess.SubprocessError, ValueError, OSError) as e:  # still starting
+            last = e
+        time.sleep(interval)
+    raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path, n=30):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return f"({path}: {e})"
+
+
+def stop_process(p, grace=15):
+    if p is None or p.poll() is not None:
+        return
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+class Cluster:
+    """munged + slurmctld + slurmd for one node (this host), everything under `tmp`."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = os.path.join(tmp, "slurm.conf")
+        self.env = dict(os.environ, SLURM_CONF=self.conf)
+        self.procs = {}
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    def start_munge(self):
+        os.makedirs(self.path("munge"), mode=0o755)
+        key = self.path("munge", "munge.key")
+        r = subprocess.run(["mungekey", "--create", f"--keyfile={key}"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Skip(f"mungekey cannot create a key: {r.stderr.strip()}")
+        sock = self.path("munge", "munge.socket")
+        self.procs["munged"] = subprocess.Popen(
+            ["munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
+             f"--pid-file={self.path('munge', 'munged.pid')}", f"--seed-file={self.path('munge', 'munged.seed')}",
+             f"--log-file={self.path('munge', 'munged.log')}"],
+            stdout=open(self.path("munged.out"), "w"), stderr=subprocess.STDOUT)
+
+        def works():
+            if self.procs["munged"].poll() is not None:
+                raise Skip(f"munged exited with {self.procs['munged'].returncode}:\n{tail(self.path('munged.out'))}")
+            cred = subprocess.run(["munge", "-n", "-S", sock], capture_output=True)
+            return cred.returncode == 0 and subprocess.run(["unmunge", "-S", sock], input=cred.stdout,
+                                                           capture_output=True).returncode == 0
+        try:
+            eventually(works, 20, 0.2, "munged to answer")
+        except Failure as e:
+            raise Skip(f"munged does not answer: {e}\n{tail(self.path('munged.out'))}")
+        self.munge_socket = sock
+
+    def write_conf(self):
+        for d in ("ctld", "spool"):
+            os.makedirs(self.path(d))
+        ctld_port, d_port = free_port(), free_port()
+        # No cgroup, no systemd: processes are tracked by parentage and tasks are not bound.
+        conf = f"""ClusterName=kilntest
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+StateSaveLocation={self.path('ctld')}
+SlurmdSpoolDir={self.path('spool')}
+SlurmctldPidFile={self.path('slurmctld.pid')}
+SlurmdPidFile={self.path('slurmd.pid')}
+SlurmctldLogFile={self.path('slurmctld.log')}
+SlurmdLogFile={self.path('slurmd.log')}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+SwitchType=switch/none
+ReturnToService=2
+KillWait=30
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=kiln Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+"""
+        with open(self.conf, "w") as f:
+            f.write(conf)
+
+    def start_slurm(self):
+        self.write_conf()
+        self.procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-i", "-f", self.conf], env=self.env,
+                                                   stdout=open(self.path("slurmctld.out"), "w"),
+                                                   stderr=subprocess.STDOUT)
+        self.procs["slurmd"] = subprocess.Popen(["slurmd", "-D", "-N", self.host, "-f", self.conf], env=self.env,
+                                                stdout=open(self.path("slurmd.out"), "w"), stderr=subprocess.STDOUT)
+
+        def idle():
+            for name in ("slurmctld", "slurmd"):
+                if self.procs[name].poll() is not None:
+                    raise Skip(f"{name} exited with {self.procs[name].returncode}:\n"
+                               f"{tail(self.path(name + '.out'))}{tail(self.path(name + '.log'))}")
+            r = self.slurm(["sinfo", "-h", "-N", "-o", "%T"], check_rc=False)
+            return r.returncode == 0 and r.stdout.strip() == "idle"
+        try:
+            eventually(idle, 60, 0.5, "the Slurm node to be idle")
+        except Failure as e:
+            raise Skip(f"slurmctld/slurmd did not bring the node up: {e}\n{tail(self.path('slurmctld.log'))}"
+                       f"{tail(self.path('slurmd.log'))}")
+
+    def slurm(self, argv, check_rc=True, timeout=60):
+        r = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check_rc and r.returncode != 0:
+            raise Failure(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def job_state(self, job):
+        r = self.slurm(["squeue", "-h", "-j", job, "-o", "%T"], check_rc=False)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    def stop(self):
+        if "slurmctld" in self.procs:
+            self.slurm(["scancel", "--full", "-u", "root"], check_rc=False)
+            try:
+                eventually(lambda: self.slurm(["squeue", "-h"], check_rc=False).stdout.strip() == "", 60, 1,
+                           "every job to end")
+            except Failure as e:
+                log(f"warning: {e}")
+        for name in ("slurmd", "slurmctld", "munged"):
+            stop_process(self.procs.get(name))
+
+
+class Kiln:
+    """`kiln up` on the host with no workers of its own, and the host CLI against its broker."""
+
+    def __init__(self, args, tmp):
+        self.args = args
+        self.tmp = tmp
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.broker = f"tcp://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        env = dict(os.environ, KILN_UP_COMPILERS="0", KILN_UP_TESTERS="0", KILN_BROKER_BIND=self.broker,
+                   KILN_BROKER_EVENTS_BIND=f"tcp://127.0.0.1:{free_port()}",
+                   KILN_BROKER_METRICS_PORT=str(self.metrics_port), KILN_INGEST_METRICS_PORT="0",
+                   KILN_LLM_BRIDGE_METRICS_PORT="0", KILN_SCORER_METRICS_PORT="0", KILN_PROMOTER_METRICS_PORT="0",
+                   KILN_PROMOTER_REGISTRY_DIR=os.path.join(self.tmp, "registry"))
+        self.proc = subprocess.Popen([self.args.kiln, "up", "--state-dir", os.path.join(self.tmp, "kiln")], env=env,
+                                     cwd=self.tmp, stdout=open(os.path.join(self.tmp, "kiln-up.out"), "w"),
+                                     stderr=subprocess.STDOUT)
+        eventually(lambda: self.proc.poll() is None and self.status(), 60, 0.5, "kiln up to answer")
+
+    def cli(self, *argv, timeout=60):
+        r = subprocess.run([self.args.kiln, "--broker", self.broker, "--json", *argv], capture_output=True,
+                           text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise Failure(f"kiln {' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
+        return json.loads(r.stdout)
+
+    def status(self):
+        return self.cli("status")
+
+    def requeued(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("kiln_jobs_requeued_total{"))
+
+    def stop(self):
+        stop_process(self.proc, 30)
+
+
+def submit_workers(cluster, kiln, tmp):
+    r = cluster.slurm([KILN_SLURM, "submit", "--broker", kiln.broker, "--bin", os.path.dirname(kiln.args.kiln),
+                       "--compilers", "1", "--cpu-testers", "1", "--log-dir", os.path.join(tmp, "worker-logs"),
+                       "--cpus-per-task=2", f"--output={os.path.join(tmp, 'job-%j.out')}"])
+    job = r.stdout.strip().split(";")[0]
+    check(job.isdigit(), f"kiln-slurm submitted the workers as Slurm job {job}")
+
+    def registered():
+        by = {}
+        for w in kiln.status()["workers"]:
+            by[w["service"]] = by.get(w["service"], 0) + 1
+        return by if by.get("compile", 0) >= 1 and by.get("test.cpu", 0) >= 1 else None
+    by = eventually(registered, 120, 1.0, f"the workers of job {job} to register")
+    log(f"workers registered: {by} (job state {cluster.job_state(job)})")
+    return job
+
+
+def check_campaign(kiln, cid, budget):
+    info = next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid)
+    check(info["state"] == "done", f"campaign {cid} is done ({info['state']})")
+    check(info["scored"] == budget + 1, f"program 0 and {budget} proposals scored ({info['scored']})")
+    check(info["not_evaluated"] == 0, f"no candidate of {cid} was left unevaluated ({info['not_evaluated']})")
+    progs = kiln.cli("best", cid, "--top", "100")["programs"]
+    ids = [p["id"] for p in progs]
+    check(len(ids) == budget + 1 and len(set(ids)) == len(ids),
+          f"every candidate scored exactly once ({len(ids)} rows, {len(set(ids))} distinct)")
+    killed = [p["id"] for p in progs if "SIGTERM" in (p.get("eval_log") or "") + (p.get("status") or "")]
+    check(not killed, f"no candidate was judged on a kill by SIGTERM ({killed})")
+    return info
+
+
+def cancel_while_busy(cluster, kiln, job, tmp):
+    """scancel `job` as soon as one of its workers holds a job; True when a job went back to the queue."""
+    before = kiln.requeued()
+    eventually(lambda: any(w["in_flight"] > 0 for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES),
+               120, 0.1,
+               "a worker to hold a job")
+    t = time.time()
+    cluster.slurm(["scancel", job])
+    log(f"scancel {job} while its workers hold jobs")
+    eventually(lambda: cluster.job_state(job) == "", 120, 0.5, f"job {job} to end")
+    stopped_s = time.time() - t
+    left = [w["worker_id"] for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES]
+    check(not left, f"every worker of job {job} left the broker ({stopped_s:.1f} s after scancel; left: {left})")
+    logs = os.path.join(tmp, "worker-logs")
+    for name in sorted(os.listdir(logs)):
+        text = tail(os.path.join(logs, name), 100000)
+        started = len(re.findall(r"\] \[info\] worker \S+ for '", text))
+        stopped = text.count("] [info] stopped")
+        check(started >= 1 and stopped == started,
+              f"{name}: the worker stopped by itself on SIGTERM (started {started}, stopped {stopped})")
+        given_back = text.count(" given back: ")
+        if given_back:
+            log(f"{name}: {given_back} job(s) interrupted by the stop given back, not judged")
+    out = tail(os.path.join(tmp, f"job-{job}.out"), 200)
+    check("every worker stopped" in out, f"the node script of job {job} saw every worker stop")
+    shutil.move(logs, f"{logs}-{job}")
+    gone = kiln.requeued() - before
+    log(f"jobs requeued by the broker since the cancel: {gone:.0f}")
+    return gone > 0
+
+
+def run(args, tmp):
+    cluster = Cluster(tmp)
+    kiln = Kiln(args, tmp)
+    try:
+        t = time.time()
+        cluster.start_munge()
+        cluster.start_slurm()
+        log(f"munged, slurmctld and slurmd up on node {cluster.host} in {time.time() - t:.1f} s")
+        kiln.start()
+        log(f"kiln up (no local workers), broker {kiln.broker}")
+
+        # 1. A campaign on the Slurm job's workers.
+        job = submit_workers(cluster, kiln, tmp)
+        t = time.time()
+        out = kiln.cli("submit", TASK, "--budget", str(args.budget), "--wait", "--timeout", "600", timeout=660)
+        cid = out[0]["campaign_id"]
+        log(f"campaign {cid} finished in {time.time() - t:.1f} s")
+        check_campaign(kiln, cid, args.budget)
+
+        # 2. scancel mid-campaign, then the job again.
+        budget2 = args.budget * 2
+        cid2 = kiln.cli("submit", TASK, "--budget", str(budget2))["campaign_id"]
+        requeued = False
+        for attempt in range(3):
+            requeued = cancel_while_busy(cluster, kiln, job, tmp)
+            job = submit_workers(cluster, kiln, tmp)
+            if requeued or next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done":
+                break
+            log("nothing was in flight when the cancel landed; cancelling the next job")
+        check(requeued, "the cancelled workers' jobs went back to the queue")
+
+        def finished():
+            return next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done"
+        eventually(finished, 600, 1.0, f"campaign {cid2} to finish on the resubmitted job")
+        check_campaign(kiln, cid2, budget2)
+        return 0
+    finally:
+        kiln.stop()
+        cluster.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "bin", "kiln"), help="the host's kiln CLI")
+    ap.add_argument("--budget", type=int, default=4, help="proposals of the first campaign (the second: twice)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, configs)")
+    args = ap.parse_args()
+    args.kiln = os.path.abspath(args.kiln)
+
+    started = time.time()
+    tmp = tempfile.mkdtemp(prefix="kiln-slurm-test-")
+    os.chmod(tmp, 0o755)  # munged's socket must be reachable through it
+    rc = 1
+    try:
+        missing = [b for b in NEEDED if shutil.which(b) is None and not os.path.exists(f"/usr/sbin/{b}")]
+        if missing:
+            raise Skip(f"no {', '.join(missing)} here (apt-get install slurm-wlm munge)")
+        if os.geteuid() != 0:
+            raise Skip("slurmd runs jobs as their user and needs root here (run as root, as CI does)")
+        for exe in ("kiln", "kiln-broker", "kiln-compiler", "kiln-tester", "kiln-eval"):
+            if not os.access(os.path.join(os.path.dirname(args.kiln), exe), os.X_OK):
+                log(f"FAIL: no {exe} beside {args.kiln} (make build)")
+                return 1
+        rc = run(args, tmp)
+        log(f"PASS in {time.time() - started:.0f} s")
+    except Skip as e:
+        log(f"SKIP: {e}")
+        rc = 77
+    except (Failure, subprocess.TimeoutExpired) as e:
+        log(f"FAIL: {e}")
+        for name in ("kiln-up.out", "slurmctld.log", "slurmd.log"):
+            print(f"--- {name}\n{tail(os.path.join(tmp, name))}")
+        for d in sorted(os.listdir(tmp)):
+            if d.startswith("worker-logs") or d.startswith("job-"):
+                p = os.path.join(tmp, d)
+                for name in (sorted(os.listdir(p)) if os.path.isdir(p) else [""]):
+                    print(f"--- {d}/{name}\n{tail(os.path.join(p, name) if name else p)}")
+        rc = 1
+    finally:
+        if args.keep or rc == 1:
+            log(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
