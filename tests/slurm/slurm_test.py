@@ -279,9 +279,17 @@ def check_campaign(kiln, cid, budget):
     ids = [p["id"] for p in progs]
     check(len(ids) == budget + 1 and len(set(ids)) == len(ids),
           f"every candidate scored exactly once ({len(ids)} rows, {len(set(ids))} distinct)")
-    killed = [p["id"] for p in progs if "SIGTERM" in (p.get("eval_log") or "") + (p.get("status") or "")]
-    check(not killed, f"no candidate was judged on a kill by SIGTERM ({killed})")
+    check_none_judged_on_kill(kiln, cid, progs)
     return info
+
+
+def check_none_judged_on_kill(kiln, cid, progs=None):
+    """No verdict of `cid` blames a candidate for the SIGTERM that stopped a worker (its g++ or its evaluation
+    child got the signal too)."""
+    progs = progs if progs is not None else kiln.cli("best", cid, "--top", "100")["programs"]
+    killed = [f"{p['id']}: {p.get('status')}" for p in progs
+              if "SIGTERM" in (p.get("eval_log") or "") + (p.get("status") or "")]
+    check(not killed, f"no candidate of {cid} was judged on a kill by SIGTERM ({killed})")
 
 
 def cancel_while_busy(cluster, kiln, job, tmp):
@@ -340,6 +348,7 @@ def run(args, tmp):
         requeued = False
         for attempt in range(3):
             requeued = cancel_while_busy(cluster, kiln, job, tmp)
+            check_none_judged_on_kill(kiln, cid2)
             job = submit_workers(cluster, kiln, tmp)
             if requeued or next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done":
                 break
