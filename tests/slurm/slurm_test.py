@@ -4,8 +4,10 @@
 Starts munged, slurmctld and slurmd with their own state under a temporary folder (no systemd needed), and
 on the host `kiln up` with no compilers or testers of its own (broker, task-ingest, llm-bridge, scorer,
 promoter). Then:
-  1. deploy/slurm/kiln-slurm submits the workers (a compiler and a CPU tester) as a Slurm job; a CPU
-     campaign submitted from the host CLI finishes, every candidate scored once;
+  1. deploy/slurm/kiln-slurm submits the workers (a compiler and a CPU tester) as a Slurm job, as the user
+     'nobody' where that user may create the namespaces a tester confines candidates with (a cluster user's
+     case: a user namespace), else as root (the log says why); a CPU campaign submitted from the host CLI
+     finishes, every candidate scored once;
   2. a second campaign: the job is cancelled with `scancel` while its workers hold jobs; the workers stop
      cleanly (each logs that it stopped), their jobs go back to the queue, no candidate is judged on a
      kill; the job is submitted again and the campaign finishes, every candidate scored once.
@@ -201,7 +203,9 @@ PartitionName=kiln Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 
     def stop(self):
         if "slurmctld" in self.procs:
-            self.slurm(["scancel", "--full", "-u", "root"], check_rc=False)
+            ids = self.slurm(["squeue", "-h", "-o", "%i"], check_rc=False).stdout.split()
+            if ids:
+                self.slurm(["scancel", "--full", *ids], check_rc=False)
             try:
                 eventually(lambda: self.slurm(["squeue", "-h"], check_rc=False).stdout.strip() == "", 60, 1,
                            "every job to end")
@@ -253,10 +257,31 @@ class Kiln:
         stop_process(self.proc, 30)
 
 
-def submit_workers(cluster, kiln, tmp):
-    r = cluster.slurm([KILN_SLURM, "submit", "--broker", kiln.broker, "--bin", os.path.dirname(kiln.args.kiln),
-                       "--compilers", "1", "--cpu-testers", "1", "--log-dir", os.path.join(tmp, "worker-logs"),
-                       "--cpus-per-task=2", f"--output={os.path.join(tmp, 'job-%j.out')}"])
+def unprivileged_user():
+    """(uid, gid, why) of the user the workers run as: `nobody` where it may create the user, mount, PID and
+    network namespaces a tester confines candidates with (a cluster user's case), else root, and why."""
+    try:
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return 0, 0, "no user 'nobody' here"
+    as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+    probe = subprocess.run(as_nobody + ["unshare", "--user", "--mount", "--pid", "--net", "--fork", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return 0, 0, f"'nobody' cannot create user namespaces here ({probe.stderr.strip()})"
+    return nobody.pw_uid, nobody.pw_gid, ""
+
+
+def as_user(argv, uid, gid):
+    return argv if uid == 0 else ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] + argv
+
+
+def submit_workers(cluster, kiln, jobs, user):
+    uid, gid = user
+    r = cluster.slurm(as_user([KILN_SLURM, "submit", "--broker", kiln.broker, "--bin", os.path.dirname(kiln.args.kiln),
+                               "--compilers", "1", "--cpu-testers", "1", "--log-dir", os.path.join(jobs, "worker-logs"),
+                               "--cpus-per-task=2", f"--output={os.path.join(jobs, 'job-%j.out')}"], uid, gid))
     job = r.stdout.strip().split(";")[0]
     check(job.isdigit(), f"kiln-slurm submitted the workers as Slurm job {job}")
 
@@ -267,6 +292,9 @@ def submit_workers(cluster, kiln, tmp):
         return by if by.get("compile", 0) >= 1 and by.get("test.cpu", 0) >= 1 else None
     by = eventually(registered, 120, 1.0, f"the workers of job {job} to register")
     log(f"workers registered: {by} (job state {cluster.job_state(job)})")
+    testers = [w for w in kiln.status()["workers"] if w["service"] == "test.cpu"]
+    check(all(w["confinement"] == "confined" for w in testers),
+          f"the job's tester confines its candidates ({[w['confinement'] for w in testers]})")
     return job
 
 
@@ -292,7 +320,7 @@ def check_none_judged_on_kill(kiln, cid, progs=None):
     check(not killed, f"no candidate of {cid} was judged on a kill by SIGTERM ({killed})")
 
 
-def cancel_while_busy(cluster, kiln, job, tmp):
+def cancel_while_busy(cluster, kiln, job, jobs):
     """scancel `job` as soon as one of its workers holds a job; True when a job went back to the queue."""
     before = kiln.requeued()
     eventually(lambda: any(w["in_flight"] > 0 for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES),
@@ -305,7 +333,7 @@ def cancel_while_busy(cluster, kiln, job, tmp):
     stopped_s = time.time() - t
     left = [w["worker_id"] for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES]
     check(not left, f"every worker of job {job} left the broker ({stopped_s:.1f} s after scancel; left: {left})")
-    logs = os.path.join(tmp, "worker-logs")
+    logs = os.path.join(jobs, "worker-logs")
     for name in sorted(os.listdir(logs)):
         text = tail(os.path.join(logs, name), 100000)
         started = len(re.findall(r"\] \[info\] worker \S+ for '", text))
@@ -315,7 +343,7 @@ def cancel_while_busy(cluster, kiln, job, tmp):
         given_back = text.count(" given back: ")
         if given_back:
             log(f"{name}: {given_back} job(s) interrupted by the stop given back, not judged")
-    out = tail(os.path.join(tmp, f"job-{job}.out"), 200)
+    out = tail(os.path.join(jobs, f"job-{job}.out"), 200)
     check("every worker stopped" in out, f"the node script of job {job} saw every worker stop")
     shutil.move(logs, f"{logs}-{job}")
     gone = kiln.requeued() - before
@@ -333,9 +361,17 @@ def run(args, tmp):
         log(f"munged, slurmctld and slurmd up on node {cluster.host} in {time.time() - t:.1f} s")
         kiln.start()
         log(f"kiln up (no local workers), broker {kiln.broker}")
+        # The workers run as the submitting user, as on a cluster, where the node allows what the tester
+        # needs to confine candidates without root (a user namespace); else as root.
+        uid, gid, why = unprivileged_user() if args.user == "auto" else (0, 0, "--user root")
+        user = (uid, gid)
+        jobs = os.path.join(tmp, "jobs")
+        os.makedirs(jobs)
+        os.chown(jobs, uid, gid)
+        log(f"the job runs as uid {uid}" + (f": {why}" if why else " (its tester confines in a user namespace)"))
 
         # 1. A campaign on the Slurm job's workers.
-        job = submit_workers(cluster, kiln, tmp)
+        job = submit_workers(cluster, kiln, jobs, user)
         t = time.time()
         out = kiln.cli("submit", TASK, "--budget", str(args.budget), "--wait", "--timeout", "600", timeout=660)
         cid = out[0]["campaign_id"]
@@ -347,9 +383,9 @@ def run(args, tmp):
         cid2 = kiln.cli("submit", TASK, "--budget", str(budget2))["campaign_id"]
         requeued = False
         for attempt in range(3):
-            requeued = cancel_while_busy(cluster, kiln, job, tmp)
+            requeued = cancel_while_busy(cluster, kiln, job, jobs)
             check_none_judged_on_kill(kiln, cid2)
-            job = submit_workers(cluster, kiln, tmp)
+            job = submit_workers(cluster, kiln, jobs, user)
             if requeued or next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done":
                 break
             log("nothing was in flight when the cancel landed; cancelling the next job")
@@ -370,6 +406,8 @@ def main():
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "bin", "kiln"), help="the host's kiln CLI")
     ap.add_argument("--budget", type=int, default=4, help="proposals of the first campaign (the second: twice)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, configs)")
+    ap.add_argument("--user", choices=("auto", "root"), default="auto",
+                    help="auto: the job runs as 'nobody' where it may create user namespaces, else as root")
     args = ap.parse_args()
     args.kiln = os.path.abspath(args.kiln)
 
@@ -396,9 +434,10 @@ def main():
         log(f"FAIL: {e}")
         for name in ("kiln-up.out", "slurmctld.log", "slurmd.log"):
             print(f"--- {name}\n{tail(os.path.join(tmp, name))}")
-        for d in sorted(os.listdir(tmp)):
+        jobs = os.path.join(tmp, "jobs")
+        for d in sorted(os.listdir(jobs) if os.path.isdir(jobs) else []):
             if d.startswith("worker-logs") or d.startswith("job-"):
-                p = os.path.join(tmp, d)
+                p = os.path.join(jobs, d)
                 for name in (sorted(os.listdir(p)) if os.path.isdir(p) else [""]):
                     print(f"--- {d}/{name}\n{tail(os.path.join(p, name) if name else p)}")
         rc = 1
