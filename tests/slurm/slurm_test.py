@@ -10,7 +10,11 @@ promoter). Then:
      finishes, every candidate scored once;
   2. a second campaign: the job is cancelled with `scancel` while its workers hold jobs; the workers stop
      cleanly (each logs that it stopped), their jobs go back to the queue, no candidate is judged on a
-     kill; the job is submitted again and the campaign finishes, every candidate scored once.
+     kill; the job is submitted again and the campaign finishes, every candidate scored once;
+  3. a third: every process of the job is stopped at once (SIGSTOP: a node that hangs or is cut off, its
+     connections open), then killed; the broker notices the silent workers by their missed heartbeats and
+     requeues their jobs (worker_lost); the job is submitted again and the campaign finishes, every
+     candidate scored once.
 Everything it started is stopped afterwards.
 
 Exit codes: 0 passed, 1 failed, 77 skipped (no Slurm or munge here, not root, or the daemons cannot start;
@@ -33,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 KILN_SLURM = os.path.join(ROOT, "deploy", "slurm", "kiln-slurm")
 TASK = os.path.join(ROOT, "tests", "data", "tasks", "fast_cpu")
 NEEDED = ["munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun",
-          "scancel", "squeue", "sinfo"]
+          "scancel", "squeue", "sinfo", "scontrol", "setpriv", "unshare"]
 JOB_SERVICES = ("compile", "test.cpu")  # what the Slurm job's workers serve
 
 
@@ -197,6 +201,20 @@ PartitionName=kiln Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             raise Failure(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
         return r
 
+    def signal_job_processes(self, job, sig, pids=None):
+        """`sig` to every process of `job` on this node (scontrol listpids), or to `pids`. (`scancel
+        --signal=KILL` would be a plain cancel, SIGTERM first.)"""
+        if pids is None:
+            out = self.slurm(["scontrol", "listpids", job]).stdout.splitlines()
+            pids = [int(line.split()[0]) for line in out[1:] if line.split() and line.split()[0].isdigit()]
+            check(bool(pids), f"scontrol listpids {job} lists the job's processes")
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return pids
+
     def job_state(self, job):
         r = self.slurm(["squeue", "-h", "-j", job, "-o", "%T"], check_rc=False)
         return r.stdout.strip() if r.returncode == 0 else ""
@@ -247,11 +265,12 @@ class Kiln:
     def status(self):
         return self.cli("status")
 
-    def requeued(self):
+    def requeued(self, reason=""):
+        """Jobs the broker put back in the queue so far (for `reason` alone, a label such as worker_lost)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("kiln_jobs_requeued_total{"))
+                   if line.startswith("kiln_jobs_requeued_total{") and f'reason="{reason}"' in line + f'reason=""')
 
     def stop(self):
         stop_process(self.proc, 30)
@@ -320,35 +339,74 @@ def check_none_judged_on_kill(kiln, cid, progs=None):
     check(not killed, f"no candidate of {cid} was judged on a kill by SIGTERM ({killed})")
 
 
-def cancel_while_busy(cluster, kiln, job, jobs):
-    """scancel `job` as soon as one of its workers holds a job; True when a job went back to the queue."""
-    before = kiln.requeued()
+def end_job_while_busy(cluster, kiln, job, jobs, node_loss):
+    """Ends `job` as soon as one of its workers holds a job: `scancel` (SIGTERM, the workers stop cleanly),
+    or, for `node_loss`, SIGKILL to every process of the job at once (a node that dies: the workers say
+    nothing and the broker notices their silence). True when a job went back to the queue."""
+    reason = "worker_lost" if node_loss else ""
+    before = kiln.requeued(reason)
     eventually(lambda: any(w["in_flight"] > 0 for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES),
-               120, 0.1,
-               "a worker to hold a job")
+               120, 0.1, "a worker to hold a job")
     t = time.time()
-    cluster.slurm(["scancel", job])
-    log(f"scancel {job} while its workers hold jobs")
+    if node_loss:
+        # The node stops answering (SIGSTOP: its workers fall silent, their connections stay open, as when a
+        # node hangs or its network is cut); once the broker has given up on them, it dies for good.
+        pids = cluster.signal_job_processes(job, signal.SIGSTOP)
+        log(f"SIGSTOP to the {len(pids)} processes of job {job} at once while its workers hold jobs")
+    else:
+        cluster.slurm(["scancel", job])
+        log(f"scancel {job} while its workers hold jobs")
+
+    def gone():
+        return not [w for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES]
+    eventually(gone, 60, 0.2, f"the broker to drop the workers of job {job}")
+    check(True, f"every worker of job {job} left the broker, {time.time() - t:.1f} s after the "
+                f"{'node fell silent (missed heartbeats)' if node_loss else 'scancel'}")
+    if node_loss:
+        cluster.signal_job_processes(job, signal.SIGKILL, pids)
     eventually(lambda: cluster.job_state(job) == "", 120, 0.5, f"job {job} to end")
-    stopped_s = time.time() - t
-    left = [w["worker_id"] for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES]
-    check(not left, f"every worker of job {job} left the broker ({stopped_s:.1f} s after scancel; left: {left})")
     logs = os.path.join(jobs, "worker-logs")
     for name in sorted(os.listdir(logs)):
         text = tail(os.path.join(logs, name), 100000)
         started = len(re.findall(r"\] \[info\] worker \S+ for '", text))
         stopped = text.count("] [info] stopped")
+        if node_loss:
+            check(started >= 1 and stopped == 0, f"{name}: the worker died without a word (started {started})")
+            continue
         check(started >= 1 and stopped == started,
               f"{name}: the worker stopped by itself on SIGTERM (started {started}, stopped {stopped})")
         given_back = text.count(" given back: ")
         if given_back:
             log(f"{name}: {given_back} job(s) interrupted by the stop given back, not judged")
-    out = tail(os.path.join(jobs, f"job-{job}.out"), 200)
-    check("every worker stopped" in out, f"the node script of job {job} saw every worker stop")
+    if not node_loss:
+        out = tail(os.path.join(jobs, f"job-{job}.out"), 200)
+        check("every worker stopped" in out, f"the node script of job {job} saw every worker stop")
     shutil.move(logs, f"{logs}-{job}")
-    gone = kiln.requeued() - before
-    log(f"jobs requeued by the broker since the cancel: {gone:.0f}")
-    return gone > 0
+    back = kiln.requeued(reason) - before
+    log(f"jobs requeued by the broker since then{' as worker_lost' if node_loss else ''}: {back:.0f}")
+    return back > 0
+
+
+def campaign_state(kiln, cid):
+    return next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid)["state"]
+
+
+def interrupted_campaign(cluster, kiln, jobs, user, job, budget, node_loss):
+    """A campaign whose workers' job ends mid-way (see end_job_while_busy) and is submitted again: the
+    jobs requeue and the campaign finishes, every candidate scored once. Returns the job now running."""
+    cid = kiln.cli("submit", TASK, "--budget", str(budget))["campaign_id"]
+    requeued = False
+    for _ in range(3):
+        requeued = end_job_while_busy(cluster, kiln, job, jobs, node_loss)
+        check_none_judged_on_kill(kiln, cid)
+        job = submit_workers(cluster, kiln, jobs, user)
+        if requeued or campaign_state(kiln, cid) == "done":
+            break
+        log("nothing was in flight when the job ended; ending the next one")
+    check(requeued, f"the jobs the {'lost' if node_loss else 'cancelled'} workers held went back to the queue")
+    eventually(lambda: campaign_state(kiln, cid) == "done", 600, 1.0, f"campaign {cid} to finish on job {job}")
+    check_campaign(kiln, cid, budget)
+    return job
 
 
 def run(args, tmp):
@@ -379,22 +437,9 @@ def run(args, tmp):
         check_campaign(kiln, cid, args.budget)
 
         # 2. scancel mid-campaign, then the job again.
-        budget2 = args.budget * 2
-        cid2 = kiln.cli("submit", TASK, "--budget", str(budget2))["campaign_id"]
-        requeued = False
-        for attempt in range(3):
-            requeued = cancel_while_busy(cluster, kiln, job, jobs)
-            check_none_judged_on_kill(kiln, cid2)
-            job = submit_workers(cluster, kiln, jobs, user)
-            if requeued or next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done":
-                break
-            log("nothing was in flight when the cancel landed; cancelling the next job")
-        check(requeued, "the cancelled workers' jobs went back to the queue")
-
-        def finished():
-            return next(c for c in kiln.status()["campaigns"] if c["campaign_id"] == cid2)["state"] == "done"
-        eventually(finished, 600, 1.0, f"campaign {cid2} to finish on the resubmitted job")
-        check_campaign(kiln, cid2, budget2)
+        job = interrupted_campaign(cluster, kiln, jobs, user, job, args.budget * 2, node_loss=False)
+        # 3. The node lost mid-campaign (every process of the job SIGKILLed), then the job again.
+        interrupted_campaign(cluster, kiln, jobs, user, job, args.budget, node_loss=True)
         return 0
     finally:
         kiln.stop()
