@@ -298,9 +298,12 @@ def as_user(argv, uid, gid):
 
 def submit_workers(cluster, kiln, jobs, user):
     uid, gid = user
-    r = cluster.slurm(as_user([KILN_SLURM, "submit", "--broker", kiln.broker, "--bin", os.path.dirname(kiln.args.kiln),
-                               "--compilers", "1", "--cpu-testers", "1", "--log-dir", os.path.join(jobs, "worker-logs"),
-                               "--cpus-per-task=2", f"--output={os.path.join(jobs, 'job-%j.out')}"], uid, gid))
+    # TMPDIR: the workers' state folders land in the test's folder, removed with it.
+    argv = ["env", f"TMPDIR={os.path.join(jobs, 'tmp')}", KILN_SLURM, "submit", "--broker", kiln.broker,
+            "--bin", os.path.dirname(kiln.args.kiln), "--compilers", "1", "--cpu-testers", "1",
+            "--log-dir", os.path.join(jobs, "worker-logs"), "--cpus-per-task=2",
+            f"--output={os.path.join(jobs, 'job-%j.out')}"]
+    r = cluster.slurm(as_user(argv, uid, gid))
     job = r.stdout.strip().split(";")[0]
     check(job.isdigit(), f"kiln-slurm submitted the workers as Slurm job {job}")
 
@@ -341,8 +344,9 @@ def check_none_judged_on_kill(kiln, cid, progs=None):
 
 def end_job_while_busy(cluster, kiln, job, jobs, node_loss):
     """Ends `job` as soon as one of its workers holds a job: `scancel` (SIGTERM, the workers stop cleanly),
-    or, for `node_loss`, SIGKILL to every process of the job at once (a node that dies: the workers say
-    nothing and the broker notices their silence). True when a job went back to the queue."""
+    or, for `node_loss`, SIGSTOP to every process of the job at once and SIGKILL once the broker has dropped
+    them (a node that hangs and dies: the workers say nothing, the broker notices their silence). True when a
+    job went back to the queue."""
     reason = "worker_lost" if node_loss else ""
     before = kiln.requeued(reason)
     eventually(lambda: any(w["in_flight"] > 0 for w in kiln.status()["workers"] if w["service"] in JOB_SERVICES),
@@ -424,8 +428,9 @@ def run(args, tmp):
         uid, gid, why = unprivileged_user() if args.user == "auto" else (0, 0, "--user root")
         user = (uid, gid)
         jobs = os.path.join(tmp, "jobs")
-        os.makedirs(jobs)
+        os.makedirs(os.path.join(jobs, "tmp"))
         os.chown(jobs, uid, gid)
+        os.chown(os.path.join(jobs, "tmp"), uid, gid)
         log(f"the job runs as uid {uid}" + (f": {why}" if why else " (its tester confines in a user namespace)"))
 
         # 1. A campaign on the Slurm job's workers.
