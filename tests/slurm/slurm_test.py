@@ -468,7 +468,7 @@ def main():
     try:
         missing = [b for b in NEEDED if shutil.which(b) is None and not os.path.exists(f"/usr/sbin/{b}")]
         if missing:
-            raise Skip(f"no {', '.join(missing)} here (apt-get install slurm-wlm munge)")
+            raise Skip(f"no {', '.join(missing)} here (apt-get install slurm-wlm munge util-linux)")
         if os.geteuid() != 0:
             raise Skip("slurmd runs jobs as their user and needs root here (run as root, as CI does)")
         for exe in ("kiln", "kiln-broker", "kiln-compiler", "kiln-tester", "kiln-eval"):
