@@ -147,9 +147,13 @@ Status check_confinement(const ConfinementPolicy& policy) {
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
     return failed_precondition("the evaluator does not start confined (exit code 127): " + why);
   }
-  if (ran->user_isolation == "none" || ran->filesystem_isolation != "readonly_root")
+  if (ran->user_isolation == "none" || ran->filesystem_isolation != "readonly_root") {
+    std::string err = ran->stderr_text.substr(0, 300);
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
     return failed_precondition("sandbox: confinement did not hold (" + ran->user_isolation + ", " +
-                               ran->filesystem_isolation + ")");
+                               ran->filesystem_isolation + "; the run: " + ran->describe(run.timeout_s) +
+                               (err.empty() ? "" : "; " + err) + ")");
+  }
   return Status::ok();
 }
 

@@ -126,6 +126,9 @@ Result<std::string> read_child_file(const std::string& path, size_t max_bytes = 
   return out;
 }
 
+// How often a tester that could not confine tries again, at most (on a job it would otherwise refuse).
+constexpr double kRecheckConfinementS = 10;
+
 // Nsight Compute runs at most this often for one verdict: once, and once more after a passing failure.
 constexpr int kProfileAttempts = 2;
 
@@ -354,6 +357,8 @@ std::unique_ptr<TestHandler> TestHandler::with_confinement(std::unique_ptr<TestH
   const TesterOptions& o = h->options_;
   h->confinement_ = o.confine ? check_confinement(h->policy_)
                               : failed_precondition("confinement is off for this tester (TesterOptions::confine)");
+  h->confinement_checked_at_ = monotonic_s();
+  h->confined_ = h->confinement_.is_ok();
   if (h->confinement_.is_ok()) {
     spdlog::info("tester: candidates run confined: {}, read-only root, PID, mount and network namespaces",
                  sandbox::can_map_other_ids() ? "as uid " + std::to_string(o.sandbox_uid) + "+slot"
@@ -425,6 +430,18 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
       std::move(options), std::move(worker), std::move(nvml).value(), std::move(gpu).value(), std::move(claim))));
 }
 
+bool TestHandler::recheck_confinement() {
+  std::lock_guard lock(confinement_mu_);
+  if (confined_.load()) return true;
+  if (!options_.confine || monotonic_s() - confinement_checked_at_ < kRecheckConfinementS) return false;
+  confinement_ = check_confinement(policy_);
+  confinement_checked_at_ = monotonic_s();
+  if (!confinement_.is_ok()) return false;
+  spdlog::info("tester: confinement works now; candidates run confined from here on");
+  confined_ = true;
+  return true;
+}
+
 proto::Capabilities TestHandler::capabilities() const {
   proto::Capabilities caps;
   caps.backend = std::string(proto::name(options_.backend));
@@ -432,10 +449,11 @@ proto::Capabilities TestHandler::capabilities() const {
   caps.gpu_uuid = worker_.gpu_uuid;
   caps.arch = options_.backend == proto::Backend::kCuda ? gpu_.arch() : host_arch();
   caps.host = worker_.host;
-  caps.confinement = confinement_.is_ok() ? "confined"
+  const Status confinement = this->confinement();
+  caps.confinement = confinement.is_ok() ? "confined"
                      : options_.allow_unconfined || !options_.confine
-                         ? "UNCONFINED: " + confinement_.message()
-                         : "refuses to evaluate: " + confinement_.message();
+                         ? "UNCONFINED: " + confinement.message()
+                         : "refuses to evaluate: " + confinement.message();
   return caps;
 }
 
@@ -647,8 +665,8 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
   }
 
   // Fail closed: a candidate is never run unconfined unless the tester was told it may be.
-  if (!confined() && options_.confine && !options_.allow_unconfined) {
-    return unavailable("tester: cannot confine the candidate here, so it is not evaluated: " + confinement_.message() +
+  if (!confined() && options_.confine && !options_.allow_unconfined && !recheck_confinement()) {
+    return unavailable("tester: cannot confine the candidate here, so it is not evaluated: " + confinement().message() +
                        " (tester.allow_unconfined: 1 runs candidates unconfined, for "
                        "development only)");
   }

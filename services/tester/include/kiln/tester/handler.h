@@ -9,6 +9,7 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -163,7 +164,10 @@ class TestHandler {
   proto::Capabilities capabilities() const;
   // Ok when every evaluation child runs confined; else why not (then evaluations are refused, or run
   // unconfined with tester.allow_unconfined).
-  const Status& confinement() const { return confinement_; }
+  Status confinement() const {
+    std::lock_guard lock(confinement_mu_);
+    return confinement_;
+  }
   // cuda: exports the GPU's NVML sensors on `registry` until this handler is destroyed.
   void start_gpu_monitor(std::shared_ptr<prometheus::Registry> registry);
   // Counts on `registry`, per device: kiln_tester_evaluations_total{device, status} (every evaluation, by
@@ -199,7 +203,11 @@ class TestHandler {
     std::string key;
   };
   Result<Scratch> make_scratch(const ScratchFiles& files, int slot) const;
-  bool confined() const { return confinement_.is_ok(); }
+  bool confined() const { return confined_.load(); }
+  // In a tester that refuses to evaluate because the check failed: the check once more, at most every
+  // kRecheckConfinementS (a check that failed at a busy start may pass now). Never makes a confined tester
+  // unconfined. True when candidates may now run confined.
+  bool recheck_confinement();
 
   TesterOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
@@ -209,7 +217,11 @@ class TestHandler {
   std::map<std::string, std::string> run_metadata_;
   std::string device_lock_;   // the device lock file the children share (slots > 1), else empty
   ConfinementPolicy policy_;  // how children are confined (when confinement_ is ok)
+  // Whether candidates run confined (confinement_ ok); it only ever goes from false to true.
+  std::atomic<bool> confined_{false};
+  mutable std::mutex confinement_mu_;  // guards confinement_ and confinement_checked_at_
   Status confinement_ = failed_precondition("not checked");
+  double confinement_checked_at_ = 0;
   SeenBars seen_bars_;  // options_.screen_by_best
   // With several slots: which are taken, and each one's cores (tester.pin_cores, else the cores this
   // process may run on, split by split_cores).
