@@ -53,9 +53,15 @@ function(kiln_test name)
   if("integration" IN_LIST ARG_LABELS)
     set(serial TRUE)  # real processes timing kernels: they must not share the cores with each other
   endif()
-  # catch_discover_tests flattens list-valued PROPERTIES (a second label would be read as a property
-  # name), so labels and environment are set by a script ctest reads after the discovered tests.
-  catch_discover_tests(${name} TEST_LIST ${name}_TESTS PROPERTIES RUN_SERIAL ${serial})
+  # A name ctest would split or Catch2 would read as something else fails the build.
+  add_custom_command(TARGET ${name} POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -DTEST_EXECUTABLE=$<TARGET_FILE:${name}>
+            -P ${PROJECT_SOURCE_DIR}/cmake/KilnCheckTestNames.cmake
+    VERBATIM)
+  # An entry that runs no test case fails (-w NoTests). catch_discover_tests flattens list-valued
+  # PROPERTIES (a second label would be read as a property name), so labels and environment are set by a
+  # script ctest reads after the discovered tests.
+  catch_discover_tests(${name} TEST_LIST ${name}_TESTS EXTRA_ARGS -w NoTests PROPERTIES RUN_SERIAL ${serial})
   set(props "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
   file(WRITE "${props}" "if(${name}_TESTS)
   set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\"

@@ -259,7 +259,7 @@ TEST_CASE("the CUDA child forks its runners under the tester's confinement", "[g
   CHECK(r.metadata.at("isolation_filesystem") == "readonly_root");
 }
 
-TEST_CASE("CUDA testers sharing a claim folder take distinct GPUs; with every GPU taken one refuses to serve",
+TEST_CASE("CUDA testers sharing a claim folder take distinct GPUs, and with every GPU taken one refuses to serve",
           "[gpu]") {
   KILN_REQUIRE_GPU_TESTS();
   auto nvml = kiln::cuda::Nvml::load();

@@ -738,7 +738,8 @@ TEST_CASE("a follow-up that avoids a worker goes to another of the same device m
   CHECK(ran_on.back() == "a");
 }
 
-TEST_CASE("while the job table cannot write, new jobs are refused as retryable; it recovers by itself", "[broker]") {
+TEST_CASE("while the job table cannot write, new jobs are refused as retryable, and it recovers by itself",
+          "[broker]") {
   CapturedLog log;
   std::atomic<bool> disk_full{false};
   broker::BrokerOptions opt;

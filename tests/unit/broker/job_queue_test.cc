@@ -387,7 +387,7 @@ TEST_CASE("job queue: a completion the table cannot record puts the job back, it
   CHECK(f.counters().store_writable);
 }
 
-TEST_CASE("job queue: a silent worker is removed and its jobs requeued; the others are kept", "[broker][job_queue]") {
+TEST_CASE("job queue: a silent worker is removed and its jobs requeued, the others are kept", "[broker][job_queue]") {
   Fixture f;
   f.submit("a");
   f.submit("b");
@@ -441,7 +441,7 @@ TEST_CASE("job queue: a broken result releases only a job leased to its sender",
   CHECK(f.queue->worker(holder)->leased.empty());
 }
 
-TEST_CASE("job queue: a re-registration gives back the old leases; workers past max_workers are refused",
+TEST_CASE("job queue: a re-registration gives back the old leases, and workers past max_workers are refused",
           "[broker][job_queue]") {
   Fixture f;  // max_workers 3
   f.submit("a");

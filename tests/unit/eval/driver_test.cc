@@ -367,7 +367,7 @@ TEST_CASE("driver: a candidate that dies while timed or starting a block is cras
   }
 }
 
-TEST_CASE("driver: a candidate that cannot load is load_failed; a profile run calls it once", "[eval][driver]") {
+TEST_CASE("driver: a candidate that cannot load is load_failed, and a profile run calls it once", "[eval][driver]") {
   {
     FakeDevice d({twice, 5}, {twice, 20});
     d.load_failure = "undefined symbol: foo";

@@ -249,7 +249,7 @@ TEST_CASE("a job names its task package and reference by blob, and an older job 
   CHECK(from_old->reference_so.data == "ref");
 }
 
-TEST_CASE("a kernel library travels deflated and comes back as built; a request that lies about it is refused",
+TEST_CASE("a kernel library travels deflated and comes back as built, and a request that lies about it is refused",
           "[proto]") {
   std::string so(16384, '\0');
   so.replace(0, 4,

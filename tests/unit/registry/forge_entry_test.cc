@@ -124,7 +124,7 @@ TEST_CASE("a promotion beside a Forge entry leaves it as Forge wrote it", "[regi
   CHECK(reg->verify().is_ok());
 }
 
-TEST_CASE("all three evidence levels load; any other is refused naming the entry", "[registry][forge]") {
+TEST_CASE("all three evidence levels load, and any other is refused naming the entry", "[registry][forge]") {
   kiln::TempDir dir;
   std::string copy = copy_example(dir);
   std::string path = copy + "/verified_kernels.json";

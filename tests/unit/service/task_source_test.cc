@@ -82,7 +82,7 @@ TEST_CASE("without a blob store packages travel inline and a named one is the jo
   CHECK(messaging::outcome_for(inline_only.resolve("", {}).status()) == messaging::Outcome::kDeadLetter);
 }
 
-TEST_CASE("a store that does not answer is retried; a named package that does not parse is dead-lettered",
+TEST_CASE("a store that does not answer is retried, and a named package that does not parse is dead-lettered",
           "[service][blobs]") {
   MapStore store;
   service::TaskSource source(store.client());

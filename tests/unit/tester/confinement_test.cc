@@ -210,8 +210,9 @@ TEST_CASE("the paths hidden from a candidate are every file Kiln keeps, whatever
   CHECK_FALSE(has("/"));
 }
 
-TEST_CASE("library folders the child would find replaced are bound in; an evaluator that cannot start fails the check",
-          "[tester][confine]") {
+TEST_CASE(
+    "library folders the child would find replaced are bound in, and an evaluator that cannot start fails the check",
+    "[tester][confine]") {
   using kiln::tester::covered_in_child;
   CHECK(covered_in_child("/tmp/kiln-libs/lib", {}));
   CHECK(covered_in_child("/dev/shm/x", {}));
