@@ -33,12 +33,16 @@ run: build
 	$(BUILD)/bin/kiln up --demo
 
 # The compose stack test runs after the suite wherever a Docker daemon answers (.ci/run starts one); the
-# Slurm test wherever it can start Slurm (it says SKIP and why where it cannot).
+# Slurm test wherever it can start Slurm (it says SKIP and why where it cannot). The last lines count the
+# tests that ran, passed, failed and were skipped (with each skipped one's reason); the exit status is
+# non-zero iff a test failed.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
-	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test; \
-	else echo "make test: compose-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi
-	@python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ]
+	@(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit ctest-junit.xml); rc=$$?; \
+	if [ $$rc -ne 0 ]; then :; elif docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test || rc=1; \
+	else echo "make test: compose-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi; \
+	if [ $$rc -eq 0 ]; then python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; \
+	  [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; fi; \
+	python3 tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml || rc=1; exit $$rc
 
 # Builds the images, runs docker/docker-compose.yml with 3 compilers, a campaign from the host CLI, kills
 # workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.

@@ -16,6 +16,7 @@
 #include "kiln/core/files.h"
 #include "kiln/task/task.h"
 #include "kiln/tester/handler.h"
+#include "kiln/testing/skip.h"
 
 namespace kiln::gpu_test {
 
@@ -24,12 +25,12 @@ inline bool gpu_tests_enabled() {
   return v && std::string(v) == "1";
 }
 
-#define KILN_REQUIRE_GPU_TESTS()                         \
-  do {                                                   \
-    if (!::kiln::gpu_test::gpu_tests_enabled()) {        \
-      WARN("KILN_GPU_TESTS is not 1: GPU test skipped"); \
-      return;                                            \
-    }                                                    \
+// Skips the test case (ctest reports it skipped) unless KILN_GPU_TESTS=1.
+#define KILN_REQUIRE_GPU_TESTS()                                          \
+  do {                                                                    \
+    if (!::kiln::gpu_test::gpu_tests_enabled()) {                         \
+      ::kiln::testing::skip_test("KILN_GPU_TESTS is not 1 (no GPU run)"); \
+    }                                                                     \
   } while (0)
 
 inline kiln::proto::FileMap task_files(const std::string& name) {

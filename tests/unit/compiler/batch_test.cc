@@ -11,6 +11,7 @@
 
 #include "kiln/compiler/handler.h"
 #include "kiln/core/files.h"
+#include "kiln/testing/skip.h"
 
 using kiln::compiler::batch_unit;
 using kiln::compiler::batchable;
@@ -209,10 +210,7 @@ std::map<std::string, std::string> ptx_entries(const std::string& ptx) {
 // code), the same resource usage read from ptxas, and a shared object per variant whose kiln_entry is its.
 TEST_CASE("a batch of bundled CUDA kernels builds what each variant alone builds", "[compiler][batch][cuda]") {
   kiln::compiler::CompilerOptions options;
-  if (access(options.nvcc.c_str(), X_OK) != 0) {
-    WARN("no nvcc at " << options.nvcc << "; skipped");
-    return;
-  }
+  if (access(options.nvcc.c_str(), X_OK) != 0) KILN_SKIP("no nvcc at " << options.nvcc);
   const std::string cuda_lib = options.nvcc.substr(0, options.nvcc.rfind("/bin/")) + "/lib64";
   const std::map<std::string, std::vector<Defines>> tasks = {
       // The defaults between two others: nothing of the variant before may leak into it.

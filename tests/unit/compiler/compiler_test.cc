@@ -19,6 +19,7 @@
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/service/task_source.h"
 #include "kiln/task/task.h"
+#include "kiln/testing/skip.h"
 
 using kiln::compiler::CompileHandler;
 using kiln::compiler::CompilerOptions;
@@ -26,11 +27,9 @@ using kiln::messaging::Outcome;
 
 namespace {
 
-// False (and says so) where this machine has no nvcc: the CUDA build tests are skipped there.
-bool have_nvcc(const CompilerOptions& options) {
-  if (access(options.nvcc.c_str(), X_OK) == 0) return true;
-  WARN("no nvcc at " << options.nvcc << "; skipped");
-  return false;
+// Skips the test case (ctest reports it skipped) where this machine has no nvcc.
+void require_nvcc(const CompilerOptions& options) {
+  if (access(options.nvcc.c_str(), X_OK) != 0) KILN_SKIP("no nvcc at " << options.nvcc);
 }
 
 kiln::proto::FileMap rmsnorm_files() {
@@ -567,7 +566,7 @@ std::string fatbin_section(const std::string& so) {
 
 TEST_CASE("a CUDA candidate is built with nvcc and its resource usage read", "[compiler][cuda]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   Fixture f(options);
   auto req = twice_request(kTwiceKernel);
   auto out = f.handler->compile(req);
@@ -599,7 +598,7 @@ TEST_CASE("the -gencode value embeds the target's machine code and its PTX", "[c
 // default parameters, one other parameter combination, and the reference; ptxas's report must be read.
 TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "[compiler][cuda]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   Fixture f(options);
   const std::map<std::string, std::map<std::string, std::string>> tasks = {
       {"cuda_rmsnorm", {{"BLOCK", "1024"}, {"VEC", "2"}}},
@@ -640,7 +639,7 @@ TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "
 // the PTX embedded where the CUDA tools (and the runtime) look for them.
 TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compiler][cuda][nvcc_graph]") {
   CompilerOptions graph;
-  if (!have_nvcc(graph)) return;
+  require_nvcc(graph);
   CompilerOptions serial = graph;
   serial.nvcc_mode = "serial";
   REQUIRE(graph.nvcc_mode == "graph");
@@ -691,7 +690,7 @@ TEST_CASE("a CUDA build as a graph of nvcc's steps matches nvcc's own", "[compil
 // A candidate that does not compile: the graph stops, nvcc runs it again and its report is the one kept.
 TEST_CASE("a CUDA candidate that does not compile is reported in nvcc's words", "[compiler][cuda][nvcc_graph]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   Fixture f(options);
   std::string broken = kTwiceKernel;
   broken.replace(broken.find("y[i] = 2.f"), 10, "y[i] = 2.f * undefined_thing");
@@ -746,7 +745,7 @@ kiln::proto::BuildInfo built(const kiln::messaging::JobOutcome& out) {
 // rmsnorm's static shared memory is (BLOCK / 32 + 1) floats, so each variant's own ptxas report shows.
 TEST_CASE("CUDA candidates of one source that arrive together are built as one batch", "[compiler][cuda][batch]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   options.batch_max = 3;
   options.batch_window_s = 10;  // the batch closes when the third arrives, long before
   options.batch_cores = 1;      // three builds in flight ask for more than one core: they batch on any machine
@@ -796,7 +795,7 @@ TEST_CASE("CUDA candidates of one source that arrive together are built as one b
 
 TEST_CASE("a batch that does not build is built again variant by variant", "[compiler][cuda][batch]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   options.batch_max = 3;
   options.batch_window_s = 10;
   options.batch_cores = 1;
@@ -821,7 +820,7 @@ TEST_CASE("a batch that does not build is built again variant by variant", "[com
 TEST_CASE("builds that fit the compiler's cores are built alone even when they arrive together",
           "[compiler][cuda][batch]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   options.batch_max = 3;
   options.batch_window_s = 10;  // a batch that opened would wait for a third that never comes: 10 s
   options.batch_cores = 64;     // three builds of ~1.5 cores each fit
@@ -893,7 +892,7 @@ std::string kernel_naming_std(const std::string& includes, const std::string& ex
 TEST_CASE("a lean CUDA build embeds the same machine code and PTX as a build with every header",
           "[compiler][cuda][lean]") {
   CompilerOptions lean;
-  if (!have_nvcc(lean)) return;
+  require_nvcc(lean);
   REQUIRE(lean.lean_headers);
   CompilerOptions full = lean;
   full.lean_headers = false;
@@ -931,7 +930,7 @@ TEST_CASE("a lean CUDA build embeds the same machine code and PTX as a build wit
 TEST_CASE("a CUDA candidate that names std builds lean with the prelude and would not without it",
           "[compiler][cuda][lean]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   Fixture f(options);
   const std::string kernel = kernel_naming_std("", "");
   const auto test = built_test(f, twice_request(kernel));
@@ -952,7 +951,7 @@ TEST_CASE("a CUDA candidate that names std builds lean with the prelude and woul
 
 TEST_CASE("a CUDA candidate that calls a special function is built with every header", "[compiler][cuda][lean]") {
   CompilerOptions options;
-  if (!have_nvcc(options)) return;
+  require_nvcc(options);
   Fixture f(options);
   const auto test =
       built_test(f, twice_request(kernel_naming_std("#include <cmath>\n", " + long(std::riemann_zeta(2.0) * 0)")));

@@ -14,6 +14,7 @@
 #include "kiln/core/files.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/testing/loopback_listener.h"
+#include "kiln/testing/skip.h"
 
 using kiln::sandbox::run_sandboxed;
 using kiln::sandbox::SandboxOptions;
@@ -146,10 +147,7 @@ TEST_CASE("the child runs in its own PID namespace where permitted", "[sandbox]"
   SandboxOptions o;
   o.argv = {KILN_SANDBOX_PROBE, "pid"};
   auto r = run_ok(o);
-  if (r.pid_isolation != "pidns") {
-    WARN("PID namespaces are not permitted here: the subreaper fallback is in use");
-    return;
-  }
+  if (r.pid_isolation != "pidns") KILN_SKIP("PID namespaces are not permitted here: the subreaper fallback is in use");
   // The supervisor is the namespace's init (pid 1), the child its first process.
   CHECK(r.stdout_text == "2\n");
 }
@@ -235,8 +233,7 @@ TEST_CASE("writes outside the scratch directory fail with a read-only root", "[s
   o.argv = {KILN_SANDBOX_PROBE, "write", outside.path() + "/planted"};
   auto r = run_ok(o);
   if (r.filesystem_isolation != "readonly_root") {
-    WARN("mount namespaces are not permitted here: only RLIMIT_FSIZE limits writes");
-    return;
+    KILN_SKIP("mount namespaces are not permitted here: only RLIMIT_FSIZE limits writes");
   }
   CHECK(r.exit_code == 1);
   CHECK(r.stdout_text == "open: Read-only file system\n");
