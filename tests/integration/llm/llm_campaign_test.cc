@@ -141,8 +141,11 @@ TEST_CASE("kiln submit --proposer llm fills archive cells and kiln best shows li
 
 TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resumes", "[integration][llm]") {
   FakeOpenAI server;
-  server.script(every_region(3, 0.3));  // slow enough replies leave time to kill the scorer mid-way
+  server.script(every_region(3));
   server.fallback = kernel_reply(kRegions[0]);
+  // Two proposals answered, the rest held until the scorer is killed: the campaign (6 proposals) cannot
+  // end before the kill, whatever the load.
+  server.hold_after(2);
   LlmKiln k(server);
   auto sub =
       k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "6"});
@@ -165,20 +168,22 @@ TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resume
       120, 0.05));
   auto before = campaign();
   REQUIRE(before);
-  if (before->state != "done") {
-    pid_t scorer = -1;
-    auto body = client.request("broker", "status", "", 2.0);
-    REQUIRE(body.is_ok());
-    auto st = proto::decode<proto::BrokerStatus>(*body);
-    REQUIRE(st.is_ok());
-    for (const auto& w : st->workers) {
-      auto dash = w.worker_id.rfind('-');
-      if (w.service == "score" && dash != std::string::npos)
-        scorer = static_cast<pid_t>(std::stol(w.worker_id.substr(dash + 1)));
-    }
-    REQUIRE(scorer > 0);
-    REQUIRE(::kill(scorer, SIGKILL) == 0);
+  REQUIRE(before->state != "done");
+  pid_t scorer = -1;
+  auto status_body = client.request("broker", "status", "", 2.0);
+  REQUIRE(status_body.is_ok());
+  auto st = proto::decode<proto::BrokerStatus>(*status_body);
+  REQUIRE(st.is_ok());
+  for (const auto& w : st->workers) {
+    auto dash = w.worker_id.rfind('-');
+    if (w.service == "score" && dash != std::string::npos)
+      scorer = static_cast<pid_t>(std::stol(w.worker_id.substr(dash + 1)));
   }
+  REQUIRE(scorer > 0);
+  REQUIRE(::kill(scorer, SIGKILL) == 0);
+  // The killed scorer is gone before the campaign may go on.
+  REQUIRE(eventually([&] { return ::kill(scorer, 0) != 0; }, 30, 0.05));
+  server.release();
 
   std::optional<proto::CampaignInfo> info;
   bool finished = eventually(

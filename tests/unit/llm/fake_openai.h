@@ -1,11 +1,14 @@
 // A fake OpenAI-compatible Chat Completions server for tests: httplib on 127.0.0.1, an ephemeral port,
 // scripted replies. Kernel requests take the next scripted reply (then `fallback`); strategy-rewrite
-// requests (their system message asks to improve "the strategy section") get `strategy_reply`.
+// requests (their system message asks to improve "the strategy section") get `strategy_reply`. hold_after(n)
+// makes every kernel request after the first n wait until release(): what the test does in between happens
+// while the run cannot get further.
 #pragma once
 
 #include <httplib.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -38,7 +41,7 @@ class FakeOpenAI {
     server_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       FakeReply reply;
       {
-        std::lock_guard lock(mu_);
+        std::unique_lock lock(mu_);
         auto body = nlohmann::json::parse(req.body, nullptr, false);
         requests_.push_back(body);
         authorization_.push_back(req.get_header_value("Authorization"));
@@ -46,6 +49,10 @@ class FakeOpenAI {
         if (body.is_object() && body.contains("messages") && body["messages"].is_array() && !body["messages"].empty()) {
           const auto& first = body["messages"][0];
           rewrite = first.value("content", std::string()).find("strategy section") != std::string::npos;
+        }
+        if (!rewrite) {
+          released_.wait(lock, [this] { return hold_after_ < 0 || kernel_requests_ < hold_after_; });
+          ++kernel_requests_;
         }
         if (rewrite) {
           reply = strategy_reply;
@@ -85,6 +92,7 @@ class FakeOpenAI {
     for (int i = 0; i < 500 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   ~FakeOpenAI() {
+    release();
     server_.stop();
     if (thread_.joinable()) thread_.join();
   }
@@ -114,6 +122,23 @@ class FakeOpenAI {
     std::lock_guard lock(mu_);
     return rewrites_;
   }
+  // Kernel requests after the first `n` (counted from the start) wait until release().
+  void hold_after(int n) {
+    std::lock_guard lock(mu_);
+    hold_after_ = n;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu_);
+      hold_after_ = -1;
+    }
+    released_.notify_all();
+  }
+  // Kernel requests answered or waiting.
+  int kernel_requests() {
+    std::lock_guard lock(mu_);
+    return kernel_requests_;
+  }
 
   // Set before requests arrive.
   FakeReply fallback = FakeReply{200, "I cannot help with that.", "stop", 10, 5};
@@ -129,6 +154,9 @@ class FakeOpenAI {
   std::vector<nlohmann::json> requests_;
   std::vector<std::string> authorization_;
   int rewrites_ = 0;
+  int hold_after_ = -1;  // no hold
+  int kernel_requests_ = 0;
+  std::condition_variable released_;
 };
 
 }  // namespace kiln::testing

@@ -93,8 +93,9 @@ TEST_CASE("A/A: the reference against itself is never promotable and near 1.0", 
   CHECK(c.speedup_hi * 1.10 >= 1.0);
 }
 
-TEST_CASE("A/A: the 95 % speedup interval contains 1.0", "[trust][aa][!mayfail]") {
-  // A 95 % interval misses the truth in about 1 run in 20 by design, so this is reported, not required.
+// A 95 % interval misses the truth in about 1 run in 20 by design, so this is a benchmark, not a test: hidden
+// from ctest, run many times by bench/timing/aa_cpu.sh, which counts the runs whose interval held 1.0.
+TEST_CASE("A/A: the 95 % speedup interval contains 1.0", "[.][aa_coverage]") {
   // Timing runs in generations of fresh runner processes at fresh placements and the interval resamples
   // whole generations: on this 2-core machine, kiln-eval with its defaults contained 1.0 in 55 of 60 runs
   // (before generations, resampling single pairs of one process: 35 of 40). docs/threat-model.md, hole 4.
