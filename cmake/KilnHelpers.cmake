@@ -64,10 +64,17 @@ function(kiln_test name)
   # script ctest reads after the discovered tests.
   catch_discover_tests(${name} TEST_LIST ${name}_TESTS EXTRA_ARGS -w NoTests
     PROPERTIES RUN_SERIAL ${serial} SKIP_RETURN_CODE 77)
+  # A test case tagged [serial] (a timing bound that sharing the cores would break) runs alone.
   set(props "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
-  file(WRITE "${props}" "if(${name}_TESTS)
+  file(GENERATE OUTPUT "${props}" CONTENT "if(${name}_TESTS)
   set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\"
     ENVIRONMENT \"KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}\")
+  execute_process(COMMAND \"$<TARGET_FILE:${name}>\" \"[serial]\" --list-test-names-only
+    OUTPUT_VARIABLE serial_tests OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(serial_tests)
+    string(REPLACE \"\\n\" \";\" serial_tests \"\${serial_tests}\")
+    set_tests_properties(\${serial_tests} PROPERTIES RUN_SERIAL TRUE)
+  endif()
 endif()
 ")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props}")

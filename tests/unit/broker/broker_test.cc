@@ -879,7 +879,7 @@ TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yam
   }
 }
 
-TEST_CASE("workers configured with another heartbeat period than the broker's stay connected", "[broker]") {
+TEST_CASE("workers configured with another heartbeat period than the broker's stay connected", "[broker][serial]") {
   // The broker beats every 0.1 s and gives up on a peer after 0.5 s of silence (RunningBroker).
   CapturedLog log;
   RunningBroker b;

@@ -194,7 +194,7 @@ TEST_CASE("a cache entry per buffer set, refreshed every eighth call, is caught"
 
 // ---- Cheats that needed the candidate out of the evaluator's process. ----
 
-TEST_CASE("a background thread racing the comparison is frozen before the outputs are read", "[trust]") {
+TEST_CASE("a background thread racing the comparison is frozen before the outputs are read", "[trust][serial]") {
   // Small inputs (the correctness cases) are computed before returning. For large ones, kiln_entry hands
   // the work to a spinning worker thread and returns at once, hoping the worker finishes before the
   // outputs are read. The runner stops itself (all its threads) the moment the call returns and only then
