@@ -20,16 +20,6 @@
 
 namespace kiln::scorer {
 
-namespace {
-
-// Bad input is dead-lettered (retrying cannot help); anything else is the database's fault.
-bool is_rejection(const Status& st) {
-  return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound ||
-         st.code() == StatusCode::kFailedPrecondition;
-}
-
-}  // namespace
-
 // The parts of the engine, each holding references to the ones declared before it.
 struct CampaignEngine::Impl {
   EngineOptions options;
@@ -71,6 +61,7 @@ struct CampaignEngine::Impl {
     return tx.commit();
   }
 
+  // A job that fails changes nothing and is not recorded, so it gets the same answer if it comes again.
   Result<Handled> handle_job(std::string_view job_id, std::string_view payload) {
     Handled out;
     KILN_ASSIGN_OR_RETURN(auto prior, store.processed(job_id));
@@ -80,20 +71,13 @@ struct CampaignEngine::Impl {
       return out;
     }
     auto kind = proto::peek_string(payload, "kind");
-    if (!kind.is_ok()) {
-      out.answer =
-          messaging::JobOutcome::dead_letter("score job " + std::string(job_id) + ": " + kind.status().message());
-      return out;
-    }
+    if (!kind.is_ok()) return invalid_argument("score job " + std::string(job_id) + ": " + kind.status().message());
 
     Effects fx;
     Status st = apply(job_id, *kind, payload, out.answer, fx);
     if (!st.is_ok()) {
       archives.clear();  // the transaction rolled back; so must the in-memory view
-      if (!is_rejection(st)) return st;
-      // Bad input changes nothing, so the same job gets the same answer again without being stored.
-      out.answer = messaging::JobOutcome::dead_letter(st.message());
-      return out;
+      return st;
     }
     out.duplicate = fx.duplicate;
     return out;

@@ -18,6 +18,14 @@ Result<proto::CampaignQuery> query_of(const proto::Request& request) {
   return q;
 }
 
+// No score job is a candidate's fault: its verdict was judged before it got here. Input the engine refuses
+// (it does not decode, it names an unknown campaign or program) is the job's own, dead-lettered; a busy
+// database is given back; a broken archive is dead-lettered, as outcome_for reads kInternal.
+Status whose_fault(const Status& status) {
+  if (messaging::outcome_for(status) == messaging::Outcome::kCandidateFault) return messaging::job_fault(status);
+  return status;
+}
+
 }  // namespace
 
 ScorerHandler::ScorerHandler(std::unique_ptr<CampaignEngine> engine, std::shared_ptr<prometheus::Registry> metrics)
@@ -55,8 +63,7 @@ void ScorerHandler::publish_best_speedups() {
 
 messaging::JobOutcome ScorerHandler::handle_job(const proto::Job& job) {
   auto handled = engine_->handle_job(job.job_id, job.payload.data);
-  if (!handled.is_ok())
-    return messaging::JobOutcome::retry("score job " + job.job_id + ": " + handled.status().message());
+  if (!handled.is_ok()) return messaging::JobOutcome::from_status(whose_fault(handled.status()));
   if (handled->replayed) replayed_->Increment();
   if (handled->duplicate) duplicates_->Increment();
 

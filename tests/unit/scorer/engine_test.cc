@@ -51,6 +51,13 @@ struct Fixture {
     return std::move(h).value();
   }
 
+  // The error a job the engine refuses ends with.
+  Status refuse(const std::string& job_id, const std::string& payload) {
+    auto h = engine->handle_job(job_id, payload);
+    REQUIRE_FALSE(h.is_ok());
+    return h.status();
+  }
+
   proto::CampaignInfo info(const std::string& id) {
     auto i = engine->campaign(id);
     REQUIRE(i.is_ok());
@@ -781,26 +788,26 @@ TEST_CASE("the archive survives a restart and resumes where it stopped", "[score
 
 TEST_CASE("bad input is refused without changing anything", "[scorer][engine]") {
   Fixture f;
-  CHECK(f.handle("j1", "not msgpack").answer.outcome == messaging::Outcome::kDeadLetter);
+  CHECK(f.refuse("j1", "not msgpack").code() == StatusCode::kInvalidArgument);
 
   proto::PromoteOutcome odd;
   odd.kind = "mystery";
-  scorer::Handled unknown_kind = f.handle("j2", proto::encode(odd));
-  CHECK(unknown_kind.answer.outcome == messaging::Outcome::kDeadLetter);
-  CHECK(unknown_kind.answer.error.find("unknown payload kind 'mystery'") != std::string::npos);
+  Status unknown_kind = f.refuse("j2", proto::encode(odd));
+  CHECK(unknown_kind.code() == StatusCode::kInvalidArgument);
+  CHECK(unknown_kind.message().find("unknown payload kind 'mystery'") != std::string::npos);
 
   proto::Candidate c;
   c.campaign_id = "nope";
   c.program_id = "nope/p1";
-  scorer::Handled no_campaign = f.handle("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
-  CHECK(no_campaign.answer.outcome == messaging::Outcome::kDeadLetter);
-  CHECK(no_campaign.answer.error.find("unknown campaign 'nope'") != std::string::npos);
+  Status no_campaign = f.refuse("nope/p1:score", proto::encode(correct(c, 1.0, 1.0, 1.0)));
+  CHECK(no_campaign.code() == StatusCode::kNotFound);
+  CHECK(no_campaign.message().find("unknown campaign 'nope'") != std::string::npos);
 
   proto::FileMap broken = kiln::testing::task_files();
   broken["task.yaml"].data += "surprise: 1\n";
-  scorer::Handled bad_task = f.handle("c9:start", start_payload("c9", 2, 2, broken));
-  CHECK(bad_task.answer.outcome == messaging::Outcome::kDeadLetter);
-  CHECK(bad_task.answer.error.find("campaign c9: task.yaml") == 0);
+  Status bad_task = f.refuse("c9:start", start_payload("c9", 2, 2, broken));
+  CHECK(bad_task.code() == StatusCode::kInvalidArgument);
+  CHECK(bad_task.message().find("campaign c9: task.yaml") == 0);
   CHECK(f.engine->campaign("c9").status().code() == StatusCode::kNotFound);
 
   // Nothing was stored for the refused job: once the campaign exists the same id is handled for real.

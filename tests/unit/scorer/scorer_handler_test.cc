@@ -7,6 +7,7 @@
 #include "../archive/campaign_fixtures.h"
 #include "../llm_bridge/metric_value.h"
 #include "kiln/core/files.h"
+#include "kiln/store/sqlite.h"
 
 using namespace kiln;
 using kiln::testing::correct;
@@ -115,6 +116,42 @@ TEST_CASE("the scorer handler turns engine answers into job outcomes", "[scorer]
     proto::Request junk = request("campaign");
     junk.body.data = "junk";
     CHECK_FALSE(h.handle_request(junk).is_ok());
+  }
+}
+
+TEST_CASE("the scorer answers by the shared outcome rules", "[scorer]") {
+  TempDir dir("kiln-scorer-outcome-test");
+  const std::string db_path = dir.path() + "/archive.db";
+  auto opened = scorer::ScorerHandler::open(db_path, {}, nullptr);
+  REQUIRE(opened.is_ok());
+  scorer::ScorerHandler& h = **opened;
+  messaging::JobOutcome started = h.handle_job(job("c1:start", start("c1", 2, 1)));
+  REQUIRE(started.outcome == messaging::Outcome::kDone);
+  auto p0 = decode_or_die<proto::CompileRequest>(started.next[0].payload.data).cand;
+  auto other = store::Database::open(db_path);  // a second writer on the same archive
+  REQUIRE(other.is_ok());
+
+  SECTION("a busy archive is given back, and the job is handled once it is free") {
+    REQUIRE(other->exec("BEGIN IMMEDIATE").is_ok());
+    messaging::JobOutcome busy = h.handle_job(job("c2:start", start("c2", 2, 1)));
+    CHECK(busy.outcome == messaging::Outcome::kRetry);
+    CHECK(busy.next.empty());
+    REQUIRE(other->exec("ROLLBACK").is_ok());
+    CHECK(h.handle_job(job("c2:start", start("c2", 2, 1))).outcome == messaging::Outcome::kDone);
+  }
+  SECTION("a broken archive is dead-lettered, not retried") {
+    REQUIRE(other->exec("UPDATE programs SET record = x'c1' WHERE id = 'c1/p0'").is_ok());
+    messaging::JobOutcome broken = h.handle_job(job("c1/p0:score", proto::encode(correct(p0, 1.3, 1.05, 1.5))));
+    CHECK(broken.outcome == messaging::Outcome::kDeadLetter);
+    CHECK(broken.error.find("program c1/p0: stored record") != std::string::npos);
+  }
+  SECTION("input that names nothing known is the job's fault, never the candidate's") {
+    proto::Candidate stray = p0;
+    stray.campaign_id = "c7";
+    stray.program_id = "c7/p0";
+    messaging::JobOutcome unknown = h.handle_job(job("c7/p0:score", proto::encode(correct(stray, 1.3, 1.05, 1.5))));
+    CHECK(unknown.outcome == messaging::Outcome::kDeadLetter);
+    CHECK(h.handle_job(job("x", "garbage")).outcome == messaging::Outcome::kDeadLetter);
   }
 }
 

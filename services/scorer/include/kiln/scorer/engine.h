@@ -75,9 +75,10 @@ class CampaignEngine {
   CampaignEngine& operator=(const CampaignEngine&) = delete;
 
   // Handles one job of the "score" service; its payload's "kind" is campaign.start, result, dead or
-  // promoted. Bad input (undecodable, unknown campaign or program) is answered kDeadLetter: no attempt can
-  // do better, and it is no candidate's fault.
-  // An error Status means nothing changed and the job is worth retrying (the database failed).
+  // promoted. An error Status means nothing changed and nothing was recorded; its code says what went
+  // wrong, as libraries say it: kInvalidArgument or kNotFound for bad input (undecodable, an unknown
+  // campaign or program), kUnavailable for a busy database, kInternal for a broken archive. The handler
+  // says whose fault that is (never the candidate's) and answers by messaging::outcome_for.
   Result<Handled> handle_job(std::string_view job_id, std::string_view payload);
 
   // Queries (`kiln status`, `kiln best`). Safe to call from another thread than handle_job.

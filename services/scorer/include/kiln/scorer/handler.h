@@ -31,8 +31,9 @@ class ScorerHandler {
   static Result<std::unique_ptr<ScorerHandler>> open(const std::string& db_path, EngineOptions options,
                                                      std::shared_ptr<prometheus::Registry> metrics);
 
-  // One "score" job. A database failure answers kRetry; bad input kDeadLetter; a redelivered job id its
-  // first answer. Called on the worker thread.
+  // One "score" job, answered by messaging::outcome_for: a busy database kRetry; bad input and a broken
+  // archive kDeadLetter (never kCandidateFault); a redelivered job id its first answer. Called on the
+  // worker thread.
   messaging::JobOutcome handle_job(const proto::Job& job);
   // A query; called on the I/O thread, concurrently with handle_job (the engine locks).
   Result<std::string> handle_request(const proto::Request& request);
