@@ -106,12 +106,13 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   Proposer& proposer = *found->second;
   info.model = proposer.model();
 
-  auto package = tasks_->resolve(req.task_blob, req.files);
-  if (!package.is_ok()) return propose_failed(req, info, package.status());
-  if (req.files.empty()) req.files = (*package)->files;  // the proposers read the package from the request
-  const task::TaskSpec* spec = &(*package)->spec;
+  // The package is resolved and parsed here, once, and handed to the proposer as it is.
+  auto resolved = tasks_->resolve(req.task_blob, req.files);
+  if (!resolved.is_ok()) return propose_failed(req, info, resolved.status());
+  const service::TaskPackage& package = **resolved;
+  const task::TaskSpec* spec = &package.spec;
 
-  auto cand = proposer.propose_with_info(req, info);
+  auto cand = proposer.propose_with_info(req, package, info);
   if (info.model.empty()) info.model = proposer.model();
   if (!cand.is_ok()) return propose_failed(req, info, cand.status());
   if (!info.requests_counted) requests_->Add({{"model", info.model}, {"outcome", "ok"}}).Increment();
@@ -129,7 +130,7 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.screen_below = req.screen_below;
   compile.want_profile = req.want_profile;
   // A package that came by name goes on by name.
-  compile.task_blob = (*package)->blob;
+  compile.task_blob = package.blob;
   if (compile.task_blob.empty()) compile.files = std::move(req.files);
   return messaging::JobOutcome::ok(
       {follow_up(proto::svc::kCompile, proto::job_id::compile(req.program_id), proto::encode(compile))});

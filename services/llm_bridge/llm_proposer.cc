@@ -4,7 +4,6 @@
 
 #include "kiln/llm/extract.h"
 #include "kiln/llm/prompt.h"
-#include "kiln/task/task.h"
 
 namespace kiln::llm_bridge {
 
@@ -79,9 +78,9 @@ std::string LlmProposer::model() const {
   return ensemble_.models().size() == 1 ? ensemble_.models().front().first : std::string("ensemble");
 }
 
-Result<proto::Candidate> LlmProposer::propose(const proto::ProposalRequest& req) {
+Result<proto::Candidate> LlmProposer::propose(const proto::ProposalRequest& req, const service::TaskPackage& package) {
   ProposalInfo info;
-  return propose_with_info(req, info);
+  return propose_with_info(req, package, info);
 }
 
 Result<llm::ChatReply> LlmProposer::ask(const std::string& model, std::vector<llm::Message> messages,
@@ -99,14 +98,12 @@ Result<llm::ChatReply> LlmProposer::ask(const std::string& model, std::vector<ll
   return reply;
 }
 
-Result<proto::Candidate> LlmProposer::propose_with_info(const proto::ProposalRequest& req, ProposalInfo& info) {
+Result<proto::Candidate> LlmProposer::propose_with_info(const proto::ProposalRequest& req,
+                                                        const service::TaskPackage& package, ProposalInfo& info) {
   info.requests_counted = true;
   const std::string model = ensemble_.pick(static_cast<uint64_t>(req.seed));
   info.model = model;
   info.metadata["model"] = model;
-
-  auto spec = task::parse_task(req.files);
-  if (!spec.is_ok()) return spec.status().with_context("llm");
 
   // The strategy section: the campaign's fittest, or the built-in one before the first is recorded.
   std::string strategy = req.strategy.text.empty() ? llm::default_strategy() : req.strategy.text;
@@ -131,15 +128,15 @@ Result<proto::Candidate> LlmProposer::propose_with_info(const proto::ProposalReq
   if (new_prompt) info.metadata["prompt_text"] = strategy;
 
   llm::PromptContext ctx;
-  ctx.backend = spec->backend;
   ctx.gpu_name = options_.gpu_name;
-  KILN_ASSIGN_OR_RETURN(std::vector<llm::Message> messages, llm::proposal_messages(req, strategy, ctx));
+  KILN_ASSIGN_OR_RETURN(std::vector<llm::Message> messages,
+                        llm::proposal_messages(req, package.spec, package.files, strategy, ctx));
   KILN_ASSIGN_OR_RETURN(llm::ChatReply reply, ask(model, std::move(messages), info));
   info.raw_reply = raw_reply_of(reply.content);
 
   // Every region is rewritten, so the rest is the task's kernel, whatever the parent was.
-  KILN_ASSIGN_OR_RETURN(std::string code,
-                        llm::apply_reply(req.files.at(spec->kernel_file).data, reply.content, reply.finish_reason));
+  KILN_ASSIGN_OR_RETURN(std::string code, llm::apply_reply(package.files.at(package.spec.kernel_file).data,
+                                                           reply.content, reply.finish_reason));
 
   proto::Candidate cand;
   cand.program_id = req.program_id;

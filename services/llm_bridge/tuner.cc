@@ -144,10 +144,10 @@ Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t p
   return 1 + static_cast<uint64_t>(mixed % untried);
 }
 
-Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& req) {
-  auto spec = task::parse_task(req.files);
-  if (!spec.is_ok()) return spec.status().with_context("tuner");
-  KILN_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::make(spec->params));
+Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& req,
+                                                const service::TaskPackage& package) {
+  const task::TaskSpec& spec = package.spec;
+  KILN_ASSIGN_OR_RETURN(ParamSpace space, ParamSpace::make(spec.params));
   const std::string campaign_id = campaign_of(req);
   const uint64_t block_size = req.tuner_blocks ? tuner_block_size(space.size(), req.budget) : 1;
   KILN_ASSIGN_OR_RETURN(std::vector<uint64_t> block,
@@ -176,10 +176,10 @@ Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& re
   cand.proposal_index = req.proposal_index;
   cand.proposer = "tuner";
   // The tuner never edits the region: the code is the parent's (the task's kernel when none was given).
-  cand.code = req.parent.code.empty() ? req.files.at(spec->kernel_file).data : req.parent.code;
+  cand.code = req.parent.code.empty() ? package.files.at(spec.kernel_file).data : req.parent.code;
   cand.params = space.combination(index);
   cand.notes = "tuner:";
-  for (const auto& [name, values] : spec->params) cand.notes += " " + name + "=" + cand.params[name];
+  for (const auto& [name, values] : spec.params) cand.notes += " " + name + "=" + cand.params[name];
   if (block.size() > 1)
     cand.notes += " (nearest to " + req.parent.program_id + " of " + std::to_string(block.size()) + ")";
   return cand;

@@ -65,6 +65,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   compile.want_profile = reads_profiles(c);
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile(p0.id), proto::encode(compile)));
+  specs_.keep(c.id, std::move(spec).value());  // every result and promotion of the campaign reads it
 
   // The tuner reads no feedback: its proposals start at once, beside program 0. Any other proposer writes
   // from what the hardware said about its parent, so its first proposals wait for program 0's result

@@ -14,13 +14,15 @@
 #include "kiln/scorer/engine.h"
 #include "proposals.h"
 #include "queries.h"
+#include "task_specs.h"
 
 namespace kiln::scorer {
 
 class CampaignLifecycle {
  public:
-  CampaignLifecycle(CampaignStore& store, Proposals& proposals, Queries& queries, const EngineOptions& options)
-      : store_(store), proposals_(proposals), queries_(queries), options_(options) {}
+  CampaignLifecycle(CampaignStore& store, TaskSpecs& specs, Proposals& proposals, Queries& queries,
+                    const EngineOptions& options)
+      : store_(store), specs_(specs), proposals_(proposals), queries_(queries), options_(options) {}
 
   // campaign.start: records the campaign and program 0, compiles program 0 and issues the first
   // proposals beside it; answers with the campaign's info. A campaign already known is a duplicate.
@@ -33,6 +35,7 @@ class CampaignLifecycle {
 
  private:
   CampaignStore& store_;
+  TaskSpecs& specs_;
   Proposals& proposals_;
   Queries& queries_;
   const EngineOptions& options_;

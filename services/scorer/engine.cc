@@ -17,6 +17,7 @@
 #include "queries.h"
 #include "results.h"
 #include "schema.h"
+#include "task_specs.h"
 
 namespace kiln::scorer {
 
@@ -25,12 +26,13 @@ struct CampaignEngine::Impl {
   EngineOptions options;
   CampaignStore store;
   CampaignArchives archives{store, options};
+  TaskSpecs specs;
   PromptBook prompts{store};
   Queries queries{store, archives};
   Proposals proposals{store, archives, prompts, options};
-  CampaignLifecycle lifecycle{store, proposals, queries, options};
-  Promotions promotions{store, lifecycle, options};
-  Results results{store, archives, prompts, proposals, lifecycle, promotions, options};
+  CampaignLifecycle lifecycle{store, specs, proposals, queries, options};
+  Promotions promotions{store, specs, lifecycle, options};
+  Results results{store, archives, specs, prompts, proposals, lifecycle, promotions, options};
   DeadLetters dead_letters{results, promotions};
   // Guards everything above: jobs and queries arrive on different threads.
   std::mutex mu;
@@ -76,7 +78,9 @@ struct CampaignEngine::Impl {
     Effects fx;
     Status st = apply(job_id, *kind, payload, out.answer, fx);
     if (!st.is_ok()) {
-      archives.clear();  // the transaction rolled back; so must the in-memory view
+      // The transaction rolled back; so must the in-memory views.
+      archives.clear();
+      specs.clear();
       return st;
     }
     out.duplicate = fx.duplicate;

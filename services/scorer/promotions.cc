@@ -1,14 +1,13 @@
 #include "promotions.h"
 
 #include "kiln/archive/scoring.h"
-#include "kiln/task/task.h"
 
 namespace kiln::scorer {
 
 namespace {
 
-proto::PromoteRequest promote_request(const CampaignRow& c, const proto::Program& p, const proto::ScoreResult& eval,
-                                      const proto::ScoreResult& confirm) {
+proto::PromoteRequest promote_request(const CampaignRow& c, TaskSpecs& specs, const proto::Program& p,
+                                      const proto::ScoreResult& eval, const proto::ScoreResult& confirm) {
   proto::PromoteRequest req;
   req.campaign_id = c.id;
   req.program_id = p.id;
@@ -16,10 +15,10 @@ proto::PromoteRequest promote_request(const CampaignRow& c, const proto::Program
   req.op = c.op;
   req.backend = c.backend;
   req.dtype = c.dtype;
-  if (auto spec = task::parse_task(c.files); spec.is_ok()) {
-    req.op = spec->op;
-    req.dtype = spec->dtype;
-    if (!spec->benchmark_cases.empty()) req.shape = spec->benchmark_cases.front();
+  if (auto spec = specs.of(c); spec.is_ok()) {
+    req.op = (*spec)->op;
+    req.dtype = (*spec)->dtype;
+    if (!(*spec)->benchmark_cases.empty()) req.shape = (*spec)->benchmark_cases.front();
   }
   req.source = p.code;
   req.source_ext = std::string(proto::source_extension(backend_of(c)));
@@ -77,7 +76,7 @@ Status Promotions::on_confirmation(std::string_view job_id, CampaignRow& c, cons
   KILN_ASSIGN_OR_RETURN(auto row, store_.load_program(pid));
   if (!eval || !row) return internal_error("confirmation of " + pid + ": its eval result is missing");
 
-  proto::PromoteRequest req = promote_request(c, row->record, *eval, r);
+  proto::PromoteRequest req = promote_request(c, specs_, row->record, *eval, r);
   KILN_RETURN_IF_ERROR(store_.set_promotion(pid, promo::kPromoting, "", ""));
   fx.next.push_back(follow_up(proto::svc::kPromote, proto::job_id::promote(pid), proto::encode(req)));
   return Status::ok();

@@ -14,13 +14,14 @@
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/scorer/engine.h"
+#include "task_specs.h"
 
 namespace kiln::scorer {
 
 class Promotions {
  public:
-  Promotions(CampaignStore& store, CampaignLifecycle& lifecycle, const EngineOptions& options)
-      : store_(store), lifecycle_(lifecycle), options_(options) {}
+  Promotions(CampaignStore& store, TaskSpecs& specs, CampaignLifecycle& lifecycle, const EngineOptions& options)
+      : store_(store), specs_(specs), lifecycle_(lifecycle), options_(options) {}
 
   // Asks for the confirming measurement of `p`, once per program.
   Status request_confirmation(CampaignRow& c, const proto::Program& p, int64_t proposal_index, Effects& fx);
@@ -36,6 +37,7 @@ class Promotions {
 
  private:
   CampaignStore& store_;
+  TaskSpecs& specs_;
   CampaignLifecycle& lifecycle_;
   const EngineOptions& options_;
 };

@@ -27,11 +27,11 @@ int64_t to_count(const std::map<std::string, std::string>& m, const std::string&
 // The compiler accepts a proposal's code against the task kernel its compile request carried, which an
 // external bridge writes itself; the campaign's own copy is the one Kiln trusts. A result whose code
 // changed anything outside the editable regions becomes a proposal without code (perf_score 0).
-void keep_to_regions(const CampaignRow& c, proto::ScoreResult& r) {
+void keep_to_regions(TaskSpecs& specs, const CampaignRow& c, proto::ScoreResult& r) {
   if (proto::is_stage(r.stage, proto::Stage::kPropose) || r.cand.code.empty()) return;
-  auto spec = task::parse_task(c.files);
+  auto spec = specs.of(c);
   if (!spec.is_ok()) return;  // stored at the campaign's start, after the same validation
-  Status st = task::check_regions_only(c.files.at(spec->kernel_file).data, r.cand.code);
+  Status st = task::check_regions_only(c.files.at((*spec)->kernel_file).data, r.cand.code);
   if (st.is_ok()) return;
   r.stage = std::string(proto::name(proto::Stage::kPropose));
   r.error = st.message();
@@ -69,7 +69,7 @@ Status Results::on_result(std::string_view job_id, proto::ScoreResult r, Effects
   if (subject.confirm) return promotions_.on_confirmation(job_id, c, pid, r, fx);
 
   if (row.state == kScored) return count_duplicate(store_, c, fx);
-  keep_to_regions(c, r);
+  keep_to_regions(specs_, c, r);
   KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_result(pid, kEval, cid, job_id, r));
   if (!fresh) return count_duplicate(store_, c, fx);
 

@@ -17,15 +17,17 @@
 #include "promotions.h"
 #include "prompt_book.h"
 #include "proposals.h"
+#include "task_specs.h"
 
 namespace kiln::scorer {
 
 class Results {
  public:
-  Results(CampaignStore& store, CampaignArchives& archives, PromptBook& prompts, Proposals& proposals,
+  Results(CampaignStore& store, CampaignArchives& archives, TaskSpecs& specs, PromptBook& prompts, Proposals& proposals,
           CampaignLifecycle& lifecycle, Promotions& promotions, const EngineOptions& options)
       : store_(store),
         archives_(archives),
+        specs_(specs),
         prompts_(prompts),
         proposals_(proposals),
         lifecycle_(lifecycle),
@@ -50,6 +52,7 @@ class Results {
 
   CampaignStore& store_;
   CampaignArchives& archives_;
+  TaskSpecs& specs_;
   PromptBook& prompts_;
   Proposals& proposals_;
   CampaignLifecycle& lifecycle_;

@@ -63,14 +63,16 @@ const std::string& default_strategy() {
 
 std::string strategy_id(const std::string& text) { return "s-" + sha256_hex(text).substr(0, 12); }
 
-Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req, const std::string& strategy,
+Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req, const task::TaskSpec& spec,
+                                               const proto::FileMap& files, const std::string& strategy,
                                                const PromptContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(task::TaskSpec spec, task::parse_task(req.files));
+  for (const std::string& name : {spec.kernel_file, spec.reference_file})
+    if (!files.count(name)) return invalid_argument("prompt: the task package has no " + name);
   const std::string tag(proto::kernel_language(spec.backend));
   const std::string lang = spec.backend == proto::Backend::kCuda ? "CUDA C++" : "C++ (OpenMP available)";
 
   // Every region is asked for: the reply's bodies replace all of them (extract.h).
-  const std::string& kernel = req.files.at(spec.kernel_file).data;
+  const std::string& kernel = files.at(spec.kernel_file).data;
   auto regions = task::find_regions(kernel);  // parse_task has checked them
   const size_t n_regions = regions.is_ok() ? regions->size() : 1;
   const std::string rules =
@@ -118,7 +120,7 @@ Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req
     user += "\n";
   }
   user += "\n## Reference (" + spec.reference_file + ")\n```" + tag + "\n" +
-          capped(req.files.at(spec.reference_file).data, kMaxSourceBytes) + "```\n";
+          capped(files.at(spec.reference_file).data, kMaxSourceBytes) + "```\n";
   if (!spec.instructions.empty()) user += "\n## Instructions\n" + capped(spec.instructions, kMaxSourceBytes) + "\n";
 
   user += "\n## Hardware\n" + hardware_summary(spec.backend, ctx.gpu_name);

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "kiln/core/hash.h"
 #include "kiln/messaging/outcome.h"
 
 namespace kiln::service {
@@ -15,26 +16,36 @@ constexpr size_t kMaxParsed = 64;  // packages kept parsed; a worker serves a ha
 Result<std::shared_ptr<const TaskPackage>> TaskSource::resolve(const std::string& blob, const proto::FileMap& files) {
   if (!files.empty() || blob.empty()) {
     if (files.empty()) return messaging::job_fault(invalid_argument("the job carries no task package"));
-    auto spec = task::parse_task(files);
-    if (!spec.is_ok()) return messaging::job_fault(spec.status().with_context("task package"));
-    return std::make_shared<const TaskPackage>(TaskPackage{"", files, std::move(spec).value()});
+    // Inline packages are kept by content too, so a campaign whose jobs carry their files is parsed once.
+    const std::string key = "inline " + sha256_hex(proto::encode(proto::TaskFiles{files}));
+    if (auto hit = cached(key)) return hit;
+    return keep(key, TaskPackage{"", files, {}}, "task package");
   }
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = parsed_.find(blob); it != parsed_.end()) return it->second;
-  }
+  if (auto hit = cached(blob)) return hit;
   if (!blobs_)
     return messaging::job_fault(
         invalid_argument("the job names task blob " + blob + " and this worker has no blob store"));
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> data, blobs_->get(blob));
   auto decoded = proto::decode<proto::TaskFiles>(*data);
   if (!decoded.is_ok()) return messaging::job_fault(decoded.status().with_context("task blob " + blob));
-  auto spec = task::parse_task(decoded->files);
-  if (!spec.is_ok()) return messaging::job_fault(spec.status().with_context("task package (blob " + blob + ")"));
-  auto pkg = std::make_shared<const TaskPackage>(TaskPackage{blob, std::move(decoded->files), std::move(spec).value()});
+  return keep(blob, TaskPackage{blob, std::move(decoded->files), {}}, "task package (blob " + blob + ")");
+}
+
+std::shared_ptr<const TaskPackage> TaskSource::cached(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = parsed_.find(key);
+  return it == parsed_.end() ? nullptr : it->second;
+}
+
+Result<std::shared_ptr<const TaskPackage>> TaskSource::keep(const std::string& key, TaskPackage package,
+                                                            const std::string& what) {
+  auto spec = task::parse_task(package.files);
+  if (!spec.is_ok()) return messaging::job_fault(spec.status().with_context(what));
+  package.spec = std::move(spec).value();
+  auto pkg = std::make_shared<const TaskPackage>(std::move(package));
   std::lock_guard lock(mu_);
   if (parsed_.size() >= kMaxParsed) parsed_.erase(parsed_.begin());
-  parsed_.emplace(blob, pkg);
+  parsed_.emplace(key, pkg);
   return pkg;
 }
 

@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cctype>
@@ -451,7 +452,14 @@ size_t dtype_bytes(DType d) {
   return 0;
 }
 
+namespace {
+std::atomic<uint64_t> parses{0};
+}  // namespace
+
+uint64_t parse_count() { return parses.load(std::memory_order_relaxed); }
+
 Result<TaskSpec> parse_task(const proto::FileMap& files) {
+  parses.fetch_add(1, std::memory_order_relaxed);
   for (const auto& [name, content] : files) {
     auto parts = detail::path_components(name);
     if (!parts.is_ok()) return parts.status();

@@ -8,6 +8,17 @@
 
 using namespace kiln;
 
+namespace {
+
+// The prompt for `req` on the package it carries, parsed here as the llm-bridge parses it at its edge.
+Result<std::vector<llm::Message>> prompt_for(const proto::ProposalRequest& req, const std::string& gpu_name = "") {
+  auto spec = task::parse_task(req.files);
+  REQUIRE(spec.is_ok());
+  return llm::proposal_messages(req, *spec, req.files, llm::default_strategy(), {gpu_name});
+}
+
+}  // namespace
+
 TEST_CASE("a proposal prompt carries task, hardware, parent, feedback, inspirations and target", "[llm]") {
   proto::ProposalRequest req;
   req.files = kiln::testing::task_files();
@@ -23,7 +34,7 @@ TEST_CASE("a proposal prompt carries task, hardware, parent, feedback, inspirati
   insp.combined_score = 6.5;
   req.inspirations.push_back(insp);
 
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCpu, ""});
+  auto msgs = prompt_for(req);
   REQUIRE(msgs.is_ok());
   REQUIRE(msgs->size() == 2);
   const std::string& system = (*msgs)[0].content;
@@ -48,7 +59,7 @@ TEST_CASE("a kernel with two regions is asked for both", "[llm][regions]") {
   insp.cand.code = kernel;
   req.inspirations.push_back(insp);
 
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCpu, ""});
+  auto msgs = prompt_for(req);
   REQUIRE(msgs.is_ok());
   const std::string& system = (*msgs)[0].content;
   const std::string& user = (*msgs)[1].content;
@@ -61,10 +72,22 @@ TEST_CASE("a kernel with two regions is asked for both", "[llm][regions]") {
 
   proto::ProposalRequest single;
   single.files = kiln::testing::task_files();
-  auto one = llm::proposal_messages(single, llm::default_strategy(), {proto::Backend::kCpu, ""});
+  auto one = prompt_for(single);
   REQUIRE(one.is_ok());
   CHECK((*one)[0].content.find("editable regions") == std::string::npos);
   CHECK((*one)[1].content.find("Write the new editable region now.") != std::string::npos);
+}
+
+TEST_CASE("a prompt names what the package lacks", "[llm]") {
+  proto::ProposalRequest req;
+  req.files = kiln::testing::task_files();
+  auto spec = task::parse_task(req.files);
+  REQUIRE(spec.is_ok());
+  proto::FileMap no_kernel = req.files;
+  no_kernel.erase(spec->kernel_file);
+  auto msgs = llm::proposal_messages(req, *spec, no_kernel, llm::default_strategy(), {});
+  REQUIRE_FALSE(msgs.is_ok());
+  CHECK(msgs.status().message() == "prompt: the task package has no kernel.cpp");
 }
 
 TEST_CASE("GPU figures come from a table keyed by name", "[llm]") {
@@ -110,7 +133,7 @@ TEST_CASE("the parent's Nsight Compute profile reaches the next proposal's promp
   req.parent.program_id = "c1/p3";
   req.parent.code = req.files["kernel.cpp"].data;
   req.parent_eval_log = archive::evaluate(scored).eval_log;  // what the scorer stores and sends
-  auto msgs = llm::proposal_messages(req, llm::default_strategy(), {proto::Backend::kCuda, "NVIDIA H200"});
+  auto msgs = prompt_for(req, "NVIDIA H200");
   REQUIRE(msgs.is_ok());
   CHECK((*msgs)[1].content.find(scored.test.profile_summary) != std::string::npos);
 }

@@ -4,6 +4,7 @@
 
 #include "../archive/campaign_fixtures.h"
 #include "kiln/core/files.h"
+#include "kiln/task/task.h"
 #include "metric_value.h"
 
 using namespace kiln;
@@ -30,6 +31,22 @@ proto::Job propose_job(const std::string& campaign, int64_t index, const std::st
 }
 
 }  // namespace
+
+TEST_CASE("the propose handler parses a package once and hands it to the proposer", "[llm_bridge]") {
+  llm_bridge::ProposeHandler handler({"sm_90"}, nullptr);
+  handler.add("tuner", std::make_unique<llm_bridge::TunerProposer>());
+  const uint64_t parses = task::parse_count();
+  for (int64_t i = 1; i <= 4; ++i) {
+    messaging::JobOutcome out = handler.handle(propose_job("c1", i));
+    REQUIRE(out.outcome == messaging::Outcome::kDone);
+    // A package that came in the job goes on in it.
+    CHECK(decode_or_die<proto::CompileRequest>(out.next.at(0).payload.data).files == kiln::testing::task_files());
+  }
+  CHECK(task::parse_count() - parses == 1);
+  // Another package is another parse.
+  handler.handle(propose_job("c2", 1, "tuner", kiln::testing::task_files("cuda")));
+  CHECK(task::parse_count() - parses == 2);
+}
 
 TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_bridge]") {
   auto registry = std::make_shared<prometheus::Registry>();
@@ -114,7 +131,7 @@ class ScriptedProposer final : public llm_bridge::Proposer {
  public:
   explicit ScriptedProposer(std::vector<Status> script) : script_(std::move(script)) {}
   std::string model() const override { return "scripted"; }
-  Result<proto::Candidate> propose(const proto::ProposalRequest& req) override {
+  Result<proto::Candidate> propose(const proto::ProposalRequest& req, const service::TaskPackage&) override {
     Status next = script_.at(calls_++);
     if (!next.is_ok()) return next;
     proto::Candidate c;

@@ -12,6 +12,7 @@
 #include "kiln/llm_bridge/handler.h"
 #include "kiln/llm_bridge/llm_proposer.h"
 #include "kiln/scorer/handler.h"
+#include "kiln/task/task.h"
 #include "metric_value.h"
 
 using namespace kiln;
@@ -110,9 +111,12 @@ TEST_CASE("an LLM campaign turns every scripted reply into the right result", "[
   });
   auto start = kiln::testing::campaign_start("c1", 6, 1);
   start.proposer = "llm";
+  const uint64_t parses = task::parse_count();
   driver.submit("c1:start", proto::encode(start));
   driver.run();
   REQUIRE(driver.idle());
+  // One parse of the package per process: the scorer's at the start, the bridge's at its first proposal.
+  CHECK(task::parse_count() - parses == 2);
   CHECK(server.scripted_left() == 0);
 
   auto info = scorer->engine().campaign("c1");

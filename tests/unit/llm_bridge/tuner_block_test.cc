@@ -6,6 +6,7 @@
 #include "../archive/campaign_fixtures.h"
 #include "kiln/archive/archive.h"
 #include "kiln/llm_bridge/proposer.h"
+#include "proposing.h"
 
 using namespace kiln;
 
@@ -51,7 +52,7 @@ TEST_CASE("the tuner takes the combination of its block nearest to a measured pa
   for (int64_t k = 1; k <= 10; ++k) {
     req.program_id = "c1/p" + std::to_string(k + 2);
     req.proposal_index = k;
-    auto cand = tuner.propose(req);
+    auto cand = kiln::testing::propose(tuner, req);
     REQUIRE(cand.is_ok());
     CHECK(picked.insert(cand->params).second);
     // Even proposals: the first of the block at the smallest distance from the parent; odd: the first.
@@ -67,7 +68,7 @@ TEST_CASE("the tuner takes the combination of its block nearest to a measured pa
   // Unmeasured parent (program 0 before its score): the block's first element, even for an even proposal.
   req.parent_eval_log.clear();
   req.proposal_index = 2;
-  auto first = tuner.propose(req);
+  auto first = kiln::testing::propose(tuner, req);
   REQUIRE(first.is_ok());
   auto block = llm_bridge::tuner_block(space->size(), archive::seed_from("c1"), 2, 4);
   REQUIRE(block.is_ok());

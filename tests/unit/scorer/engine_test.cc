@@ -404,8 +404,11 @@ TEST_CASE("a confirmed fast kernel is sent for promotion", "[scorer][engine]") {
     if (c.program_id == "c1/p2") return correct(c, 1.3, 1.2, 1.4);  // passes, but not the best
     return correct(c, 1.0, 0.95, 1.05);
   });
+  const uint64_t parses = task::parse_count();
   d.submit("c1:start", start_payload("c1", 3, 3));
   d.run();
+  // The package is parsed at the start; every result and the promotion read the spec kept then.
+  CHECK(task::parse_count() - parses == 1);
 
   CHECK(confirms == std::map<std::string, int>{{"c1/p1#confirm", 1}});
   auto confirm_jobs = job_ids(d.trace.followups, "compile");

@@ -12,6 +12,7 @@
 #include "kiln/core/status.h"
 #include "kiln/llm/client.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/task/task.h"
 
 namespace kiln::llm {
 
@@ -22,12 +23,13 @@ const std::string& default_strategy();
 std::string strategy_id(const std::string& text);
 
 struct PromptContext {
-  proto::Backend backend = proto::Backend::kCpu;  // the task's
-  std::string gpu_name;                           // CUDA: the target GPU's name (hardware table key)
+  std::string gpu_name;  // CUDA: the target GPU's name (hardware table key)
 };
 
-// The messages for one proposal. Fails only when the task package does not parse.
-Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req, const std::string& strategy,
+// The messages for one proposal on the task `spec`, parsed from `files` (the request's package, parsed
+// once by the caller). Fails only when `files` lacks the kernel or reference `spec` names.
+Result<std::vector<Message>> proposal_messages(const proto::ProposalRequest& req, const task::TaskSpec& spec,
+                                               const proto::FileMap& files, const std::string& strategy,
                                                const PromptContext& ctx);
 
 // The messages that ask for a rewritten strategy section, given how the current one has scored.

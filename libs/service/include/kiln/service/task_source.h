@@ -27,8 +27,9 @@ class TaskSource {
   // `blobs` null: packages travel inline only (a job that names a blob is then a job fault).
   explicit TaskSource(std::shared_ptr<messaging::BlobClient> blobs = nullptr) : blobs_(std::move(blobs)) {}
 
-  // The package of a job that carries `files`, or else names `blob`. A fetch that fails is kUnavailable
-  // (retry); a package that does not parse or is missing is the job's fault (kFailedPrecondition).
+  // The package of a job that carries `files`, or else names `blob`, parsed the first time it is seen (by
+  // name or content) and kept. A fetch that fails is kUnavailable (retry); a package that does not parse
+  // or is missing is the job's fault (kFailedPrecondition).
   Result<std::shared_ptr<const TaskPackage>> resolve(const std::string& blob, const proto::FileMap& files);
 
   // Names `files` for a job: puts the package in the blob store once and returns its name, or "" when
@@ -43,9 +44,14 @@ class TaskSource {
   bool has_blob_store() const { return blobs_ != nullptr; }
 
  private:
+  std::shared_ptr<const TaskPackage> cached(const std::string& key);
+  // Parses `package` (errors name `what`) and keeps it under `key`.
+  Result<std::shared_ptr<const TaskPackage>> keep(const std::string& key, TaskPackage package, const std::string& what);
+
   std::shared_ptr<messaging::BlobClient> blobs_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const TaskPackage>> parsed_;  // by blob name, bounded
+  // By blob name, or "inline <sha256>" for packages jobs carry; bounded.
+  std::map<std::string, std::shared_ptr<const TaskPackage>> parsed_;
 };
 
 // Fills a job's package fields: the blob's name when `source` published it, else the files themselves.

@@ -60,6 +60,9 @@ std::vector<std::string> package_dirs(const std::string& root, proto::Backend ba
 // Validates a package and returns its normalized spec. Errors name the file, the key path and what
 // was expected: "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\"".
 Result<TaskSpec> parse_task(const proto::FileMap& files);
+// How many times parse_task has run in this process. A worker parses each package once and hands the
+// TaskSpec on (service::TaskSource); tests read the count before and after to hold it to that.
+uint64_t parse_count();
 
 // sha256 of the package files (names and contents).
 std::string task_id(const proto::FileMap& files);

@@ -36,8 +36,9 @@ class LlmProposer final : public Proposer {
   static Result<std::unique_ptr<LlmProposer>> make(LlmProposerOptions options,
                                                    std::shared_ptr<prometheus::Registry> metrics);
   std::string model() const override;
-  Result<proto::Candidate> propose(const proto::ProposalRequest& req) override;
-  Result<proto::Candidate> propose_with_info(const proto::ProposalRequest& req, ProposalInfo& info) override;
+  Result<proto::Candidate> propose(const proto::ProposalRequest& req, const service::TaskPackage& package) override;
+  Result<proto::Candidate> propose_with_info(const proto::ProposalRequest& req, const service::TaskPackage& package,
+                                             ProposalInfo& info) override;
 
  private:
   LlmProposer(LlmProposerOptions options, llm::Ensemble ensemble, std::shared_ptr<prometheus::Registry> metrics);

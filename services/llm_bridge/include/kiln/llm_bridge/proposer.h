@@ -11,6 +11,7 @@
 
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/service/task_source.h"
 
 namespace kiln::llm_bridge {
 
@@ -33,12 +34,15 @@ class Proposer {
   virtual ~Proposer() = default;
   // The label of kiln_llm_requests_total{model}: "tuner", or the LLM model name.
   virtual std::string model() const = 0;
-  // A candidate for req.program_id, or why none could be produced (it is then scored as "no code").
-  virtual Result<proto::Candidate> propose(const proto::ProposalRequest& req) = 0;
+  // A candidate for req.program_id on `package`, the request's package as the handler resolved and parsed it
+  // (req.files may be empty: the package came by name), or why none could be produced (it is then scored
+  // as "no code").
+  virtual Result<proto::Candidate> propose(const proto::ProposalRequest& req, const service::TaskPackage& package) = 0;
   // The same, reporting model, tokens and metadata into `info` even when it fails.
-  virtual Result<proto::Candidate> propose_with_info(const proto::ProposalRequest& req, ProposalInfo& info) {
+  virtual Result<proto::Candidate> propose_with_info(const proto::ProposalRequest& req,
+                                                     const service::TaskPackage& package, ProposalInfo& info) {
     info.model = model();
-    return propose(req);
+    return propose(req, package);
   }
 };
 
@@ -81,7 +85,7 @@ Result<std::vector<uint64_t>> tuner_block(uint64_t space_size, uint64_t seed, in
 class TunerProposer final : public Proposer {
  public:
   std::string model() const override { return "tuner"; }
-  Result<proto::Candidate> propose(const proto::ProposalRequest& req) override;
+  Result<proto::Candidate> propose(const proto::ProposalRequest& req, const service::TaskPackage& package) override;
 };
 
 }  // namespace kiln::llm_bridge
