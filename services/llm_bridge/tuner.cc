@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "kiln/core/hash.h"
+#include "kiln/core/random.h"
 #include "kiln/task/task.h"
 
 namespace kiln::llm_bridge {
@@ -15,39 +15,6 @@ namespace {
 constexpr uint64_t kShuffleLimit = 4096;
 
 __extension__ typedef unsigned __int128 Uint128;  // a*k + b must not overflow before the modulo
-
-// splitmix64: the same stream on every platform, unlike std:: distributions.
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint64_t below(uint64_t bound) {
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t x;
-    do {
-      x = next();
-    } while (x >= limit);
-    return x % bound;
-  }
-
- private:
-  uint64_t state_;
-};
-
-uint64_t seed_of(std::string_view text) {
-  const std::string hex = sha256_hex(text);
-  uint64_t seed = 0;
-  for (size_t i = 0; i < 16; ++i) {
-    char ch = hex[i];
-    seed = (seed << 4) | static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
-  }
-  return seed;
-}
 
 std::string campaign_of(const proto::ProposalRequest& req) {
   if (!req.parent.campaign_id.empty()) return req.parent.campaign_id;
@@ -129,7 +96,7 @@ Result<uint64_t> tuner_combination(uint64_t space_size, uint64_t seed, int64_t p
   if (k >= untried)
     return resource_exhausted("parameter space exhausted (" + std::to_string(space_size) + " combinations, proposal " +
                               std::to_string(proposal) + ")");
-  SplitMix rng(seed);
+  Rng rng(seed);
   if (untried <= kShuffleLimit) {
     std::vector<uint64_t> order(untried);
     std::iota(order.begin(), order.end(), uint64_t{1});
@@ -151,7 +118,7 @@ Result<proto::Candidate> TunerProposer::propose(const proto::ProposalRequest& re
   const std::string campaign_id = campaign_of(req);
   const uint64_t block_size = req.tuner_blocks ? tuner_block_size(space.size(), req.budget) : 1;
   KILN_ASSIGN_OR_RETURN(std::vector<uint64_t> block,
-                        tuner_block(space.size(), seed_of(campaign_id), req.proposal_index, block_size));
+                        tuner_block(space.size(), seed_from(campaign_id), req.proposal_index, block_size));
   // Near the parent when it has been measured (it is then the archive's choice of a good program);
   // otherwise the block's first, a uniform random pick.
   uint64_t index = block.front();

@@ -18,8 +18,8 @@ double screening_bar(const std::optional<proto::Program>& best) {
 Status Proposals::issue(CampaignRow& c, Effects& fx) {
   const int64_t index = c.proposed + 1;
   const std::string pid = program_id_for(c.id, index);
-  const uint64_t seed = archive::seed_from(c.id + "#" + std::to_string(index));
-  archive::Rng rng(seed);
+  const uint64_t seed = seed_from(c.id + "#" + std::to_string(index));
+  Rng rng(seed);
 
   KILN_ASSIGN_OR_RETURN(archive::Archive * archive, archives_.get(c.id));
   // Proposals go round the islands, so each island evolves its own line.

@@ -42,20 +42,20 @@ TEST_CASE("the elite archive keeps the top k, ties to the first offered", "[arch
 
 TEST_CASE("parent selection is seeded and favours the best", "[archive]") {
   archive::EliteArchive a({8, 0.7});
-  archive::Rng empty_rng(1);
+  Rng empty_rng(1);
   CHECK_FALSE(a.select_parent(empty_rng));
   for (int i = 0; i < 8; ++i) a.add(program("p" + std::to_string(i), 5.0 + i));
 
   // Same seed, same choices.
-  for (uint64_t seed : {uint64_t{1}, uint64_t{42}, archive::seed_from("camp#3")}) {
-    archive::Rng r1(seed), r2(seed);
+  for (uint64_t seed : {uint64_t{1}, uint64_t{42}, seed_from("camp#3")}) {
+    Rng r1(seed), r2(seed);
     CHECK(a.select_parent(r1)->id == a.select_parent(r2)->id);
   }
-  CHECK(archive::seed_from("camp#3") == archive::seed_from("camp#3"));
-  CHECK(archive::seed_from("camp#3") != archive::seed_from("camp#4"));
+  CHECK(seed_from("camp#3") == seed_from("camp#3"));
+  CHECK(seed_from("camp#3") != seed_from("camp#4"));
 
   // About 70 % best plus an eighth of the rest; every elite comes up.
-  archive::Rng rng(7);
+  Rng rng(7);
   int best = 0;
   std::set<std::string> seen;
   const int n = 4000;
@@ -70,7 +70,7 @@ TEST_CASE("parent selection is seeded and favours the best", "[archive]") {
 }
 
 TEST_CASE("the rng stays in range and is uniform enough", "[archive]") {
-  archive::Rng rng(123);
+  Rng rng(123);
   std::vector<int> counts(5);
   for (int i = 0; i < 5000; ++i) {
     uint64_t v = rng.below(5);

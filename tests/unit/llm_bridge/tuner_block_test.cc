@@ -56,7 +56,7 @@ TEST_CASE("the tuner takes the combination of its block nearest to a measured pa
     REQUIRE(cand.is_ok());
     CHECK(picked.insert(cand->params).second);
     // Even proposals: the first of the block at the smallest distance from the parent; odd: the first.
-    auto block = llm_bridge::tuner_block(space->size(), archive::seed_from("c1"), k, 4);
+    auto block = llm_bridge::tuner_block(space->size(), kiln::seed_from("c1"), k, 4);
     REQUIRE(block.is_ok());
     CHECK(block->size() == 4);
     uint64_t expected = block->front();
@@ -70,7 +70,7 @@ TEST_CASE("the tuner takes the combination of its block nearest to a measured pa
   req.proposal_index = 2;
   auto first = kiln::testing::propose(tuner, req);
   REQUIRE(first.is_ok());
-  auto block = llm_bridge::tuner_block(space->size(), archive::seed_from("c1"), 2, 4);
+  auto block = llm_bridge::tuner_block(space->size(), kiln::seed_from("c1"), 2, 4);
   REQUIRE(block.is_ok());
   CHECK(first->params == space->combination(block->front()));
 }

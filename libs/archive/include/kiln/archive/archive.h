@@ -11,25 +11,10 @@
 #include <vector>
 
 #include "kiln/archive/features.h"
+#include "kiln/core/random.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::archive {
-
-// splitmix64: small, and the same sequence on every platform and standard library, which
-// std::uniform_*_distribution does not promise. Parent choices must replay identically.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  double uniform();                // [0, 1)
-  uint64_t below(uint64_t bound);  // [0, bound); bound > 0
-
- private:
-  uint64_t state_;
-};
-
-// A seed from text (the first 8 bytes of its sha256), e.g. "<campaign_id>#<proposal_index>".
-uint64_t seed_from(std::string_view text);
 
 // What the next proposal starts from: a parent, programs from other cells for ideas, and the cell the
 // proposer is asked to aim for.
