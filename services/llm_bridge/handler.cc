@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kiln/llm_bridge/llm_proposer.h"
+#include "kiln/llm_bridge/metrics.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
@@ -29,16 +30,8 @@ std::string campaign_of(const proto::ProposalRequest& req) {
 
 ProposeHandler::ProposeHandler(ProposeOptions options, std::shared_ptr<prometheus::Registry> metrics)
     : options_(std::move(options)), metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
-  requests_ = &prometheus::BuildCounter()
-                   .Name("kiln_llm_requests_total")
-                   .Help(
-                       "Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
-                       "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
-                   .Register(*metrics_);
-  tokens_ = &prometheus::BuildCounter()
-                 .Name("kiln_llm_tokens_total")
-                 .Help("LLM tokens used, from the replies' usage, by model and direction (prompt | completion)")
-                 .Register(*metrics_);
+  requests_ = &llm_requests_family(*metrics_);
+  tokens_ = &llm_tokens_family(*metrics_);
 }
 
 void ProposeHandler::add(const std::string& name, std::unique_ptr<Proposer> proposer) {

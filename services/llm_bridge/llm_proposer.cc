@@ -4,6 +4,7 @@
 
 #include "kiln/llm/extract.h"
 #include "kiln/llm/prompt.h"
+#include "kiln/llm_bridge/metrics.h"
 
 namespace kiln::llm_bridge {
 
@@ -54,12 +55,7 @@ LlmProposer::LlmProposer(LlmProposerOptions options, llm::Ensemble ensemble,
     : options_(std::move(options)),
       ensemble_(std::move(ensemble)),
       metrics_(metrics ? std::move(metrics) : std::make_shared<prometheus::Registry>()) {
-  requests_ = &prometheus::BuildCounter()
-                   .Name("kiln_llm_requests_total")
-                   .Help(
-                       "Proposer requests by model and outcome: per proposal for the tuner (ok | error), per HTTP "
-                       "attempt for LLMs (ok | rate_limited | server_error | timeout | error)")
-                   .Register(*metrics_);
+  requests_ = &llm_requests_family(*metrics_);
   llm::ClientOptions client = options_.client;
   auto* family = requests_;
   client.on_attempt = [family](const std::string& model, std::string_view outcome) {
