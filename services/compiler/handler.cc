@@ -1,7 +1,5 @@
 #include "kiln/compiler/handler.h"
 
-#include <sys/utsname.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -188,11 +186,6 @@ std::optional<int64_t> number_after(std::string_view line, std::string_view pref
 
 void keep_max(int64_t& target, std::optional<int64_t> v) {
   if (v && *v > target) target = *v;
-}
-
-std::string host_arch() {
-  utsname u{};
-  return uname(&u) == 0 ? u.machine : "";
 }
 
 // The compiler driver itself crashed: a fault of the toolchain, not of the source it was given. (The

@@ -1,6 +1,7 @@
 #include "kiln/core/cpus.h"
 
 #include <sched.h>
+#include <sys/utsname.h>
 
 #include <algorithm>
 
@@ -18,5 +19,10 @@ std::vector<int> allowed_cores() {
 }
 
 int allowed_core_count() { return std::max(1, static_cast<int>(allowed_cores().size())); }
+
+std::string host_arch() {
+  utsname u{};
+  return uname(&u) == 0 ? u.machine : "";
+}
 
 }  // namespace kiln

@@ -28,3 +28,9 @@ TEST_CASE("the CPUs this process may run on follow its affinity mask", "[core][c
   CHECK(count == 1);
   CHECK(seen == all.back());
 }
+
+TEST_CASE("the host's architecture is named as uname names it", "[core]") {
+  const std::string arch = kiln::host_arch();
+  CHECK_FALSE(arch.empty());
+  CHECK(arch.find(' ') == std::string::npos);
+}
