@@ -49,6 +49,12 @@ std::string params_json(const std::map<std::string, std::string>& params) {
 
 }  // namespace
 
+Result<proto::Program> program_record(const store::Statement& row, int col, const std::string& owner) {
+  auto rec = proto::decode<proto::Program>(row.column_blob(col));
+  if (!rec.is_ok()) return internal_error(owner + ": stored record: " + rec.status().message());
+  return rec;
+}
+
 CampaignStore::CampaignStore(store::Database db, ControlDefaults defaults) : db_(std::move(db)), defaults_(defaults) {}
 
 Result<int64_t> CampaignStore::count(std::string_view sql, const std::string& campaign_id) {
@@ -172,9 +178,7 @@ Result<std::optional<ProgramRow>> CampaignStore::load_program(const std::string&
   p.campaign_id = st.column_text(0);
   p.state = st.column_text(1);
   p.proposal_index = st.column_int(2);
-  auto rec = proto::decode<proto::Program>(st.column_blob(3));
-  if (!rec.is_ok()) return internal_error("program " + id + ": stored record: " + rec.status().message());
-  p.record = std::move(rec).value();
+  KILN_ASSIGN_OR_RETURN(p.record, program_record(st, 3, "program " + id));
   return std::optional<ProgramRow>(std::move(p));
 }
 
@@ -232,13 +236,11 @@ Status CampaignStore::for_each_scored(const std::string& campaign_id,
       auto st,
       db_.prepare("SELECT id, record FROM programs WHERE campaign_id = ? AND state = 'scored' ORDER BY scored_seq"));
   st.bind(1, campaign_id);
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) return Status::ok();
-    auto rec = proto::decode<proto::Program>(st.column_blob(1));
-    if (!rec.is_ok()) return internal_error("program " + st.column_text(0) + ": " + rec.status().message());
-    fn(*rec);
-  }
+  return st.for_each([&](const store::Statement& row) -> Status {
+    KILN_ASSIGN_OR_RETURN(proto::Program p, program_record(row, 1, "program " + row.column_text(0)));
+    fn(p);
+    return Status::ok();
+  });
 }
 
 Result<int64_t> CampaignStore::pending_programs(const std::string& campaign_id) {

@@ -62,6 +62,10 @@ struct ProgramRow {
   proto::Program record;
 };
 
+// The program record in column `col` of a row (the msgpack blob, the source of truth for a program); a
+// record that does not decode is a broken archive, kInternal naming `owner` ("program c1/p3").
+Result<proto::Program> program_record(const store::Statement& row, int col, const std::string& owner);
+
 // Early-stop settings of a campaign stored without a campaign_control row.
 struct ControlDefaults {
   double target_speedup = 0;

@@ -7,6 +7,23 @@
 
 namespace kiln::scorer {
 
+namespace {
+
+// id -> parent_id, from `sql` with the campaign id bound.
+Result<std::map<std::string, std::string>> parents(store::Database& db, std::string_view sql,
+                                                   const std::string& campaign_id) {
+  KILN_ASSIGN_OR_RETURN(auto st, db.prepare(sql));
+  st.bind(1, campaign_id);
+  std::map<std::string, std::string> parent_of;
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) {
+    parent_of[row.column_text(0)] = row.column_text(1);
+    return Status::ok();
+  }));
+  return parent_of;
+}
+
+}  // namespace
+
 Result<proto::CampaignList> Queries::campaigns(const proto::CampaignQuery& query) {
   proto::CampaignList list;
   std::vector<std::string> ids;
@@ -83,24 +100,22 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
       auto st, store_.db().prepare(
                    "SELECT program_id, state, kernel_id, note FROM promotions WHERE campaign_id = ? ORDER BY rowid"));
   st.bind(1, c.id);
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) break;
-    std::string program = st.column_text(0), state = st.column_text(1), note = st.column_text(3);
-    if (state == promo::kPromoted) info.promoted.push_back(st.column_text(2));
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) {
+    std::string program = row.column_text(0), state = row.column_text(1), note = row.column_text(3);
+    if (state == promo::kPromoted) info.promoted.push_back(row.column_text(2));
     info.promotion_notes.push_back(program + ": " + (note.empty() ? state : note));
-  }
+    return Status::ok();
+  }));
   return info;
 }
 
 Result<std::vector<std::string>> Queries::campaign_ids() {
   KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare("SELECT id FROM campaigns ORDER BY started_at, id"));
   std::vector<std::string> ids;
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) break;
-    ids.push_back(st.column_text(0));
-  }
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) {
+    ids.push_back(row.column_text(0));
+    return Status::ok();
+  }));
   return ids;
 }
 
@@ -113,15 +128,12 @@ Result<std::map<std::string, double>> Queries::template_results(const std::strin
       store_.db().prepare("SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored' AND code = ?"));
   st.bind(1, campaign_id).bind(2, code);
   std::map<std::string, double> tried;
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) break;
-    auto rec = proto::decode<proto::Program>(st.column_blob(0));
-    if (!rec.is_ok()) return internal_error("campaign " + campaign_id + ": stored program: " + rec.status().message());
-    const std::string key = archive::params_string(rec->template_parameters);
-    auto [it, fresh] = tried.emplace(key, rec->eval.combined_score);
-    if (!fresh) it->second = std::max(it->second, rec->eval.combined_score);
-  }
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) -> Status {
+    KILN_ASSIGN_OR_RETURN(proto::Program p, program_record(row, 0, "campaign " + campaign_id));
+    auto [it, fresh] = tried.emplace(archive::params_string(p.template_parameters), p.eval.combined_score);
+    if (!fresh) it->second = std::max(it->second, p.eval.combined_score);
+    return Status::ok();
+  }));
   if (tried.size() > proto::kMaxTemplateResults) {
     std::vector<std::pair<double, std::string>> ranked;
     for (const auto& [key, score] : tried) ranked.emplace_back(-score, key);
@@ -137,35 +149,19 @@ Result<proto::BestPrograms> Queries::best_programs(const CampaignRow& c, int64_t
   proto::BestPrograms out;
   KILN_ASSIGN_OR_RETURN(out.campaign, campaign_info(c));
   // Lineage needs every program's parent, not only the top ones.
-  std::map<std::string, std::string> parent_of;
-  {
-    KILN_ASSIGN_OR_RETURN(auto st, db.prepare("SELECT id, parent_id FROM programs WHERE campaign_id = ?"));
-    st.bind(1, c.id);
-    while (true) {
-      KILN_ASSIGN_OR_RETURN(bool row, st.step());
-      if (!row) break;
-      parent_of[st.column_text(0)] = st.column_text(1);
-    }
-  }
-  std::map<std::string, std::string> prompt_parent;
-  {
-    KILN_ASSIGN_OR_RETURN(auto ps, db.prepare("SELECT id, parent_id FROM prompts WHERE campaign_id = ?"));
-    ps.bind(1, c.id);
-    while (true) {
-      KILN_ASSIGN_OR_RETURN(bool row, ps.step());
-      if (!row) break;
-      prompt_parent[ps.column_text(0)] = ps.column_text(1);
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(auto parent_of, parents(db, "SELECT id, parent_id FROM programs WHERE campaign_id = ?", c.id));
+  KILN_ASSIGN_OR_RETURN(auto prompt_parent,
+                        parents(db, "SELECT id, parent_id FROM prompts WHERE campaign_id = ?", c.id));
   KILN_ASSIGN_OR_RETURN(auto st, db.prepare("SELECT record FROM programs WHERE campaign_id = ? AND state = 'scored'"
                                             " ORDER BY combined_score DESC, scored_seq LIMIT ?"));
   st.bind(1, c.id).bind(2, top > 0 ? top : int64_t{5});
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) break;
-    auto rec = proto::decode<proto::Program>(st.column_blob(0));
-    if (!rec.is_ok()) return internal_error("campaign " + c.id + ": stored program: " + rec.status().message());
-    proto::Program p = std::move(rec).value();
+  std::vector<proto::Program> top_programs;
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) -> Status {
+    KILN_ASSIGN_OR_RETURN(proto::Program p, program_record(row, 0, "campaign " + c.id));
+    top_programs.push_back(std::move(p));
+    return Status::ok();
+  }));
+  for (proto::Program& p : top_programs) {
     // "p3 <- p1 <- p0": ancestors, nearest first. parent_of.size() bounds the walk if ids ever loop.
     std::string lineage;
     std::string at = p.parent_id;
@@ -202,11 +198,10 @@ Result<std::map<std::string, double>> Queries::best_speedup_by_task() {
           "SELECT c.task_name, MAX(p.runtime_improvement) FROM campaigns c JOIN programs p ON p.id = c.best_program_id"
           " WHERE p.correct = 1 AND p.runtime_improvement > 0 GROUP BY c.task_name"));
   std::map<std::string, double> out;
-  while (true) {
-    KILN_ASSIGN_OR_RETURN(bool row, st.step());
-    if (!row) break;
-    out[st.column_text(0)] = st.column_double(1);
-  }
+  KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) {
+    out[row.column_text(0)] = row.column_double(1);
+    return Status::ok();
+  }));
   return out;
 }
 

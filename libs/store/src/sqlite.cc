@@ -136,6 +136,14 @@ Status Statement::run() {
   return Status::ok();
 }
 
+Status Statement::for_each(const std::function<Status(const Statement&)>& row) {
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(bool has_row, step());
+    if (!has_row) return Status::ok();
+    KILN_RETURN_IF_ERROR(row(*this));
+  }
+}
+
 void Statement::reset() {
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);

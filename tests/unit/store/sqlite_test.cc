@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <vector>
+
 #include "kiln/core/files.h"
 #include "kiln/store/sqlite.h"
 
@@ -46,4 +48,29 @@ TEST_CASE("a transaction rolls back unless committed", "[store]") {
   REQUIRE(sel.is_ok());
   REQUIRE(*sel->step());
   CHECK(sel->column_text(0) == "2");
+}
+
+TEST_CASE("for_each maps every row and stops at the first error", "[store]") {
+  auto db = Database::open(":memory:");
+  REQUIRE(db.is_ok());
+  REQUIRE(db->exec("CREATE TABLE t(n INTEGER); INSERT INTO t VALUES(1), (2), (3)").is_ok());
+  auto sel = db->prepare("SELECT n FROM t ORDER BY n");
+  REQUIRE(sel.is_ok());
+  std::vector<int64_t> seen;
+  REQUIRE(sel->for_each([&](const kiln::store::Statement& row) {
+               seen.push_back(row.column_int(0));
+               return kiln::Status::ok();
+             })
+              .is_ok());
+  CHECK(seen == std::vector<int64_t>{1, 2, 3});
+
+  auto again = db->prepare("SELECT n FROM t ORDER BY n");
+  REQUIRE(again.is_ok());
+  seen.clear();
+  kiln::Status st = again->for_each([&](const kiln::store::Statement& row) {
+    seen.push_back(row.column_int(0));
+    return row.column_int(0) == 2 ? kiln::internal_error("row 2 is broken") : kiln::Status::ok();
+  });
+  CHECK(st.message() == "row 2 is broken");
+  CHECK(seen == std::vector<int64_t>{1, 2});
 }

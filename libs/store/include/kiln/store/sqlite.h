@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,6 +60,9 @@ class Statement {
   Result<bool> step();
   // Steps to completion, ignoring rows.
   Status run();
+  // Steps through every row, calling `row` on each (its columns read through the statement); stops at
+  // the first error, the step's or the one `row` returns.
+  Status for_each(const std::function<Status(const Statement&)>& row);
   void reset();
 
   int64_t column_int(int col) const;
