@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kiln/compiler/batch.h"
+#include "kiln/compiler/build_log.h"
 #include "kiln/compiler/nvcc_graph.h"
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
@@ -35,6 +36,10 @@
 #include "kiln/service/service.h"
 
 namespace kiln::compiler {
+
+namespace detail {
+struct BatchScript;
+}  // namespace detail
 
 struct CompilerOptions {
   std::string cache_dir = "compile-cache";  // content-addressed build cache
@@ -67,22 +72,9 @@ struct CompilerOptions {
 // compiler.* from the config; a relative cache_dir resolves against `state_dir`.
 CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir);
 
-// Resource usage reported by `ptxas -v`, the maximum over the kernels of a build; -1 where unknown.
-struct PtxasUsage {
-  int64_t registers = -1;     // per thread
-  int64_t shared_bytes = -1;  // static shared memory per block
-  int64_t spill_bytes = -1;   // spill stores + spill loads
-  int64_t stack_bytes = -1;   // stack frame
-};
-PtxasUsage parse_ptxas_usage(std::string_view log);
-
 // nvcc's -gencode value for a target: "sm_90" -> "arch=compute_90,code=[sm_90,compute_90]" (machine code
 // for the target plus its PTX, which the driver can compile for a newer GPU).
 std::string cuda_gencode(const std::string& arch);
-
-// A build log cut to `max_bytes` around what matters: it starts a couple of lines before the first error
-// (when there is one) and ends with "[... N bytes dropped]" when cut.
-std::string trim_log(std::string_view log, size_t max_bytes);
 
 // The text of kiln/kernel_abi.h, embedded at build time: the compiler needs no source tree at run time.
 std::string_view kernel_abi_header();
@@ -113,10 +105,37 @@ class CompileHandler {
     std::string so;          // the shared object, when info.ok
     bool timed_out = false;  // the compiler was stopped at the time limit
   };
+  // What one build is made of, as its cache key sees it (build.cc).
+  struct BuildInputs {
+    proto::Backend backend = proto::Backend::kCpu;
+    std::string compiler;    // its path
+    std::string version;     // its version line
+    proto::FileMap sources;  // the package's sources and headers, with the source being built
+    std::string source_name;
+    std::string source;
+    std::map<std::string, std::string> defines;
+    std::vector<std::string> base;  // the flags but the -D flags
+    std::string flags_text;         // every flag, as the build's record shows them
+    std::string files_hash;
+    std::string key;  // the cache key: content_key(flags_text)
+    // The hash of everything that can change the binary, with `flags_part` for the flags.
+    std::string content_key(std::string_view flags_part) const;
+  };
   // `may_batch`: the build may be one variant of a batch (a candidate's first build, not a confirmation's).
   Result<Build> build(proto::Backend backend, const std::string& arch, const proto::FileMap& files,
                       const std::string& source_name, const std::string& source,
                       const std::map<std::string, std::string>& defines, bool may_batch = false);
+  Result<BuildInputs> build_inputs(proto::Backend backend, const std::string& arch, const proto::FileMap& files,
+                                   const std::string& source_name, const std::string& source,
+                                   const std::map<std::string, std::string>& defines);
+  // The build a compiler run in `dir` made: its record and shared object. A compiler that crashed or wrote
+  // nothing is this worker's fault (kUnavailable); a source that does not compile is a build, not ok.
+  Result<Build> read_build(const BuildInputs& in, const sandbox::SandboxResult& result, const std::string& dir);
+
+  // The content-addressed cache: a build that was ok, by key (build.cc).
+  std::string cache_path(const std::string& key) const;
+  std::optional<Build> cached(const std::string& key);
+  void keep(const std::string& key, const Build& build);
 
   // A build waiting to be one variant of a batch; `done` with no `build` means: build it alone.
   struct BatchMember {
@@ -129,21 +148,23 @@ class CompileHandler {
     size_t capacity = 1;  // variants it takes (BatchSizer's when it opened)
   };
   // Joins (or opens and, after the window, builds) the batch of builds that share `group_key`: everything
-  // of the cache key but the defines. Empty: build alone.
-  std::optional<Build> build_in_batch(const std::string& group_key, const proto::FileMap& sources,
-                                      const std::string& source_name, const std::string& source,
-                                      const std::vector<std::string>& base, const std::string& version,
-                                      const std::map<std::string, std::string>& defines);
+  // of the cache key but the defines. Empty: build alone (batching.cc).
+  std::optional<Build> build_in_batch(const std::string& group_key, const BuildInputs& in);
+  // The opener's part: builds the closed batch of `members` (the opener first) and hands each its build.
+  std::optional<Build> build_batch_for(const BuildInputs& in, const std::vector<BatchMember*>& members);
   // The batch's one nvcc run and one link per variant; one entry per member, empty where it must be built
   // alone (then all are: the batch failed).
-  std::vector<std::optional<Build>> run_batch(const proto::FileMap& sources, const std::string& source_name,
-                                              const std::string& source, const std::vector<std::string>& base,
-                                              const std::string& version,
+  std::vector<std::optional<Build>> run_batch(const BuildInputs& in,
                                               const std::vector<std::map<std::string, std::string>>& variants);
+  // In graph mode, the batch's steps as a graph in `dir` and `script` changed to run them.
+  Status graph_batch_script(const BuildInputs& in, const std::string& dir, const std::string& unit_text,
+                            detail::BatchScript& script);
+  Build batch_variant(const BuildInputs& in, const std::map<std::string, std::string>& defines, std::string so,
+                      const std::string& log, const std::string& ptxas, double wall_s);
 
   // Runs the compiler on `source_name` in `dir`, where the sources are: for CUDA in "graph" mode, nvcc's
   // steps as a graph, and nvcc itself (with the time left) when a step fails, so a failure reads as nvcc
-  // reports it. `key` is the build's cache key (names its module).
+  // reports it. `key` is the build's cache key (names its module) (nvcc_plan.cc).
   Result<sandbox::SandboxResult> run_compiler(proto::Backend backend, const std::string& dir,
                                               const std::string& source_name, const std::vector<std::string>& base,
                                               const std::map<std::string, std::string>& defines,
@@ -151,6 +172,11 @@ class CompileHandler {
   // nvcc's steps for `flags` (no -D flags) and `source_name`, from one dry run, kept (an error too: those
   // builds are nvcc's own).
   Result<NvccPlan> nvcc_plan(const std::vector<std::string>& flags, const std::string& source_name);
+  Result<NvccPlan> plan_by_dry_run(const std::vector<std::string>& flags, const std::string& source_name);
+
+  // The test job of a candidate that built, beside its reference.
+  proto::FollowUp test_job(const proto::CompileRequest& request, const proto::Candidate& cand,
+                           const service::TaskPackage& package, Build reference, Build kernel);
 
   CompilerOptions options_;
   std::shared_ptr<service::TaskSource> tasks_ = std::make_shared<service::TaskSource>();
