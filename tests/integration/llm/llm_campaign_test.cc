@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "../../unit/llm/fake_openai.h"
+#include "kiln/testing/fake_openai.h"
 #include "kiln/core/files.h"
 #include "kiln/messaging/client.h"
 #include "kiln/proto/payloads.h"

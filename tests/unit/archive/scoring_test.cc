@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 
 using namespace kiln;
 using kiln::testing::build_failed;

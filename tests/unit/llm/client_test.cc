@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "fake_openai.h"
+#include "kiln/testing/fake_openai.h"
 
 using namespace kiln;
 using kiln::testing::FakeOpenAI;

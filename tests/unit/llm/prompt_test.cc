@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/archive/scoring.h"
 #include "kiln/llm/hardware.h"
 

@@ -2,10 +2,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/task/task.h"
-#include "metric_value.h"
+#include "kiln/testing/metric_value.h"
 
 using namespace kiln;
 using kiln::testing::decode_or_die;

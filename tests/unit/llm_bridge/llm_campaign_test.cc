@@ -6,14 +6,14 @@
 
 #include <map>
 
-#include "../archive/campaign_fixtures.h"
-#include "../llm/fake_openai.h"
+#include "kiln/testing/campaign_fixtures.h"
+#include "kiln/testing/fake_openai.h"
 #include "kiln/core/files.h"
 #include "kiln/llm_bridge/handler.h"
 #include "kiln/llm_bridge/llm_proposer.h"
 #include "kiln/scorer/handler.h"
 #include "kiln/task/task.h"
-#include "metric_value.h"
+#include "kiln/testing/metric_value.h"
 
 using namespace kiln;
 using kiln::testing::FakeOpenAI;

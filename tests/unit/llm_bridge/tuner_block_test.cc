@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/archive/archive.h"
 #include "kiln/llm_bridge/proposer.h"
 #include "proposing.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/store/sqlite.h"
 #include "kiln/task/task.h"

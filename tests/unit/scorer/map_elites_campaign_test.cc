@@ -5,7 +5,7 @@
 #include <functional>
 #include <set>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/scorer/engine.h"
 

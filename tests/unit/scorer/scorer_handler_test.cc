@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "../archive/campaign_fixtures.h"
-#include "../llm_bridge/metric_value.h"
+#include "kiln/testing/campaign_fixtures.h"
+#include "kiln/testing/metric_value.h"
 #include "kiln/core/files.h"
 #include "kiln/store/sqlite.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "../archive/campaign_fixtures.h"
+#include "kiln/testing/campaign_fixtures.h"
 #include "kiln/core/files.h"
 #include "kiln/llm_bridge/handler.h"
 #include "kiln/scorer/handler.h"
