@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,11 +89,6 @@ std::string tail(const std::string& text, size_t max_bytes) {
   size_t eol = text.find('\n', cut);
   if (eol != std::string::npos && eol + 1 < text.size()) cut = eol + 1;
   return "[... " + std::to_string(cut) + " bytes dropped]\n" + text.substr(cut);
-}
-
-std::string host_arch() {
-  utsname u{};
-  return uname(&u) == 0 ? u.machine : "";
 }
 
 // Files the child wrote are read without following links: a candidate could leave a link to a file only
