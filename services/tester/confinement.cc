@@ -27,6 +27,13 @@ std::string absolute_against(const std::string& path, const std::string& base) {
   return p.lexically_normal().string();
 }
 
+// The first `max_bytes` of what a run printed on stderr, without trailing blanks.
+std::string stderr_head(const sandbox::SandboxResult& ran, size_t max_bytes) {
+  std::string head = ran.stderr_text.substr(0, max_bytes);
+  while (!head.empty() && (head.back() == '\n' || head.back() == ' ')) head.pop_back();
+  return head;
+}
+
 }  // namespace
 
 std::string ConfinementPolicy::eval_binary_in_child() const {
@@ -39,11 +46,21 @@ std::string ConfinementPolicy::lock_file_in_child(const std::string& lock_file) 
 
 std::string ConfinementPolicy::library_path_in_child() const {
   std::string out;
-  for (size_t i = 0; i < lib_dirs.size(); ++i) {
-    const bool bound = i < lib_bound.size() && lib_bound[i];
-    out += (out.empty() ? "" : ":") + (bound ? std::string(kChildLibDir) + std::to_string(i) : lib_dirs[i]);
-  }
+  for (size_t i = 0; i < libs.size(); ++i)
+    out += (out.empty() ? "" : ":") + (libs[i].bound ? std::string(kChildLibDir) + std::to_string(i) : libs[i].outside);
   return out;
+}
+
+void ConfinementPolicy::add_library_path(const std::string& ld_library_path) {
+  for (size_t at = 0; at <= ld_library_path.size();) {
+    size_t end = ld_library_path.find(':', at);
+    if (end == std::string::npos) end = ld_library_path.size();
+    if (std::string dir = ld_library_path.substr(at, end - at); !dir.empty() && fs::is_directory(dir)) {
+      const bool bound = (sandbox::can_map_other_ids() && !reachable_by_anyone(dir)) || covered_in_child(dir, hidden);
+      libs.push_back({std::move(dir), bound});
+    }
+    at = end + 1;
+  }
 }
 
 bool reachable_by_anyone(const std::string& dir) {
@@ -84,10 +101,8 @@ sandbox::Confinement ConfinementPolicy::for_slot(int slot) const {
   c.hidden = hidden;
   c.binds.push_back({fs::path(eval_binary).parent_path().string(), kChildBinDir, false});
   if (!lock_dir.empty()) c.binds.push_back({lock_dir, kChildLockDir, false});
-  for (size_t i = 0; i < lib_dirs.size(); ++i) {
-    if (i < lib_bound.size() && lib_bound[i])
-      c.binds.push_back({lib_dirs[i], std::string(kChildLibDir) + std::to_string(i), false});
-  }
+  for (size_t i = 0; i < libs.size(); ++i)
+    if (libs[i].bound) c.binds.push_back({libs[i].outside, std::string(kChildLibDir) + std::to_string(i), false});
   return c;
 }
 
@@ -142,14 +157,10 @@ Status check_confinement(const ConfinementPolicy& policy) {
   // What the evaluator answers does not matter (--help is a usage error): that it was started confined
   // does. A program its ids may not run is an error of run_sandboxed ("exec failed ..."); one the dynamic
   // loader could not start (its libraries out of the child's sight) exits 127 and says why.
-  if (ran->exit_code == 127) {
-    std::string why = ran->stderr_text.substr(0, 400);
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    return failed_precondition("the evaluator does not start confined (exit code 127): " + why);
-  }
+  if (ran->exit_code == 127)
+    return failed_precondition("the evaluator does not start confined (exit code 127): " + stderr_head(*ran, 400));
   if (ran->user_isolation == "none" || ran->filesystem_isolation != "readonly_root") {
-    std::string err = ran->stderr_text.substr(0, 300);
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    const std::string err = stderr_head(*ran, 300);
     return failed_precondition("sandbox: confinement did not hold (" + ran->user_isolation + ", " +
                                ran->filesystem_isolation + "; the run: " + ran->describe(run.timeout_s) +
                                (err.empty() ? "" : "; " + err) + ")");

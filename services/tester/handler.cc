@@ -330,19 +330,7 @@ TestHandler::TestHandler(TesterOptions options, proto::WorkerInfo worker, std::s
   policy_.sandbox_uid = options_.sandbox_uid;
   policy_.hidden = options_.hidden_paths;
   policy_.eval_binary = options_.eval_binary;
-  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) {
-    std::string dirs = lib_path;
-    for (size_t at = 0; at <= dirs.size();) {
-      size_t end = dirs.find(':', at);
-      if (end == std::string::npos) end = dirs.size();
-      if (std::string dir = dirs.substr(at, end - at); !dir.empty() && std::filesystem::is_directory(dir)) {
-        policy_.lib_dirs.push_back(dir);
-        policy_.lib_bound.push_back((sandbox::can_map_other_ids() && !reachable_by_anyone(dir)) ||
-                                    covered_in_child(dir, policy_.hidden));
-      }
-      at = end + 1;
-    }
-  }
+  if (const char* lib_path = std::getenv("LD_LIBRARY_PATH"); lib_path && *lib_path) policy_.add_library_path(lib_path);
 }
 
 // Checks once, at start, that children can be confined here, and says how they will run.
@@ -444,10 +432,9 @@ proto::Capabilities TestHandler::capabilities() const {
   caps.arch = options_.backend == proto::Backend::kCuda ? gpu_.arch() : host_arch();
   caps.host = worker_.host;
   const Status confinement = this->confinement();
-  caps.confinement = confinement.is_ok() ? "confined"
-                     : options_.allow_unconfined || !options_.confine
-                         ? "UNCONFINED: " + confinement.message()
-                         : "refuses to evaluate: " + confinement.message();
+  caps.confinement = confinement.is_ok()                              ? "confined"
+                     : options_.allow_unconfined || !options_.confine ? "UNCONFINED: " + confinement.message()
+                                                                      : "refuses to evaluate: " + confinement.message();
   return caps;
 }
 
@@ -522,9 +509,10 @@ sandbox::SandboxOptions TestHandler::child_sandbox(const std::string& scratch, s
   run.isolate_network = true;
   // Both children fork one runner per contestant and each runner confines itself before loading a kernel
   // (no new processes, signals to itself only), so process creation is refused to the candidate there
-  // rather than here. The CPU child may not write outside its scratch directory; the CUDA child keeps a
-  // writable root, because under a read-only one the CUDA runtime fails to initialize
-  // (cudaErrorOperatingSystem on an H200 host; the GPU suite checks it).
+  // rather than here. Unconfined (tester.allow_unconfined, or TesterOptions::confine off), the CPU child
+  // may not write outside its scratch directory and the CUDA child keeps a writable root: the sandbox's
+  // plain read-only root leaves /proc read-only, where the CUDA runtime names its threads. Confined, both
+  // get the confinement's read-only root, whose /proc stays writable.
   run.readonly_root = options_.readonly_root.value_or(options_.backend == proto::Backend::kCpu);
   run.deny_process_creation = options_.deny_process_creation.value_or(false);
   // Confined, the sandbox gives the child a read-only root with private /tmp and /dev/shm, its own uid

@@ -19,6 +19,7 @@
 #include "kiln/core/files.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/testing/loopback_listener.h"
+#include "kiln/testing/as_user.h"
 #include "kiln/testing/no_namespaces.h"
 
 using kiln::sandbox::Bind;
@@ -28,6 +29,8 @@ using kiln::sandbox::SandboxOptions;
 using kiln::sandbox::SandboxResult;
 
 namespace {
+
+using kiln::testing::as_user;
 
 constexpr uint32_t kSandboxUid = 99999;
 constexpr uint32_t kNobody = 65534;
@@ -103,34 +106,6 @@ SandboxOptions confined_shell(const Probe& probe, const Secrets& s, const std::s
   return o;
 }
 
-// Runs `body` as `uid` in a forked child (when this process is root) and returns what it reports: empty
-// when every check held, else the first that did not. Catch's macros are not used in the child.
-std::string as_user(uint32_t uid, const std::function<std::string()>& body) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe";
-  pid_t pid = ::fork();
-  if (pid < 0) return "fork";
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string why;
-    if (::setgid(uid) != 0 || ::setuid(uid) != 0) {
-      why = std::string("setuid: ") + std::strerror(errno);
-    } else {
-      why = body();
-    }
-    (void)!::write(fds[1], why.data(), why.size());
-    _exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return out;
-}
-
 // The battery every confined child must pass, as whoever runs it; "" when all held.
 std::string battery(uint32_t expect_uid) {
   Probe probe;
@@ -143,18 +118,19 @@ std::string battery(uint32_t expect_uid) {
     return {std::move(r).value(), ""};
   };
   // Writes: nowhere but the working directory and the private /tmp.
-  auto [w, werr] = run(confined_shell(probe, s, scratch.path(),
-                                      "touch " + s.outside.path() +
-                                          "/planted 2>/dev/null && echo outside; "
-                                          "echo x > " +
-                                          s.dir +
-                                          "/broker.db 2>/dev/null && echo state; "
-                                          "echo x > " +
-                                          s.file +
-                                          " 2>/dev/null && echo config; "
-                                          "touch /etc/kiln-planted 2>/dev/null && echo etc; "
-                                          "touch made-here && echo scratch; touch /tmp/t && echo tmp; "
-                                          "touch /dev/shm/t && echo shm; echo probe > /proc/self/comm && echo comm; id -u"));
+  auto [w, werr] =
+      run(confined_shell(probe, s, scratch.path(),
+                         "touch " + s.outside.path() +
+                             "/planted 2>/dev/null && echo outside; "
+                             "echo x > " +
+                             s.dir +
+                             "/broker.db 2>/dev/null && echo state; "
+                             "echo x > " +
+                             s.file +
+                             " 2>/dev/null && echo config; "
+                             "touch /etc/kiln-planted 2>/dev/null && echo etc; "
+                             "touch made-here && echo scratch; touch /tmp/t && echo tmp; "
+                             "touch /dev/shm/t && echo shm; echo probe > /proc/self/comm && echo comm; id -u"));
   if (!werr.empty()) return werr;
   // (A thread may name itself: the CUDA runtime does, through /proc, and will not start where it cannot.)
   const std::string want = "scratch\ntmp\nshm\ncomm\n" + std::to_string(expect_uid) + "\n";

@@ -28,6 +28,7 @@
 #include "kiln/testing/hostile_probe.h"
 #include "kiln/testing/kiln_install.h"
 #include "kiln/testing/loopback_listener.h"
+#include "kiln/testing/as_user.h"
 #include "kiln/testing/no_namespaces.h"
 
 using kiln::tester::TesterOptions;
@@ -38,6 +39,8 @@ namespace status = kiln::proto::test_status;
 using kiln::testing::Install;
 
 namespace {
+
+using kiln::testing::as_user;
 
 constexpr uint32_t kNobody = 65534;
 
@@ -105,27 +108,6 @@ std::string evaluate_hostile(const Install& install, const Candidate& candidate,
   const auto user = report->metadata.find("isolation_user");
   if (user == report->metadata.end() || user->second == "none") return "no user isolation in the metadata";
   return install.unchanged();
-}
-
-// Runs `body` as `uid` in a forked child; its answer ("" when every check held).
-std::string as_user(uint32_t uid, const std::function<std::string()>& body) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe";
-  pid_t pid = ::fork();
-  if (pid < 0) return "fork";
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string why = (::getuid() == uid || (::setgid(uid) == 0 && ::setuid(uid) == 0)) ? body() : "setuid failed";
-    (void)!::write(fds[1], why.data(), why.size());
-    _exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return out;
 }
 
 }  // namespace
@@ -199,9 +181,9 @@ TEST_CASE("the paths hidden from a candidate are every file Kiln keeps, whatever
   cfg.tester.gpu_claim_dir = "/run/kiln/gpu-claims";
   const auto hidden = kiln::tester::kiln_private_paths(cfg, "/var/lib/kiln", "/home/kiln");
   auto has = [&](const std::string& p) { return std::find(hidden.begin(), hidden.end(), p) != hidden.end(); };
-  for (const char* p : {"/var/lib/kiln", "/var/lib/kiln/broker.db", "/srv/kiln/archive.db", "/var/lib/kiln/compile-cache",
-                        "/etc/kiln/broker.key", "/srv/registry", "/run/kiln/gpu-claims", "/etc/kiln/kiln.yaml",
-                        "/home/kiln"}) {
+  for (const char* p :
+       {"/var/lib/kiln", "/var/lib/kiln/broker.db", "/srv/kiln/archive.db", "/var/lib/kiln/compile-cache",
+        "/etc/kiln/broker.key", "/srv/registry", "/run/kiln/gpu-claims", "/etc/kiln/kiln.yaml", "/home/kiln"}) {
     INFO(p);
     CHECK(has(p));
   }
@@ -223,10 +205,11 @@ TEST_CASE(
   // The dynamic loader's refusal (exit code 127, its message on stderr) is not a started evaluator.
   kiln::TempDir dir("kiln-confine-loader");
   const std::string eval = dir.path() + "/kiln-eval";
-  REQUIRE(kiln::write_file_atomic(eval,
-                                  "#!/bin/sh\necho 'kiln-eval: error while loading shared libraries: libkiln-x.so' >&2\n"
-                                  "exit 127\n")
-              .is_ok());
+  REQUIRE(
+      kiln::write_file_atomic(eval,
+                              "#!/bin/sh\necho 'kiln-eval: error while loading shared libraries: libkiln-x.so' >&2\n"
+                              "exit 127\n")
+          .is_ok());
   ::chmod(eval.c_str(), 0755);
   ::chmod(dir.path().c_str(), 0755);
   kiln::tester::ConfinementPolicy policy;

@@ -48,6 +48,28 @@ inline const std::vector<std::string>& probe_names() {
 // the start of kiln_entry.
 inline std::string probe_source(const ProbeTargets& t) {
   auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+  // Kiln's files, each opened for writing (where the attack is a write) and for reading, in probe_names' order.
+  struct FileAttack {
+    const char* name;
+    std::string path;
+    const char* write_flags;  // nullptr: a read
+  };
+  const FileAttack files[] = {{"create_outside", t.outside_dir + "/planted", "O_CREAT | O_WRONLY"},
+                              {"write_registry", t.registry_file, "O_WRONLY"},
+                              {"read_registry", t.registry_file, nullptr},
+                              {"write_job_table", t.job_table, "O_WRONLY"},
+                              {"read_job_table", t.job_table, nullptr},
+                              {"write_archive", t.archive, "O_WRONLY"},
+                              {"read_archive", t.archive, nullptr},
+                              {"write_config", t.config_file, "O_WRONLY"},
+                              {"read_config", t.config_file, nullptr},
+                              {"read_log", t.log_file, nullptr},
+                              {"read_home", t.home_secret, nullptr}};
+  std::string file_attacks;
+  for (const FileAttack& f : files) {
+    file_attacks += std::string("  kiln_probe_") + (f.write_flags ? "write" : "read") + "(\"" + f.name + "\", " +
+                    quoted(f.path) + (f.write_flags ? std::string(", ") + f.write_flags : std::string()) + ");\n";
+  }
   return R"(#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -85,29 +107,8 @@ void kiln_hostile_probe() {
   static bool probed = false;
   if (probed) return;
   probed = true;
-  kiln_probe_write("create_outside", )" +
-         quoted(t.outside_dir + "/planted") + R"(, O_CREAT | O_WRONLY);
-  kiln_probe_write("write_registry", )" +
-         quoted(t.registry_file) + R"(, O_WRONLY);
-  kiln_probe_read("read_registry", )" +
-         quoted(t.registry_file) + R"();
-  kiln_probe_write("write_job_table", )" +
-         quoted(t.job_table) + R"(, O_WRONLY);
-  kiln_probe_read("read_job_table", )" +
-         quoted(t.job_table) + R"();
-  kiln_probe_write("write_archive", )" +
-         quoted(t.archive) + R"(, O_WRONLY);
-  kiln_probe_read("read_archive", )" +
-         quoted(t.archive) + R"();
-  kiln_probe_write("write_config", )" +
-         quoted(t.config_file) + R"(, O_WRONLY);
-  kiln_probe_read("read_config", )" +
-         quoted(t.config_file) + R"();
-  kiln_probe_read("read_log", )" +
-         quoted(t.log_file) + R"();
-  kiln_probe_read("read_home", )" +
-         quoted(t.home_secret) + R"();
-  {
+)" + file_attacks +
+         R"(  {
     bool found = false;
     if (DIR* proc = opendir("/proc")) {
       while (dirent* e = readdir(proc)) {
@@ -142,7 +143,8 @@ void kiln_hostile_probe() {
     kiln_probe_say("connect_broker", ok, ok ? 0 : err);
   }
   // Each call before its errno is read (an argument list's order is unspecified).
-  bool done = kill()" + std::to_string(t.tester_pid) + R"(, 0) == 0;
+  bool done = kill()" +
+         std::to_string(t.tester_pid) + R"(, 0) == 0;
   kiln_probe_say("signal_tester", done, errno);
   done = kill(-1, 0) == 0;
   kiln_probe_say("signal_all", done, errno);

@@ -21,17 +21,24 @@ inline constexpr const char* kChildLockDir = "/tmp/kiln/locks";
 inline constexpr const char* kChildLibDir = "/tmp/kiln/lib";  // one folder per LD_LIBRARY_PATH entry: lib0, lib1...
 
 struct ConfinementPolicy {
-  uint32_t sandbox_uid = 99000;       // as root, slot k's child runs as uid and gid sandbox_uid + k
-  std::vector<std::string> hidden;    // absolute paths the child must not see
-  std::string eval_binary;            // kiln-eval or kiln-eval-cuda, outside
-  std::string lock_dir;               // the device lock folder, outside ("" = none)
-  std::vector<std::string> lib_dirs;  // LD_LIBRARY_PATH entries, outside
-  // Which of lib_dirs are bound into the child (at kChildLibDir<i>): only those the child could not reach
-  // at their own path (a folder of the tester's user that others may not search, or one under /tmp,
-  // /dev/shm or a hidden path, which the child sees replaced). The rest stay where
-  // they are: the CUDA driver's library finds its companions from its own path and will not start from
-  // another place (cudaErrorOperatingSystem).
-  std::vector<bool> lib_bound;
+  uint32_t sandbox_uid = 99000;     // as root, slot k's child runs as uid and gid sandbox_uid + k
+  std::vector<std::string> hidden;  // absolute paths the child must not see
+  std::string eval_binary;          // kiln-eval or kiln-eval-cuda, outside
+  std::string lock_dir;             // the device lock folder, outside ("" = none)
+  // The LD_LIBRARY_PATH entries, outside, and whether each is bound into the child (at kChildLibDir<i>):
+  // only those the child could not reach at their own path (a folder of the tester's user that others may
+  // not search, or one under /tmp, /dev/shm or a hidden path, which the child sees replaced). The rest stay
+  // where they are: the CUDA driver's library finds its companions from its own path and will not start
+  // from another place (cudaErrorOperatingSystem).
+  struct LibDir {
+    std::string outside;
+    bool bound = false;
+  };
+  std::vector<LibDir> libs;
+
+  // Takes the folders of `ld_library_path` (':'-separated; missing folders skipped) into `libs`, each bound
+  // or not as above. Call after `hidden` is set.
+  void add_library_path(const std::string& ld_library_path);
 
   // The same paths as the child sees them.
   std::string eval_binary_in_child() const;
