@@ -23,6 +23,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
   if (spec.backend != proto::Backend::kCuda)
     return invalid_argument("this evaluator runs the cuda backend, the task is " +
                             std::string(proto::name(spec.backend)));
+  if (spec.torch_reference())
+    return failed_precondition("the task's reference is a PyTorch module: this build runs those on the cpu backend only");
   for (const auto& b : spec.baselines) {
     if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
   }

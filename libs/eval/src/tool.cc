@@ -28,7 +28,8 @@ struct Args {
 
 void print_usage(const char* name) {
   std::fprintf(stderr,
-               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
+               "usage: %s --task DIR --kernel K.so [--reference R.so] --out RESULT.msgpack [--report-key FILE]\n"
+               "       [--python INTERPRETER]   (a Python with torch, for a task with a PyTorch module)\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
                "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--settle-calls N]\n"
                "       [--device-lock FILE]\n"
@@ -75,6 +76,8 @@ Result<Args> parse_args(int argc, char** argv) {
       a.out = value;
     else if (flag == "--report-key")
       a.report_key = value;
+    else if (flag == "--python")
+      a.eval.python = value;
     else if (flag == "--device-lock")
       a.eval.device_lock = value;
     else if (flag == "--mode")
@@ -98,8 +101,8 @@ Result<Args> parse_args(int argc, char** argv) {
     else
       return invalid_argument("unknown flag " + flag);
   }
-  if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
-    return invalid_argument("--task, --kernel, --reference and --out are required");
+  if (a.task_dir.empty() || a.kernel.empty() || a.out.empty())
+    return invalid_argument("--task, --kernel and --out are required");
   if (!(a.eval.timing.precision >= 0 && a.eval.timing.precision < 1))
     return invalid_argument("--precision: expected 0 <= P < 1 (0: off), got " +
                             std::to_string(a.eval.timing.precision));
@@ -125,7 +128,9 @@ proto::TestReport run(Args& args, const EvalTool& tool) {
   if (!spec.is_ok()) return fail("task: " + spec.status().message());
   Candidate reference{args.reference, nullptr};
   std::optional<KernelLibrary> reference_lib;
-  if (tool.load_reference_here) {
+  if (!spec->torch_reference() && args.reference.empty())
+    return fail("the task's reference is " + spec->reference_file + ": --reference is required");
+  if (tool.load_reference_here && !spec->torch_reference()) {
     auto lib = KernelLibrary::open(args.reference);
     if (!lib.is_ok()) return fail("cannot load the reference: " + lib.status().message());
     reference_lib.emplace(std::move(lib).value());
