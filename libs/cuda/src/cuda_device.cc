@@ -18,6 +18,7 @@
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/stats.h"
+#include "kiln/eval/torch_module.h"
 #include "runner_device.h"
 
 namespace kiln::cuda {
@@ -255,7 +256,15 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   std::vector<eval::RunnerKernel> kernels = {
       {"candidate", candidate.entry, candidate.library, nullptr, nullptr},
       {"reference", reference.entry, reference.library, nullptr, overhead_entry}};
-  for (const auto& b : spec.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+  for (const auto& b : spec.baselines) {
+    if (!eval::is_torch_baseline(b)) {
+      kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
+                          eval::torch_kernel(spec, options.python, {b, b == eval::kTorchCompile, "cuda", kArenaShift}));
+    kernels.push_back(std::move(k));
+  }
   KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
   State& st = *s;
   using Clock = std::chrono::steady_clock;
@@ -431,7 +440,10 @@ Result<eval::Device::Call> CudaDevice::call(size_t who, CallKind kind) {
 }
 
 Status CudaDevice::check_case(const TensorSet& shapes) {
-  return contestants() > 2 ? check_sgemm(shapes) : Status::ok();  // the baselines are cuBLAS SGEMM
+  for (size_t who = 2; who < contestants(); ++who) {
+    if (name(who) == "cublas_sgemm") return check_sgemm(shapes);
+  }
+  return Status::ok();
 }
 
 // The donor and the first block's tensors are drawn here, never on the host: perturb() copies from the
