@@ -274,6 +274,17 @@ def init_of(t, is_param):
     return "uniform(%s, %s)" % (fmt(lo - abs(lo) * 1e-6), fmt(hi + abs(hi) * 1e-6))
 
 
+def snap_int_range(init, consts):
+    """int(lo, hi) drawn by randint(0, C): a sample may miss the ends, which are 0 and a constant C less one."""
+    if not init.startswith("int("):
+        return init
+    lo, hi = (int(a) for a in init[4:-1].split(","))
+    slack = max(1, (hi - lo) // 10)
+    lo = 0 if 0 < lo <= slack else lo
+    above = [c for c in consts.values() if hi < c <= hi + 1 + slack]
+    return "int(%d, %d)" % (lo, min(above) - 1 if above else hi)
+
+
 def draw(init, shape, dtype):
     """A tensor drawn as Kiln draws one for `init` (any values of that law)."""
     name, _, rest = init.partition("(")
@@ -445,7 +456,7 @@ class Importer:
         state = dict(p.state(model))
         for s in self.specs:
             if s["kind"] == "input":
-                s["init"] = init_of(inputs[s["key"]], False)
+                s["init"] = snap_int_range(init_of(inputs[s["key"]], False), p.consts)
             elif s["kind"] == "param":
                 s["init"] = init_of(state[s["key"]], True)
 
