@@ -402,7 +402,8 @@ class Importer:
 
     def label(self, kind, key):
         if kind == "input":
-            return "input %d of get_inputs()" % key
+            names = list(inspect.signature(self.p.ns["Model"].forward).parameters)[1:]
+            return "input %d of get_inputs()%s" % (key, " (%s)" % names[key] if key < len(names) else "")
         return "parameter %s" % key if kind == "param" else "forward()'s result"
 
     def name_tensors(self):
@@ -545,8 +546,9 @@ class Importer:
         consumed = lambda: not torch.equal(torch.get_rng_state(), rng)
         again, tracer = p.forward(model, [c.clone() for c in copies], "cpu", watch=consumed)
         if not same_values(first, again):
-            p.refuse(tracer.blame or p.def_line("Model", "forward"),
-                     "forward() is random: two runs on the same inputs differ (dropout in training mode?)")
+            dropout = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules())
+            p.refuse(tracer.blame or p.def_line("Model", "forward"), "forward() is random: two runs on the same "
+                     "inputs differ%s" % (" (dropout in training mode)" if dropout else ""))
         _, other = self.drawn(consts)
         third, _ = p.forward(model, other, "cpu")
         if tuple(third.shape) != tuple(first.shape):
