@@ -7,7 +7,9 @@
 # Run as `python3 -I -c <this file> --file PROBLEM.py --out RESULT.json --name NAME --backend B
 # [--set NAME=VALUE ...]`. Exit 0: RESULT.json holds {"yaml": task.yaml's text, "notes": [...]}.
 # Exit 2: what cannot be imported, one line "FILE:LINE: ..." on stdout. Exit 3: no torch here.
+import argparse
 import ast
+import contextlib
 import inspect
 import json
 import math
@@ -128,7 +130,7 @@ class Problem:
                 out = model(*inputs)
         finally:
             sys.settrace(None)
-        tracer.finish()
+        tracer.check()
         return out, tracer
 
     def state(self, model):
@@ -149,18 +151,10 @@ class Problem:
         if not isinstance(out, torch.Tensor):
             self.refuse(line, "forward() returns %s, not a tensor" % type(out).__name__)
 
-    def meta_run(self, consts):
-        init, model, inputs = self.build(consts, "meta")
-        out, tracer = self.forward(model, inputs, "meta")
-        return init, model, inputs, out, tracer
-
     def shapes(self, consts, device):
         """Every tensor of the task for these constants: (kind, name, shape, dtype), and get_init_inputs()."""
-        if device == "meta":
-            init, model, inputs, out, tracer = self.meta_run(consts)
-        else:
-            init, model, inputs = self.build(consts, "cpu")
-            out, tracer = self.forward(model, inputs, "cpu")
+        init, model, inputs = self.build(consts, device)
+        out, tracer = self.forward(model, inputs, device)
         self.check_output(out, tracer)
         tensors = [("input", i, tuple(t.shape), t.dtype) for i, t in enumerate(inputs)]
         tensors += [("param", k, tuple(v.shape), v.dtype) for k, v in self.state(model)]
@@ -170,7 +164,8 @@ class Problem:
 
     def base_shapes(self):
         """The tensors at the problem's own sizes: on the meta device, or on the CPU when an op has no meta
-        kernel and the problem is small enough; an op whose output's size depends on values is refused."""
+        kernel (at the problem's sizes: --set makes them smaller); an op whose output's size depends on the
+        values is refused."""
         try:
             return self.shapes(self.consts, "meta"), "meta"
         except Refusal:
@@ -202,19 +197,9 @@ class Problem:
         return None, None
 
 
-class Device:
-    """Tensor factories without a device make their tensors on `device` (meta: shapes only)."""
-
-    def __init__(self, device):
-        self.mode = FactoryDevice(device) if device == "meta" else None
-
-    def __enter__(self):
-        if self.mode is not None:
-            self.mode.__enter__()
-
-    def __exit__(self, *exc):
-        if self.mode is not None:
-            self.mode.__exit__(*exc)
+def Device(device):
+    """Tensor factories without a device make their tensors on `device` (meta: shapes only, at any size)."""
+    return FactoryDevice(device) if device == "meta" else contextlib.nullcontext()
 
 
 class Tracer:
@@ -242,13 +227,6 @@ class Tracer:
         if self.watch is not None and self.blame is None and self.last is not None and self.watch():
             self.blame = self.last
 
-    def finish(self):
-        self.check()
-
-
-def fmt(x):
-    return "%.6g" % x
-
 
 def init_of(t, is_param):
     """Kiln's init for a tensor, from its values."""
@@ -264,14 +242,14 @@ def init_of(t, is_param):
         return "normal"
     if is_param and lo < 0 < hi:
         b = max(-lo, hi)
-        return "uniform(-%s, %s)" % (fmt(b * 1.000001), fmt(b * 1.000001))
+        return "uniform(-%.6g, %.6g)" % (b * 1.000001, b * 1.000001)
     if not is_param and v.numel() >= 64 and lo < 0 and abs(float(v.mean())) < 0.1 and abs(float(v.std()) - 1) < 0.1:
         return "normal"
     if not is_param and lo >= 0 and hi <= 1:
         return "uniform(0, 1)"
     if hi - lo < 1e-6 * max(1.0, abs(lo)):
         hi = lo + 1e-6 * max(1.0, abs(lo))
-    return "uniform(%s, %s)" % (fmt(lo - abs(lo) * 1e-6), fmt(hi + abs(hi) * 1e-6))
+    return "uniform(%.6g, %.6g)" % (lo - abs(lo) * 1e-6, hi + abs(hi) * 1e-6)
 
 
 def snap_int_range(init, consts):
@@ -304,13 +282,6 @@ def same_values(a, b):
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return bool(((a == b) | ((a != a) & (b != b))).all())
-
-
-def same_init(a, b):
-    try:
-        return repr(a) == repr(b)
-    except Exception:
-        return False
 
 
 def make_factory_device():
@@ -365,7 +336,7 @@ class Importer:
             if res is None:
                 continue
             tensors, init = res
-            if not same_init(init, base_init):
+            if repr(init) != repr(base_init):
                 self.init_used.add(k)
             if [(t[0], t[1], len(t[2])) for t in tensors] == layout:
                 deps[k] = (changed, tensors)
@@ -587,17 +558,12 @@ def dims_text(case):
 
 
 def parse_args(argv):
-    args = {"set": {}}
-    i = 0
-    while i < len(argv):
-        flag = argv[i]
-        value = argv[i + 1] if i + 1 < len(argv) else ""
-        if flag == "--set":
-            k, _, v = value.partition("=")
-            args["set"][k] = int(v)
-        else:
-            args[flag.lstrip("-")] = value
-        i += 2
+    parser = argparse.ArgumentParser(prog="import_problem")
+    for flag in ("--file", "--out", "--name", "--backend"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--set", action="append", default=[])
+    args = parser.parse_args(argv)
+    args.set = {k: int(v) for k, _, v in (s.partition("=") for s in args.set)}
     return args
 
 
@@ -613,17 +579,17 @@ def main(argv):
     FactoryDevice = make_factory_device()
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     try:
-        importer = Importer(Problem(args["file"], args["set"]))
-        text = importer.run(args["name"], args["backend"])
+        importer = Importer(Problem(args.file, args.set))
+        text = importer.run(args.name, args.backend)
     except Refusal as e:
         print(str(e).splitlines()[0])
         return 2
     except Exception as e:  # the module failed somewhere no check expected: its own error, on one line
-        line = max([f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == args["file"]] or [0])
-        where = "%s:%d" % (args["file"], line) if line else args["file"]
+        line = max([f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == args.file] or [0])
+        where = "%s:%d" % (args.file, line) if line else args.file
         print("%s: cannot import: %s: %s" % (where, type(e).__name__, (str(e).splitlines() or [""])[0][:300]))
         return 2
-    with open(args["out"], "w", encoding="utf-8") as f:
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"yaml": text, "notes": importer.notes}, f)
     return 0
 
