@@ -213,7 +213,7 @@ int cmd_task_import(const ImportOptions& o) {
       return fail_line(o.out_dir + "/" + name + ": " + st.message());
   std::printf("created %s from %s: %zu input(s), %zu correctness case(s), benchmark %s; program 0: %s\n",
               o.out_dir.c_str(), o.problem.c_str(), spec->inputs.size(), spec->correctness_cases.size(),
-              task::dims_string(spec->benchmark_cases[0]).c_str(),
+              spec->benchmark_cases[0].empty() ? "(fixed sizes)" : task::dims_string(spec->benchmark_cases[0]).c_str(),
               kernel.empty() ? "an empty region (an LLM or an external agent proposes)" : o.kernel.c_str());
   for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
   return 0;

@@ -231,7 +231,8 @@ class Tracer:
 def init_of(t, is_param):
     """Kiln's init for a tensor, from its values."""
     if t.dtype in (torch.int8, torch.uint8, torch.int32, torch.int64):
-        return "int(%d, %d)" % (int(t.min()), int(t.max())) if t.numel() else "zeros"
+        lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
+        return {(0, 0): "zeros", (1, 1): "ones"}.get((lo, hi), "int(%d, %d)" % (lo, hi))
     v = t.detach().double()
     if v.numel() == 0 or bool((v == 0).all()):
         return "zeros"
@@ -486,7 +487,8 @@ class Importer:
         if self.cases:
             self.check_consts.update(self.cases[0])
         else:
-            self.notes.append("no smaller case runs: the problem's own sizes are the correctness case")
+            if self.size_like:
+                self.notes.append("no smaller case runs: the problem's own sizes are the correctness case")
             self.cases.append(self.benchmark)
             self.check_consts.update({k: min(p.consts[k], 256) for k in self.size_like} if self.size_like else {})
 

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   import_cmd->add_option("problem", imp.problem, "the problem (class Model, get_inputs, get_init_inputs)")->required();
   import_cmd->add_option("-o,--out", imp.out_dir, "the package folder to write")->required();
   import_cmd->add_option("--backend", imp.backend, "cpu | cuda (default cpu)");
-  import_cmd->add_option("--set", imp.sets, "NAME=VALUE: a module-level constant changed (repeatable)");
+  import_cmd->add_option("--set", imp.sets, "NAME=VALUE: a module-level constant changed (repeatable)")
+      ->allow_extra_args(false);
   import_cmd->add_option("--kernel", imp.kernel, "program 0 (default: an empty editable region)");
   import_cmd->add_option("--python", imp.python, "an interpreter with torch (default /usr/bin/python3)");
 
