@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "import_cmd.h"
 #include "kiln/log/log.h"
 
 namespace {
@@ -69,6 +70,15 @@ int main(int argc, char** argv) {
   auto* new_cmd = task_cmd->add_subcommand("new", "scaffold a new CPU task package");
   new_cmd->add_option("name", task_name, "task name ([a-z0-9_]+)")->required();
   new_cmd->add_option("--dir", task_parent, "where to create it (default .)");
+  ImportOptions imp;
+  auto* import_cmd = task_cmd->add_subcommand("import", "a task package from a KernelBench-format problem file");
+  import_cmd->add_option("problem", imp.problem, "the problem (class Model, get_inputs, get_init_inputs)")->required();
+  import_cmd->add_option("-o,--out", imp.out_dir, "the package folder to write")->required();
+  import_cmd->add_option("--backend", imp.backend, "cpu | cuda (default cpu)");
+  import_cmd->add_option("--set", imp.sets, "NAME=VALUE: a module-level constant changed (repeatable)")
+      ->allow_extra_args(false);
+  import_cmd->add_option("--kernel", imp.kernel, "program 0 (default: an empty editable region)");
+  import_cmd->add_option("--python", imp.python, "an interpreter with torch (default /usr/bin/python3)");
 
   auto* reg_cmd = app.add_subcommand("registry", "the verified-kernel registry");
   reg_cmd->require_subcommand(1);
@@ -121,6 +131,7 @@ int main(int argc, char** argv) {
   if (*report_cmd) return cmd_report(common, campaign, report_out);
   if (*validate_cmd) return cmd_task_validate(common, task_dir);
   if (*new_cmd) return cmd_task_new(common, task_name, task_parent);
+  if (*import_cmd) return cmd_task_import(imp);
   if (*list_cmd) return cmd_registry_list(common, reg_dir);
   if (*show_cmd) return cmd_registry_show(common, reg_dir, kernel_id);
   if (*verify_cmd) return cmd_registry_verify(common, reg_dir);
