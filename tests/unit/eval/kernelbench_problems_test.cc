@@ -171,3 +171,26 @@ TEST_CASE("a KernelBench program that ignores the module's affine parameters or 
   report = check(ce, edited(ce.files.at("kernel.cpp").data, "- pr[t[b]]", "- pr[0]"), "_notarget");
   CHECK(report.status == status::kMismatch);
 }
+
+// Each problem's CUDA variant: the same module as its reference, a kernel.cu with an editable region and
+// parameters, sized for a GPU (run on one by tests/gpu; here they must parse).
+TEST_CASE("the KernelBench problems' CUDA variants parse with the same PyTorch module", "[kernelbench][cuda]") {
+  for (const std::string& name : kProblems) {
+    INFO(name);
+    const Problem cpu = load(name);
+    const Problem gpu = load(name + "_cuda");
+    CHECK(gpu.spec.backend == kiln::proto::Backend::kCuda);
+    CHECK(gpu.spec.torch_reference());
+    CHECK(gpu.spec.kernel_file == "kernel.cu");
+    CHECK_FALSE(gpu.spec.params.empty());
+    auto regions = kiln::task::find_regions(gpu.files.at("kernel.cu").data);
+    REQUIRE(regions.is_ok());
+    CHECK(regions->size() == 1);
+    REQUIRE(gpu.spec.inputs.size() == cpu.spec.inputs.size());
+    for (size_t i = 0; i < cpu.spec.inputs.size(); ++i) {
+      CHECK(gpu.spec.inputs[i].param == cpu.spec.inputs[i].param);
+      CHECK(gpu.spec.inputs[i].dtype == cpu.spec.inputs[i].dtype);
+    }
+    CHECK(gpu.spec.correctness_cases == cpu.spec.correctness_cases);
+  }
+}
