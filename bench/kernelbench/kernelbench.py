@@ -1,5 +1,7 @@
 # The bundled KernelBench-format problems (configs/kernelbench) through kiln-eval: each program 0 (its
-# default parameters) and its tuned setting (tuned.txt) timed against the problem's PyTorch reference, or
+# default parameters) and its tuned setting (tuned.txt) timed against the problem's PyTorch reference; or
+# (--paired) the tuned setting timed against program 0 as the reference with PyTorch as the torch_eager
+# baseline, all three interleaved in one run (the comparison that holds up on a loaded machine); or
 # (--sweep) every combination of its parameters checked for correctness only. Run by run.sh; JSON out.
 import argparse
 import itertools
@@ -118,9 +120,10 @@ def build(task_dir, defines, work, cxx):
     return so
 
 
-def evaluate(args, task_dir, so, timing):
+def evaluate(args, task_dir, so, timing, reference=None):
     out = so + (".timed" if timing else "") + ".msgpack"
     cmd = [args.eval, "--task", task_dir, "--kernel", so, "--out", out, "--python", args.python]
+    cmd += ["--reference", reference] if reference else []
     cmd += args.eval_args.split() if timing else ["--no-timing"]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if not os.path.exists(out):
@@ -164,7 +167,10 @@ def sweep(args, work):
         names = [p[0] for p in params]
         for values in itertools.product(*[p[1] for p in params]):
             defines = dict(zip(names, values))
-            report = evaluate(args, task_dir, build(task_dir, defines, work, args.cxx), False)
+            try:
+                report = evaluate(args, task_dir, build(task_dir, defines, work, args.cxx), False)
+            except RuntimeError as e:  # a combination that does not build fails the sweep, the rest still run
+                report = {"status": "build_failed", "message": str(e)}
             row = summary(report, defines)
             row["problem"] = os.path.basename(task_dir)
             failed += row["status"] != "ok"
@@ -198,17 +204,65 @@ def timed(args, work):
             "geomean_speedup_vs_torch": geomean, "results": rows}, True
 
 
+def paired_package(task_dir, work):
+    """A copy of the problem whose reference is program 0 (kernel.cpp as reference.cpp) and whose module is
+    the torch_eager baseline: the tuned setting, program 0 and PyTorch timed interleaved in one run."""
+    pkg = os.path.join(work, os.path.basename(task_dir) + "-paired")
+    os.makedirs(pkg, exist_ok=True)
+    for name in os.listdir(task_dir):
+        with open(os.path.join(task_dir, name), "rb") as f:
+            data = f.read()
+        if name == "task.yaml":
+            data += b"baselines: [torch_eager]\n"
+        with open(os.path.join(pkg, name), "wb") as f:
+            f.write(data)
+    with open(os.path.join(task_dir, "kernel.cpp"), "rb") as f, open(os.path.join(pkg, "reference.cpp"), "wb") as g:
+        g.write(f.read())
+    return pkg
+
+
+def paired(args, work):
+    version, threads = torch_threads(args.python)
+    tuned = tuned_settings()
+    rows = []
+    for task_dir in problem_dirs(args):
+        name = os.path.basename(task_dir)
+        pkg = paired_package(task_dir, work)
+        program0 = build(task_dir, {}, work, args.cxx)
+        report = evaluate(args, pkg, build(task_dir, tuned[name], work, args.cxx), True, program0)
+        row = {"problem": name, "tuned": tuned[name], "status": report.get("status"), "message": report.get("message")}
+        cases = (report.get("performance") or {}).get("cases") or []
+        if cases:
+            c = cases[0]
+            eager = [b for b in c.get("baselines", []) if b["name"] == "torch_eager"]
+            row.update({"case": c.get("dims"), "tuned_us": c["candidate"]["median_us"],
+                        "program0_us": c["reference"]["median_us"], "tuned_vs_program0": c["speedup"],
+                        "tuned_vs_program0_lo": c["speedup_lo"], "tuned_vs_program0_hi": c["speedup_hi"],
+                        "samples": c["candidate"].get("n"), "stop_reason": c.get("stop_reason")})
+            if eager:
+                e = eager[0]["stats"]["median_us"]
+                row.update({"torch_eager_us": e, "tuned_vs_eager": e / c["candidate"]["median_us"],
+                            "program0_vs_eager": e / c["reference"]["median_us"]})
+        print("%s: %s %s" % (name, row["status"], (row["message"] or "")[:160]), file=sys.stderr)
+        rows.append(row)
+    return {"mode": "paired", "torch": version, "torch_threads": threads, "host_cpus": os.cpu_count(),
+            "eval_args": args.eval_args, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "results": rows}, all(r["status"] == "ok" for r in rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--eval", required=True, help="the kiln-eval binary")
     ap.add_argument("--python", default="/usr/bin/python3", help="a Python with torch")
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
     ap.add_argument("--sweep", action="store_true", help="every parameter combination, correctness only")
+    ap.add_argument("--paired", action="store_true",
+                    help="the tuned setting against program 0 and torch_eager, interleaved in one run")
     ap.add_argument("--eval-args", default="--min-time 0.5 --max-time 5")
     ap.add_argument("problems", nargs="*")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kiln-kernelbench-") as work:
-        result, ok = (sweep if args.sweep else timed)(args, work)
+        result, ok = (sweep if args.sweep else paired if args.paired else timed)(args, work)
     json.dump(result, sys.stdout, indent=1)
     print()
     return 0 if ok else 1

@@ -5,6 +5,7 @@
 // AXPY: 0 computes each output element as a sum down V's column (a stride of D floats); 1 adds
 //   p_j * V's row j into the output row, contiguous and vectorized.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +34,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
   // [EVOLVE_START]
 #pragma omp parallel num_threads(THREADS)
   {
-    std::vector<float> p(static_cast<size_t>(S));
+    std::vector<float> p(static_cast<std::size_t>(S));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < BH * S; ++row) {
       const int64_t head = row / S;

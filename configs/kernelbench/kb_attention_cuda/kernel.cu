@@ -1,7 +1,8 @@
-// Program 0 for kb_attention_cuda: out[b, h, i, :] = sum_j softmax_j(Q[b, h, i, :] . K[b, h, j, :] / sqrt(D)) V[b, h, j, :]
-// for Q, K, V, out of shape [B, H, S, D], fp32, no mask, on a GPU. One block of BLOCK threads per query
-// row: the row's S scores in shared memory (one thread per key), a block max and sum, then one thread per
-// output element summing down V (neighbouring threads: neighbouring d, coalesced). S up to 11264.
+// Program 0 for kb_attention_cuda, fp32, no mask, on a GPU, for Q, K, V, out of shape [B, H, S, D]:
+//   out[b, h, i, :] = sum_j softmax_j(Q[b, h, i, :] . K[b, h, j, :] / sqrt(D)) V[b, h, j, :]
+// One block of BLOCK threads per query row: the row's S scores in shared memory (one thread per key), a
+// block max and sum, then one thread per output element summing down V (neighbouring threads: neighbouring
+// d, coalesced). S up to 11264.
 #include "kiln/kernel_abi.h"
 
 #ifndef BLOCK
@@ -30,9 +31,9 @@ __device__ float block_reduce(float v) {
   return out;
 }
 
-__global__ void __launch_bounds__(BLOCK) attention_kernel(const float* __restrict__ Q, const float* __restrict__ K,
-                                                          const float* __restrict__ V, float* __restrict__ out,
-                                                          long long S, long long D, float scale) {
+__global__ void __launch_bounds__(BLOCK)
+    attention_kernel(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
+                     float* __restrict__ out, long long S, long long D, float scale) {
   extern __shared__ float score[];
   const long long row = blockIdx.x;
   const long long head = row / S;

@@ -1,5 +1,6 @@
-// Program 0 for kb_conv2d_cuda: y[n, o, h, w] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * x[n, c, h + i - p, w + j - p]
-// with p = k / 2 and x zero outside its bounds (stride 1, "same" padding, odd k), fp32, NCHW, on a GPU.
+// Program 0 for kb_conv2d_cuda, NCHW, fp32, on a GPU:
+//   y[n, o, h, w] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * x[n, c, h + i - p, w + j - p]
+// with p = k / 2 and x zero outside its bounds (stride 1, "same" padding, odd k).
 // One thread per output element, BLOCK threads per block (neighbouring threads: neighbouring w).
 #include "kiln/kernel_abi.h"
 
@@ -8,10 +9,9 @@
 #endif
 
 // [EVOLVE_START]
-__global__ void __launch_bounds__(BLOCK) conv_kernel(const float* __restrict__ x, const float* __restrict__ wt,
-                                                     const float* __restrict__ bias, float* __restrict__ y,
-                                                     long long N, long long C, long long H, long long W, long long O,
-                                                     long long k) {
+__global__ void __launch_bounds__(BLOCK)
+    conv_kernel(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
+                float* __restrict__ y, long long N, long long C, long long H, long long W, long long O, long long k) {
   const long long idx = static_cast<long long>(blockIdx.x) * BLOCK + threadIdx.x;
   if (idx >= N * O * H * W) return;
   const long long w = idx % W, h = idx / W % H, o = idx / (W * H) % O, n = idx / (W * H * O);
@@ -36,7 +36,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
   const long long O = args->inputs[1].shape[0], k = args->inputs[1].shape[2];
   const long long total = N * O * H * W;
   if (total == 0) return 0;
-  conv_kernel<<<static_cast<unsigned>((total + BLOCK - 1) / BLOCK), BLOCK, 0, static_cast<cudaStream_t>(args->stream)>>>(
+  conv_kernel<<<static_cast<unsigned>((total + BLOCK - 1) / BLOCK), BLOCK, 0,
+                static_cast<cudaStream_t>(args->stream)>>>(
       static_cast<const float*>(x.data), static_cast<const float*>(args->inputs[1].data),
       static_cast<const float*>(args->inputs[2].data), static_cast<float*>(args->outputs[0].data), N, C, H, W, O, k);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;

@@ -5,6 +5,7 @@
 // POLY_EXP: 0 calls the C library's expf (a call per element, not vectorized); 1 uses an exp of its own
 //   (a degree-6 polynomial and the exponent's bits, relative error ~1e-7) that the compiler vectorizes.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -53,7 +54,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
   const int64_t C = args->inputs[0].shape[1];
   for (int64_t b = 0; b < B; ++b)
     if (t[b] < 0 || t[b] >= C) return 2;
-  std::vector<double> row_loss(static_cast<size_t>(B));
+  std::vector<double> row_loss(static_cast<std::size_t>(B));
 #pragma omp parallel for num_threads(THREADS) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
     const float* pr = p + b * C;
@@ -71,10 +72,10 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
     for (; c < C; ++c) acc[0] += exp_neg(pr[c] - m);
     float s = 0.f;
     for (int v = 0; v < VEC; ++v) s += acc[v];
-    row_loss[static_cast<size_t>(b)] = static_cast<double>(m) + std::log(static_cast<double>(s)) - pr[t[b]];
+    row_loss[static_cast<std::size_t>(b)] = static_cast<double>(m) + std::log(static_cast<double>(s)) - pr[t[b]];
   }
   double total = 0;
-  for (int64_t b = 0; b < B; ++b) total += row_loss[static_cast<size_t>(b)];
+  for (int64_t b = 0; b < B; ++b) total += row_loss[static_cast<std::size_t>(b)];
   loss[0] = static_cast<float>(total / static_cast<double>(B));
   return 0;
 }

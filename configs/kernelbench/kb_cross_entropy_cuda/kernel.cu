@@ -53,9 +53,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
   float* loss = static_cast<float*>(args->outputs[0].data);
   if (cudaMemsetAsync(loss, 0, sizeof(float), stream) != cudaSuccess) return 2;
   if (B == 0) return 0;
-  ce_kernel<<<static_cast<unsigned>(B), BLOCK, 0, stream>>>(static_cast<const float*>(args->inputs[0].data),
-                                                             static_cast<const long long*>(args->inputs[1].data),
-                                                             loss, B, C);
+  ce_kernel<<<static_cast<unsigned>(B), BLOCK, 0, stream>>>(
+      static_cast<const float*>(args->inputs[0].data), static_cast<const long long*>(args->inputs[1].data), loss, B, C);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 // [EVOLVE_END]

@@ -8,8 +8,8 @@
 #endif
 
 // [EVOLVE_START]
-__global__ void __launch_bounds__(BLOCK) cumsum_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                       long long len) {
+__global__ void __launch_bounds__(BLOCK)
+    cumsum_kernel(const float* __restrict__ x, float* __restrict__ y, long long len) {
   __shared__ float warp_total[BLOCK / 32];
   __shared__ float carry;
   const float* xr = x + blockIdx.x * len;

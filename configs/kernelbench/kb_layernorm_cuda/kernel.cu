@@ -26,9 +26,9 @@ __device__ float block_sum(float v) {
   return out;
 }
 
-__global__ void __launch_bounds__(BLOCK) layernorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                                          const float* __restrict__ b, float* __restrict__ y,
-                                                          long long h) {
+__global__ void __launch_bounds__(BLOCK)
+    layernorm_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                     float* __restrict__ y, long long h) {
   const float* xr = x + blockIdx.x * h;
   float* yr = y + blockIdx.x * h;
   float s = 0.f;

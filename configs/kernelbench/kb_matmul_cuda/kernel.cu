@@ -8,9 +8,9 @@
 
 // [EVOLVE_START]
 template <int kTile>
-__global__ void __launch_bounds__(kTile * kTile) matmul_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                                                               float* __restrict__ C, long long M, long long K,
-                                                               long long N) {
+__global__ void __launch_bounds__(kTile* kTile)
+    matmul_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, long long M,
+                  long long K, long long N) {
   __shared__ float a[kTile][kTile];
   __shared__ float b[kTile][kTile + 1];
   const long long row = static_cast<long long>(blockIdx.y) * kTile + threadIdx.y;

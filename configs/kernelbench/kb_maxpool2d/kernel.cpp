@@ -5,6 +5,7 @@
 // SEPARABLE: 0 takes each window's k * k maximum with a bounds check per element; 1 takes the maximum
 //   along rows first (k per element, into a scratch plane), then down the columns of that (k more): 2k
 //   comparisons instead of k^2, and rows that vectorize.
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -31,7 +32,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
 #if SEPARABLE
 #pragma omp parallel num_threads(THREADS)
   {
-    std::vector<float> rowmax(static_cast<size_t>(H * W));
+    std::vector<float> rowmax(static_cast<std::size_t>(H * W));
 #pragma omp for schedule(static)
     for (int64_t pl = 0; pl < planes; ++pl) {
       const float* xp = x + pl * H * W;

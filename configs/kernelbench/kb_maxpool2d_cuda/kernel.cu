@@ -35,8 +35,9 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* args) {
   if (k <= 0 || k % 2 == 0) return 3;
   const long long total = planes * H * W;
   if (total == 0) return 0;
-  pool_kernel<<<static_cast<unsigned>((total + BLOCK - 1) / BLOCK), BLOCK, 0, static_cast<cudaStream_t>(args->stream)>>>(
-      static_cast<const float*>(x.data), static_cast<float*>(args->outputs[0].data), planes, H, W, k);
+  pool_kernel<<<static_cast<unsigned>((total + BLOCK - 1) / BLOCK), BLOCK, 0,
+                static_cast<cudaStream_t>(args->stream)>>>(static_cast<const float*>(x.data),
+                                                           static_cast<float*>(args->outputs[0].data), planes, H, W, k);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 // [EVOLVE_END]

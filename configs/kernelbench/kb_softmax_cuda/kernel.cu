@@ -29,8 +29,8 @@ __device__ float block_reduce(float v) {
   return out;
 }
 
-__global__ void __launch_bounds__(BLOCK) softmax_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                        long long cols) {
+__global__ void __launch_bounds__(BLOCK)
+    softmax_kernel(const float* __restrict__ x, float* __restrict__ y, long long cols) {
   const float* xr = x + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
   float m = -INFINITY;

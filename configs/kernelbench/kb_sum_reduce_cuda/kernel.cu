@@ -12,8 +12,8 @@
 #endif
 
 // [EVOLVE_START]
-__global__ void __launch_bounds__(BLOCK * SPLIT) sum_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                            long long batch, long long d1, long long d2) {
+__global__ void __launch_bounds__(BLOCK* SPLIT)
+    sum_kernel(const float* __restrict__ x, float* __restrict__ y, long long batch, long long d1, long long d2) {
   __shared__ float partial[SPLIT][BLOCK];
   const long long col = static_cast<long long>(blockIdx.x) * BLOCK + threadIdx.x;
   const bool valid = col < batch * d2;
