@@ -21,8 +21,8 @@ const std::string kProblemsDir = KILN_SOURCE_DIR "/configs/kernelbench/";
 
 // Level-1 kinds: matmul, an activation, a norm with affine parameters, a reduction, softmax, conv2d with
 // weights, pooling, a scan, a loss with int64 targets, attention.
-const std::set<std::string> kProblems = {"kb_matmul",  "kb_gelu",      "kb_layernorm", "kb_sum_reduce",
-                                         "kb_softmax", "kb_conv2d",    "kb_maxpool2d", "kb_cumsum",
+const std::set<std::string> kProblems = {"kb_matmul",        "kb_gelu",     "kb_layernorm", "kb_sum_reduce",
+                                         "kb_softmax",       "kb_conv2d",   "kb_maxpool2d", "kb_cumsum",
                                          "kb_cross_entropy", "kb_attention"};
 
 bool have_torch() {
@@ -111,8 +111,7 @@ TEST_CASE("the bundled KernelBench problems parse as CPU tasks with a PyTorch re
   }
 }
 
-TEST_CASE("the KernelBench problems with module parameters and integer targets pass them as inputs",
-          "[kernelbench]") {
+TEST_CASE("the KernelBench problems with module parameters and integer targets pass them as inputs", "[kernelbench]") {
   const Problem ln = load("kb_layernorm");
   REQUIRE(ln.spec.inputs.size() == 3);
   CHECK(ln.spec.inputs[1].param == "ln.weight");
