@@ -12,7 +12,9 @@ namespace kiln::promoter {
 
 Result<std::unique_ptr<PromoteHandler>> PromoteHandler::create(const PromoterOptions& options,
                                                                std::shared_ptr<prometheus::Registry> metrics) {
-  if (!(options.min_speedup > 0)) return invalid_argument("promoter: min_speedup must be > 0");
+  if (!(options.min_speedup >= registry::kMinPromotionSpeedup))
+    return invalid_argument("promoter: min_speedup must be at least 1.10 (Forge's bar), got " +
+                            std::to_string(options.min_speedup));
   std::error_code ec;
   std::string dir = std::filesystem::absolute(options.registry_dir, ec).string();
   if (ec) return invalid_argument("promoter: " + options.registry_dir + ": " + ec.message());

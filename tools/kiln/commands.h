@@ -41,19 +41,6 @@ int cmd_status(const Common& c, const std::string& campaign);
 int cmd_best(const Common& c, const std::string& campaign, int top = 5);
 int cmd_task_validate(const Common& c, const std::string& dir);
 int cmd_task_new(const Common& c, const std::string& name, const std::string& parent_dir);
-int cmd_registry_list(const Common& c, const std::string& dir);
-int cmd_registry_show(const Common& c, const std::string& dir, const std::string& id);
-int cmd_registry_verify(const Common& c, const std::string& dir);
-
-// `kiln registry match`: the planner of kiln/registry/match.h on the registry in `dir`.
-struct MatchOptions {
-  std::string op;
-  std::string dtype;
-  std::string shape;       // "K=V,K=V", parsed strictly
-  std::string gpu;         // empty: any GPU
-  bool gpu_given = false;  // --gpu was on the command line (an empty name is then an error)
-};
-int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptions& o);
 int cmd_keys_new(const Common& c, const std::string& name, const std::string& dir);
 
 // `kiln report CAMPAIGN [-o FILE]`: writes the campaign's HTML report (default kiln-report-<id>.html in

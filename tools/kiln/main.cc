@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "import_cmd.h"
+#include "registry_cmds.h"
 #include "kiln/log/log.h"
 
 namespace {
@@ -80,28 +81,8 @@ int main(int argc, char** argv) {
   import_cmd->add_option("--kernel", imp.kernel, "program 0 (default: an empty editable region)");
   import_cmd->add_option("--python", imp.python, "an interpreter with torch (default /usr/bin/python3)");
 
-  auto* reg_cmd = app.add_subcommand("registry", "the verified-kernel registry");
-  reg_cmd->require_subcommand(1);
-  std::string reg_dir, kernel_id;
-  reg_cmd->add_option("--dir", reg_dir, "registry folder (default: promoter.registry_dir)");
-  auto* list_cmd = reg_cmd->add_subcommand("list", "every verified kernel");
-  auto* show_cmd = reg_cmd->add_subcommand("show", "one kernel's entry");
-  show_cmd->add_option("id", kernel_id, "kernel id")->required();
-  auto* verify_cmd = reg_cmd->add_subcommand(
-      "verify", "check every entry, its source file and hash (an entry without source_sha256 is a warning)");
-  MatchOptions match;
-  auto* match_cmd = reg_cmd->add_subcommand(
-      "match",
-      "the best kernel for an op, dtype, shape and GPU: exact GPU, then name containment, then the same "
-      "architecture; the exact shape, then the nearest");
-  match_cmd->add_option("op", match.op, "op name, e.g. rmsnorm")->required();
-  match_cmd->add_option("--dtype", match.dtype, "dtype, e.g. fp16")->required();
-  match_cmd->add_option("--shape", match.shape, "dims as K=V,K=V with positive integers, e.g. B=16,H=4096")->required();
-  auto* gpu_opt = match_cmd->add_option("--gpu", match.gpu,
-                                        "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
-  // Also accepted after the subcommand, where a user of `match` reaches for them.
-  match_cmd->add_option("--dir", reg_dir, "registry folder (default: promoter.registry_dir)");
-  match_cmd->add_flag("--json", common.json, "machine-readable output");
+  RegistryCommand reg;
+  add_registry_command(app, common, reg);
 
   auto* keys_cmd = app.add_subcommand("keys", "CURVE keys for external bridges");
   keys_cmd->require_subcommand(1);
@@ -119,7 +100,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   common.config = std::move(cfg).value();
-  if (reg_dir.empty()) reg_dir = common.config.promoter.registry_dir;
 
   if (*up_cmd) {
     if (up.tasks_dir.empty()) up.tasks_dir = default_tasks_dir();
@@ -132,13 +112,7 @@ int main(int argc, char** argv) {
   if (*validate_cmd) return cmd_task_validate(common, task_dir);
   if (*new_cmd) return cmd_task_new(common, task_name, task_parent);
   if (*import_cmd) return cmd_task_import(imp);
-  if (*list_cmd) return cmd_registry_list(common, reg_dir);
-  if (*show_cmd) return cmd_registry_show(common, reg_dir, kernel_id);
-  if (*verify_cmd) return cmd_registry_verify(common, reg_dir);
-  if (*match_cmd) {
-    match.gpu_given = gpu_opt->count() > 0;
-    return cmd_registry_match(common, reg_dir, match);
-  }
+  if (*reg.cmd) return run_registry_command(common, reg);
   if (*keys_new_cmd) return cmd_keys_new(common, key_name, key_dir);
   return 1;
 }

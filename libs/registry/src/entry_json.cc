@@ -201,12 +201,11 @@ KernelEntry entry_from(const json& j) {
   e.benchmark.benchmark_iters = bench.req_int("benchmark_iters");
   e.benchmark.gpu_name = bench.req_string("gpu_name");
 
-  e.evidence_level = o.req_string("evidence_level");
-  if (std::string why = evidence_level_error(e.evidence_level); !why.empty()) fail("evidence_level", why);
+  e.evidence_level = o.req_string("evidence_level");  // any level loads; verify() warns about unknown ones
   e.created_at = o.req_string("created_at");
   // Forge's entries carry no source hash; they load, marked, and verify() says what is missing.
   e.source_sha256 = o.opt_string("source_sha256");
-  e.source_verified = !e.source_sha256.empty();
+  e.has_source_sha256 = !e.source_sha256.empty();
   e.task_name = o.opt_string("task_name");
   e.campaign_id = o.opt_string("campaign_id");
   e.program_id = o.opt_string("program_id");

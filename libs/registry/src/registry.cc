@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -174,7 +175,9 @@ Status Registry::verify(std::vector<std::string>* warnings) const {
       problem("language must be cuda, cpp or triton");
     if (!e.verification.passed) problem("verification.passed is false");
     if (!e.benchmark.passed) problem("benchmark.passed is false");
-    if (!e.source_verified && warnings)
+    if (std::string why = evidence_level_error(e.evidence_level); !why.empty() && warnings)
+      warnings->push_back(e.kernel_id + ": evidence_level: " + why + "; `kiln registry match` skips it");
+    if (!e.has_source_sha256 && warnings)
       warnings->push_back(e.kernel_id + ": no source_sha256: " + e.source_path +
                           " cannot be checked against the kernel that was measured (ranked below hashed entries)");
     if (!is_safe_relative(e.source_path)) {
@@ -186,7 +189,7 @@ Status Registry::verify(std::vector<std::string>* warnings) const {
       problem("source " + e.source_path + " is missing");
       continue;
     }
-    if (!e.source_verified) continue;  // warned about above
+    if (!e.has_source_sha256) continue;  // warned about above
     if (sha256_hex(*source) != e.source_sha256) problem("source " + e.source_path + " does not match source_sha256");
   }
   if (problems.empty()) return Status::ok();
@@ -196,6 +199,11 @@ Status Registry::verify(std::vector<std::string>* warnings) const {
 }
 
 Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min_speedup) const {
+  if (!(min_speedup >= kMinPromotionSpeedup)) {
+    char bar[64];
+    std::snprintf(bar, sizeof bar, "the promotion bar %g is under Forge's %.2f", min_speedup, kMinPromotionSpeedup);
+    return failed_precondition(bar);
+  }
   KILN_RETURN_IF_ERROR(detail::check_request(r));
   KILN_RETURN_IF_ERROR(detail::check_rules(r, min_speedup));
   KILN_ASSIGN_OR_RETURN(const proto::Backend backend, proto::parse_backend(r.backend));  // checked above
@@ -208,12 +216,9 @@ Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min
   KILN_RETURN_IF_ERROR(make_dirs(dir_));
   KILN_ASSIGN_OR_RETURN(FileLock lock, FileLock::acquire(dir_ + "/" + std::string(kLockFile)));
   KILN_ASSIGN_OR_RETURN(Loaded loaded, load(dir_));
+  KILN_RETURN_IF_ERROR(detail::check_not_a_copy(loaded.entries, dir_, r, language, source, shape));
   std::set<std::string> ids;
-  for (const KernelEntry& e : loaded.entries) {
-    if (e.source_sha256 == sha && e.target_gpu == r.worker.device_name && e.shape == shape)
-      return Status(StatusCode::kAlreadyExists, "duplicate of " + e.kernel_id);
-    ids.insert(e.kernel_id);
-  }
+  for (const KernelEntry& e : loaded.entries) ids.insert(e.kernel_id);
   const std::string id = kernel_id(language, r.op, r.worker.device_name, r.dtype, shape, ids);
   const std::string rel = std::string(kKernelsDir) + "/" + language + "/" + r.op + "/" + id + "." + ext;
   const std::string source_path = dir_ + "/" + rel;

@@ -90,7 +90,14 @@ TEST_CASE("the promote handler promotes, refuses and tells the scorer", "[promot
   CHECK(dup.payload == dup.next.at(0).payload.data);
   auto refused = follow_up(dup);
   CHECK_FALSE(refused.promoted);
-  CHECK(refused.reason == "duplicate of cpp_rmsnorm_testcpu3000_fp32_b16_h1024_v1");
+  CHECK(refused.reason ==
+        "duplicate of cpp_rmsnorm_testcpu3000_fp32_b16_h1024_v1: the same source up to comments and whitespace");
+  // The same code with a comment added and a "new best" by noise: a duplicate too, and the scorer is told.
+  auto commented = request("// now faster\nint kiln_entry() {\n  return 0;\n}\n");
+  commented.confirmation = timing(1.5, 1.45);
+  auto copy = follow_up((*handler)->handle(job_for(commented)));
+  CHECK_FALSE(copy.promoted);
+  CHECK(copy.reason.starts_with("duplicate of cpp_rmsnorm_testcpu3000_fp32_b16_h1024_v1"));
 
   auto slow = request("int kiln_entry() { return 1; }\n");
   slow.confirmation = timing(1.2, 1.04);
@@ -107,7 +114,7 @@ TEST_CASE("the promote handler promotes, refuses and tells the scorer", "[promot
 
   std::string text = metrics_text(*metrics);
   CHECK(text.find("kiln_promotions_total{outcome=\"promoted\"} 1") != std::string::npos);
-  CHECK(text.find("kiln_promotions_total{outcome=\"refused\"} 2") != std::string::npos);
+  CHECK(text.find("kiln_promotions_total{outcome=\"refused\"} 3") != std::string::npos);
   CHECK(text.find("kiln_promotions_total{outcome=\"error\"} 1") != std::string::npos);
 
   auto listed = (*handler)->registry().list();
@@ -178,4 +185,14 @@ TEST_CASE("make_promote_handlers reads the config and resolves relative paths", 
   CHECK(follow_up(out).reason == "confirmation speedup 1.25 < 1.30");
   CHECK(std::filesystem::exists(dir.path() + "/reg") == false);  // refusals write nothing
   CHECK(metrics_text(*ctx.metrics).find("kiln_promotions_total{outcome=\"refused\"} 1") != std::string::npos);
+}
+
+TEST_CASE("the promote handler refuses a bar under Forge's 1.10, however it is built", "[promoter]") {
+  kiln::TempDir dir;
+  for (double bar : {1.09, 1.0, 0.5, 0.0, -1.0}) {
+    auto handler = PromoteHandler::create({dir.path() + "/kernel_registry", bar}, nullptr);
+    REQUIRE_FALSE(handler.is_ok());
+    CHECK(handler.status().message().starts_with("promoter: min_speedup must be at least 1.10 (Forge's bar)"));
+  }
+  CHECK(PromoteHandler::create({dir.path() + "/kernel_registry", 1.10}, nullptr).is_ok());
 }

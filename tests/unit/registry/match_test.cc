@@ -27,7 +27,9 @@ MatchCandidate cand(const std::string& id, const std::string& gpu, const Shape& 
   c.shape = shape;
   c.speedup = speedup;
   c.created_at = "2026-04-01T00:00:00Z";
-  c.source_verified = true;
+  c.verification_passed = c.benchmark_passed = true;
+  c.source_sha256 = "00";
+  c.source = kiln::registry::SourceCheck::kMatches;
   return c;
 }
 
@@ -90,9 +92,9 @@ TEST_CASE("match: Forge's rule, one GPU slug contained in the other, ranks below
   // A contained name beats the same architecture.
   std::vector<MatchCandidate> arch{cand("h200", "NVIDIA H200", kB16H4096, 5.0), cs[0]};
   CHECK(pick(arch, query("H100", kB16H4096)) == "hbm3");
-  // The rule is loose: "a10" lies within "a100". That is why it ranks below an exact name.
+  // Whole tokens only: a shorter model name does not capture a longer one ("a10" is not within "a100").
   std::vector<MatchCandidate> a10{cand("a100", "NVIDIA A100", kB16H4096, 2.0)};
-  CHECK(match_kernel(a10, query("A10", kB16H4096)).match->gpu_tier == GpuTier::kContains);
+  CHECK_FALSE(match_kernel(a10, query("A10", kB16H4096)).match);
   a10.push_back(cand("a10", "NVIDIA A10", kB16H4096, 1.2));
   CHECK(pick(a10, query("NVIDIA A10", kB16H4096)) == "a10");
 }
@@ -103,13 +105,16 @@ TEST_CASE("match: the same architecture when no name matches", "[registry][match
   REQUIRE(out.match);
   CHECK(cs[out.match->index].kernel_id == "h200");
   CHECK(out.match->gpu_tier == GpuTier::kSameArchitecture);
-  CHECK(out.match->reason == "same architecture (hopper) as NVIDIA H100 PCIe: measured on NVIDIA H200, exact shape");
-  CHECK(pick(cs, query("NVIDIA GeForce RTX 4090", kB16H4096)) == "l4");  // ada
+  CHECK(out.match->reason ==
+        "same architecture (hopper, gh100 class) as NVIDIA H100 PCIe: measured on NVIDIA H200, exact shape");
+  CHECK(pick(cs, query("NVIDIA L4 24GB", kB16H4096)) == "l4");  // contains
+  // Same family, another chip class: an RTX 4090 (AD102) does not take the L4's (AD104) kernel.
+  CHECK(pick(cs, query("NVIDIA GeForce RTX 4090", kB16H4096)).starts_with("error: no rmsnorm fp16 kernel for GPU"));
 
   // A name the table does not know matches only by name.
   CHECK(pick(cs, query("Radeon Instinct MI300X", kB16H4096)) ==
         "error: no rmsnorm fp16 kernel for GPU Radeon Instinct MI300X (unknown architecture): there are rmsnorm "
-        "fp16 kernels for NVIDIA H200 (hopper), NVIDIA L4 (ada)");
+        "fp16 kernels for NVIDIA H200 (hopper, gh100 class), NVIDIA L4 (ada, ad104 class)");
   // Without --gpu every entry qualifies, at the lowest tier; the speedup then decides.
   out = match_kernel(cs, query("", kB16H4096));
   REQUIRE(out.match);
@@ -168,9 +173,9 @@ TEST_CASE("match: the nearest shape with the same dimension keys", "[registry][m
   CHECK(out.match->shape_distance == Approx(std::log(5000.0 / 4096.0)));
   CHECK(out.match->reason == "exact GPU (nvidiah200), nearest shape B=16,H=4096 for B=16,H=5000");
   CHECK(pick(cs, query("NVIDIA H200", {{"B", 16}, {"H", 7000}})) == "h8192");
-  CHECK(pick(cs, query("NVIDIA H200", {{"B", 2}, {"H", 1024}})) == "h1024");
-  // Entries with other keys are never "near".
-  CHECK(pick(cs, query("NVIDIA H200", {{"hidden_size", 100}})) == "other_dims");
+  CHECK(pick(cs, query("NVIDIA H200", {{"B", 8}, {"H", 1024}})) == "h1024");
+  // An entry that names a dim the query does not is never "near"; hidden_size is H (the alias table).
+  CHECK(pick(cs, query("NVIDIA H200", {{"hidden_size", 5000}})) == "other_dims");
 
   // The GPU tier comes first: an exact GPU with a near shape beats the same architecture with the exact one.
   std::vector<MatchCandidate> tiers{cand("h100_exact_shape", "NVIDIA H100", {{"B", 16}, {"H", 5000}}),
@@ -192,9 +197,13 @@ TEST_CASE("match: ties go to evidence, a hashed source, speedup, then the newest
         "exact GPU (nvidiah200), exact shape; ahead of op_fast on higher evidence level");
 
   MatchCandidate unhashed = cand("unhashed_fast", "NVIDIA H200", kB16H4096, 3.0);
-  unhashed.source_verified = false;
-  CHECK(pick({unhashed, op}, q) == "op_fast");
-  CHECK(match_kernel({unhashed, op}, q).match->reason ==
+  unhashed.source_sha256.clear();
+  unhashed.source = kiln::registry::SourceCheck::kUnhashed;
+  CHECK(pick({unhashed}, q).starts_with("error: no rmsnorm fp16 kernel that `kiln registry verify` accepts"));
+  kiln::registry::MatchOptions allow;
+  allow.allow_unhashed = true;
+  CHECK(kiln::registry::match_kernel({unhashed, op}, q, allow).match->index == 1);
+  CHECK(match_kernel({unhashed, op}, q, allow).match->reason ==
         "exact GPU (nvidiah200), exact shape; ahead of unhashed_fast on a hashed source");
 
   MatchCandidate slower = cand("slower", "NVIDIA H200", kB16H4096, 1.4);
@@ -230,12 +239,14 @@ TEST_CASE("match: nothing fits, and the error says where the candidates ran out"
   CHECK(pick(cs, query("NVIDIA H200", kB16H4096, "rmsnorm", "bf16")) ==
         "error: no rmsnorm kernel in dtype bf16 (it has: fp16, fp32)");
   CHECK(pick(cs, query("Tesla T4", kB16H4096)) ==
-        "error: no rmsnorm fp16 kernel for GPU Tesla T4 (turing): there are rmsnorm fp16 kernels for NVIDIA H200 "
-        "(hopper)");
+        "error: no rmsnorm fp16 kernel for GPU Tesla T4 (turing, tu104 class): there are rmsnorm fp16 kernels for "
+        "NVIDIA H200 (hopper, gh100 class)");
   CHECK(pick(cs, query("NVIDIA H200", {{"M", 4}, {"N", 8}})) ==
-        "error: no rmsnorm fp16 kernel with the dims of M=4,N=8 for NVIDIA H200 (closest: h200, shape B=16,H=4096)");
+        "error: no rmsnorm fp16 kernel that fits M=4,N=8 for NVIDIA H200 (closest: h200, shape B=16,H=4096: it names "
+        "batch, which the query does not)");
   CHECK(pick(cs, query("", {{"B", 16}})) ==
-        "error: no rmsnorm fp16 kernel with the dims of B=16 (closest: h200, shape B=16,H=4096)");
+        "error: no rmsnorm fp16 kernel that fits B=16 (closest: h200, shape B=16,H=4096: it names hidden_size, which "
+        "the query does not)");
   CHECK(pick(cs, query("--", kB16H4096)) == "error: GPU name \"--\" has no letters or digits");
 }
 
@@ -276,7 +287,7 @@ TEST_CASE("parse_shape is strict", "[registry][match]") {
   }
 }
 
-TEST_CASE("evidence levels: three known, anything else refused", "[registry][match]") {
+TEST_CASE("evidence levels: three known, anything else named as unknown", "[registry][match]") {
   using kiln::registry::evidence_rank;
   CHECK(evidence_rank("op_level") == 0);
   CHECK(evidence_rank("runtime_level") == 1);
@@ -287,37 +298,48 @@ TEST_CASE("evidence levels: three known, anything else refused", "[registry][mat
         "unknown evidence level \"gold_level\" (expected op_level, runtime_level or endpoint_level)");
 }
 
-TEST_CASE("match_kernel reads a registry document and names an entry it cannot read", "[registry][match]") {
-  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/tests/data/registry/example/verified_kernels.json");
+TEST_CASE("match_kernel reads a registry document, checks its sources and names an entry it cannot read",
+          "[registry][match]") {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/data/registry/example";
+  std::ifstream in(dir + "/verified_kernels.json");
   REQUIRE(in);
   nlohmann::json doc = nlohmann::json::parse(in);
 
-  // The Forge-style entry (no source_sha256, language triton) is read and matched.
+  // The Forge-style entry (no source_sha256, language triton) is read; it is recommended only when
+  // unhashed entries are allowed.
   MatchCandidate forge;
   std::string error;
   REQUIRE(kiln::registry::read_candidate(doc["kernels"][0], forge, error));
   CHECK(forge.kernel_id == "triton_layernorm_a10g_fp16_b8_h2048_v1");
-  CHECK_FALSE(forge.source_verified);
-  MatchOutcome out = match_kernel(doc, query("A10G", {{"batch", 8}, {"hidden_size", 2048}}, "layernorm"));
+  CHECK(kiln::registry::check_source(dir, forge) == kiln::registry::SourceCheck::kUnhashed);
+  kiln::registry::MatchOptions allow;
+  allow.allow_unhashed = true;
+  auto ln = query("A10G", {{"batch", 8}, {"hidden_size", 2048}}, "layernorm");
+  CHECK(match_kernel(doc, dir, ln).error ==
+        "no layernorm fp16 kernel that `kiln registry verify` accepts: triton_layernorm_a10g_fp16_b8_h2048_v1 (no "
+        "source_sha256; --allow-unhashed accepts it)");
+  MatchOutcome out = match_kernel(doc, dir, ln, allow);
   REQUIRE(out.match);
   CHECK(out.match->index == 0);
-  CHECK(out.match->reason == "exact GPU (a10g), exact shape");
-  out = match_kernel(doc, query("NVIDIA A100-SXM4-80GB", {{"batch", 8}, {"hidden_size", 3000}}, "layernorm"));
+  CHECK(out.match->reason == "exact GPU (a10g), exact shape, unhashed source (allowed)");
+  REQUIRE(out.warnings.size() == 1);
+  CHECK(out.warnings[0].starts_with("triton_layernorm_a10g_fp16_b8_h2048_v1 has no source_sha256"));
+  out = match_kernel(doc, dir, query("NVIDIA A10", {{"batch", 8}, {"hidden_size", 3000}}, "layernorm"), allow);
   REQUIRE(out.match);
   CHECK(out.match->gpu_tier == GpuTier::kSameArchitecture);
 
-  out = match_kernel(doc["kernels"], query("NVIDIA H200", kB16H4096));  // the bare array works too
+  out = match_kernel(doc["kernels"], dir, query("NVIDIA H200", kB16H4096));  // the bare array works too
   REQUIRE(out.match);
   CHECK(doc["kernels"][out.match->index]["kernel_id"] == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");
+  // Sources are read relative to the registry folder: elsewhere they are missing, and nothing is recommended.
+  CHECK(match_kernel(doc, dir + "/kernels", query("NVIDIA H200", kB16H4096)).error.find("is missing") !=
+        std::string::npos);
 
-  doc["kernels"][1]["evidence_level"] = "gold_level";
-  CHECK(match_kernel(doc, query("NVIDIA H200", kB16H4096)).error ==
-        "kernels[1].evidence_level: unknown evidence level \"gold_level\" (expected op_level, runtime_level or "
-        "endpoint_level)");
   doc["kernels"][1].erase("evidence_level");
-  CHECK(match_kernel(doc, query("NVIDIA H200", kB16H4096)).error == "kernels[1].evidence_level: missing (required)");
+  CHECK(match_kernel(doc, dir, query("NVIDIA H200", kB16H4096)).error ==
+        "kernels[1].evidence_level: missing (required)");
   doc["kernels"][1]["shape"]["B"] = "16";
   doc["kernels"][1]["evidence_level"] = "op_level";
-  CHECK(match_kernel(doc, query("NVIDIA H200", kB16H4096)).error == "kernels[1].shape.B: expected an integer");
-  CHECK(match_kernel(nlohmann::json{{"entries", 1}}, query("x", {})).error == "expected {\"kernels\": [...]}");
+  CHECK(match_kernel(doc, dir, query("NVIDIA H200", kB16H4096)).error == "kernels[1].shape.B: expected an integer");
+  CHECK(match_kernel(nlohmann::json{{"entries", 1}}, dir, query("x", {})).error == "expected {\"kernels\": [...]}");
 }

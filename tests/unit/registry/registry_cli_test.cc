@@ -96,14 +96,14 @@ TEST_CASE("kiln registry match picks a kernel and explains why", "[registry][cli
   CHECK(r.err.empty());
   CHECK(r.out ==
         "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1\n"
-        "  source   kernels/cuda/rmsnorm/cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1.cu\n"
-        "  speedup  1.65x on NVIDIA H200 (op_level)\n"
-        "  why      same architecture (hopper) as NVIDIA H100 80GB HBM3: measured on NVIDIA H200, nearest shape "
-        "B=16,H=4096 for B=16,H=5000\n");
+        "  source   kernels/cuda/rmsnorm/cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1.cu (matches its source_sha256)\n"
+        "  speedup  1.65x at B=16,H=4096 on NVIDIA H200 (op_level)\n"
+        "  why      same architecture (hopper, gh100 class) as NVIDIA H100 80GB HBM3: measured on NVIDIA H200, "
+        "nearest shape B=16,H=4096 for B=16,H=5000\n");
 
   // --json and --dir after the subcommand; the entry as stored plus the match block.
   r = kiln_cmd({"registry", "match", "layernorm", "--dtype", "fp16", "--shape", "batch=8,hidden_size=2048", "--gpu",
-                "A10G", "--json", "--dir", reg});
+                "A10G", "--json", "--dir", reg, "--allow-unhashed"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out);
@@ -112,8 +112,9 @@ TEST_CASE("kiln registry match picks a kernel and explains why", "[registry][cli
   CHECK_FALSE(j["entry"].contains("source_sha256"));
   CHECK(j["match"]["gpu_tier"] == "exact");
   CHECK(j["match"]["shape_distance"] == 0.0);
-  CHECK(j["match"]["reason"] == "exact GPU (a10g), exact shape");
+  CHECK(j["match"]["reason"] == "exact GPU (a10g), exact shape, unhashed source (allowed)");
   CHECK(j["match"]["source_verified"] == false);
+  CHECK(j["warnings"].size() == 1);
 }
 
 TEST_CASE("kiln registry match exits non-zero with one line when nothing fits", "[registry][cli]") {
@@ -129,11 +130,11 @@ TEST_CASE("kiln registry match exits non-zero with one line when nothing fits", 
       {{"rmsnorm", "--dtype", "bf16", "--shape", "B=16,H=4096"},
        "kiln: no rmsnorm kernel in dtype bf16 (it has: fp16, fp32)\n"},
       {{"rmsnorm", "--dtype", "fp16", "--shape", "B=16,H=4096", "--gpu", "Tesla T4"},
-       "kiln: no rmsnorm fp16 kernel for GPU Tesla T4 (turing): there are rmsnorm fp16 kernels for NVIDIA H200 "
-       "(hopper)\n"},
+       "kiln: no rmsnorm fp16 kernel for GPU Tesla T4 (turing, tu104 class): there are rmsnorm fp16 kernels for "
+       "NVIDIA H200 (hopper, gh100 class)\n"},
       {{"rmsnorm", "--dtype", "fp16", "--shape", "N=4096"},
-       "kiln: no rmsnorm fp16 kernel with the dims of N=4096 (closest: cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1, "
-       "shape B=16,H=4096)\n"},
+       "kiln: no rmsnorm fp16 kernel that fits N=4096 (closest: cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1, "
+       "shape B=16,H=4096: it names batch, which the query does not)\n"},
       {{"rmsnorm", "--dtype", "fp16", "--shape", "B=16,H=abc"},
        "kiln: --shape: \"H=abc\": expected a positive integer after 'H=', got \"abc\"\n"},
       {{"rmsnorm", "--dtype", "fp16", "--shape", "B=16", "--gpu", ""},
@@ -201,4 +202,172 @@ TEST_CASE("the README's `kiln registry match` example prints what the README sho
     ++examples;
   }
   CHECK(examples >= 1);
+}
+
+namespace {
+
+// A copy of the example registry with `extra` entries appended (copies of its rmsnorm H200 entry, changed
+// by `edit`, each with its own source file).
+struct Planted {
+  kiln::TempDir dir{"kiln-registry-cli"};
+  std::string reg = dir.path() + "/registry";
+  nlohmann::json doc;
+  Planted() {
+    fs::copy(kExample, reg, fs::copy_options::recursive);
+    doc = nlohmann::json::parse(*kiln::read_file(reg + "/verified_kernels.json"));
+  }
+  const nlohmann::json& base() const { return doc["kernels"][1]; }
+  // Appends a copy of the H200 entry as version `v`, its source copied too; returns the new entry.
+  nlohmann::json& add(int v, double speedup) {
+    nlohmann::json e = base();
+    const std::string from = reg + "/" + e["source_path"].get<std::string>();
+    e["kernel_id"] = "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v" + std::to_string(v);
+    e["source_path"] = "kernels/cuda/rmsnorm/" + e["kernel_id"].get<std::string>() + ".cu";
+    e["benchmark"]["speedup"] = speedup;
+    fs::copy_file(from, reg + "/" + e["source_path"].get<std::string>());
+    doc["kernels"].push_back(e);
+    return doc["kernels"].back();
+  }
+  void save() const { REQUIRE(kiln::write_file_atomic(reg + "/verified_kernels.json", doc.dump(2)).is_ok()); }
+  Run match(std::vector<std::string> args) const {
+    args.insert(args.begin(), {"registry", "--dir", reg, "match", "rmsnorm", "--dtype"});
+    return kiln_cmd(args);
+  }
+};
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+TEST_CASE("kiln registry match recommends only what kiln registry verify accepts", "[registry][cli][planner]") {
+  Planted p;
+  p.add(2, 9.0)["verification"]["passed"] = false;
+  p.add(3, 8.0)["benchmark"]["passed"] = false;
+  nlohmann::json& edited = p.add(4, 7.0);
+  REQUIRE(kiln::write_file_atomic(p.reg + "/" + edited["source_path"].get<std::string>(), "// edited\n").is_ok());
+  nlohmann::json& deleted = p.add(5, 6.0);
+  fs::remove(p.reg + "/" + deleted["source_path"].get<std::string>());
+  p.save();
+  CHECK(kiln_cmd({"registry", "--dir", p.reg, "verify"}).exit_code == 1);  // verify rejects v2-v5
+
+  Run r = p.match({"fp16", "--shape", "B=16,H=4096", "--gpu", "NVIDIA H200", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["entry"]["kernel_id"] == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");  // 1.65x, the only sound one
+  CHECK(j["match"]["source_verified"] == true);
+
+  // With v1's source edited too, nothing is recommended, and the line says why.
+  REQUIRE(kiln::write_file_atomic(p.reg + "/" + p.base()["source_path"].get<std::string>(), "// edited\n").is_ok());
+  r = p.match({"fp16", "--shape", "B=16,H=4096", "--gpu", "NVIDIA H200"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.empty());
+  CHECK(r.err.starts_with("kiln: no rmsnorm fp16 kernel that `kiln registry verify` accepts: "
+                          "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1 (source "
+                          "kernels/cuda/rmsnorm/cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1.cu does not match "
+                          "source_sha256)"));
+}
+
+TEST_CASE("kiln registry match bounds the shape, reads every case, and keeps an H20 off H200 kernels",
+          "[registry][cli][planner]") {
+  Planted p;
+  Run r = p.match({"fp16", "--shape", "B=1,H=1048576"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err ==
+        "kiln: no rmsnorm fp16 kernel that fits B=1,H=1048576 (closest: cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1, "
+        "shape B=16,H=4096: batch=16 is more than 2x from 1)\n");
+  CHECK(p.match({"fp16", "--shape", "B=1,H=1048576", "--max-shape-ratio", "300"}).exit_code == 0);
+  CHECK(p.match({"fp16", "--shape", "B=16,H=4096", "--max-shape-ratio", "0.5"}).exit_code != 0);
+
+  // An entry measured at two shapes is found by its second case, with that case's speedup.
+  nlohmann::json& two = p.add(2, 1.7);
+  two["cases"] = nlohmann::json::array({{{"dims", {{"B", 16}, {"H", 4096}}}, {"speedup", 1.7}},
+                                        {{"dims", {{"B", 16}, {"H", 65536}}}, {"speedup", 3.5}}});
+  p.save();
+  r = p.match({"fp16", "--shape", "B=16,H=65536", "--gpu", "NVIDIA H200"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(first_line(r.out) == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v2");
+  CHECK(r.out.find("  speedup  3.50x at B=16,H=65536 on NVIDIA H200 (op_level)\n") != std::string::npos);
+
+  r = p.match({"fp16", "--shape", "B=16,H=4096", "--gpu", "NVIDIA H20"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kiln: no rmsnorm fp16 kernel for GPU NVIDIA H20 (hopper, h20 class): there are rmsnorm fp16 "
+                 "kernels for NVIDIA H200 (hopper, gh100 class)\n");
+}
+
+TEST_CASE("kiln registry match speaks Forge: dimension names, quantizations, the seed's entry",
+          "[registry][cli][planner]") {
+  Planted p;
+  Run r = p.match({"fp16", "--shape", "batch=16,hidden_size=4096", "--gpu", "NVIDIA H200"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(first_line(r.out) == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");
+  CHECK(r.out.find("why      exact GPU (nvidiah200), exact shape\n") != std::string::npos);
+
+  r = p.match({"fp8", "--shape", "batch=16,hidden_size=4096", "--gpu", "NVIDIA H200"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("exact shape, dtype fp16 for fp8") != std::string::npos);
+  CHECK(p.match({"awq", "--shape", "B=16,H=4096"}).exit_code == 0);
+
+  // Forge's own example entry (hidden_size only) answers a query that also names batch.
+  const std::string seed = std::string(KILN_SOURCE_DIR) + "/tests/data/registry/forge_seed";
+  r = kiln_cmd({"registry", "--dir", seed, "match", "rmsnorm", "--dtype", "fp16", "--shape",
+                "batch=16,hidden_size=4096", "--gpu", "NVIDIA GeForce RTX 4070", "--allow-unhashed"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(first_line(r.out) == "triton_rmsnorm_rtx4070_fp16_h4096_v1");
+  CHECK(r.err.starts_with("kiln: warning: triton_rmsnorm_rtx4070_fp16_h4096_v1 has no source_sha256"));
+  CHECK(kiln_cmd({"registry", "--dir", seed, "verify"}).exit_code == 0);
+}
+
+TEST_CASE("an unknown evidence level leaves the registry readable", "[registry][cli][planner]") {
+  Planted p;
+  p.add(2, 9.0)["evidence_level"] = "fleet_level";
+  p.save();
+  Run r = kiln_cmd({"registry", "--dir", p.reg, "list"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(lines(r.out) == 5);  // the header and four entries
+  r = p.match({"fp16", "--shape", "B=16,H=4096"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(first_line(r.out) == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");
+  CHECK(r.err == "kiln: warning: skipped cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v2: unknown evidence level "
+                 "\"fleet_level\" (expected op_level, runtime_level or endpoint_level)\n");
+  CHECK(kiln_cmd({"registry", "--dir", p.reg, "verify"}).exit_code == 0);
+}
+
+TEST_CASE("kiln registry show and list --json print entries as stored", "[registry][cli][planner]") {
+  const std::string forge_id = "triton_layernorm_a10g_fp16_b8_h2048_v1";
+  Run r = kiln_cmd({"registry", "--dir", kExample, "show", forge_id});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto shown = nlohmann::json::parse(r.out);
+  auto stored = nlohmann::json::parse(*kiln::read_file(kExample + "/verified_kernels.json"));
+  CHECK(shown == stored["kernels"][0]);
+  CHECK(shown["skill_ids"].size() == 2);
+  for (const char* invented : {"speedup_interval", "timing", "source_sha256", "params", "task_name"})
+    CHECK_FALSE(shown.contains(invented));
+  CHECK_FALSE(shown["verification"].contains("max_abs_error"));
+  r = kiln_cmd({"--json", "registry", "--dir", kExample, "list"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out) == stored["kernels"]);
+  r = kiln_cmd({"registry", "--dir", kExample, "show", "nope"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kiln: no kernel nope in " + kExample + "\n");
+}
+
+TEST_CASE("kiln registry match --help lists the rules in order", "[registry][cli][planner]") {
+  Run r = kiln_cmd({"registry", "match", "--help"});
+  CHECK(r.exit_code == 0);
+  size_t at = 0;
+  for (const char* step : {"Rules, in order", "1. op equal", "2. only what `kiln registry verify` accepts",
+                           "3. GPU", "4. shape", "5. ties", "--max-shape-ratio", "--allow-unhashed"}) {
+    INFO(step);
+    size_t found = r.out.find(step);
+    CHECK(found != std::string::npos);
+    if (std::string(step).starts_with("--")) continue;  // the options come before the rules
+    CHECK(found >= at);
+    at = found;
+  }
 }

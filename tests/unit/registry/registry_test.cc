@@ -162,18 +162,22 @@ TEST_CASE("v<n> is bumped and duplicates are refused", "[registry]") {
   Registry reg = open_registry(dir.path());
   auto first = reg.promote(good_request("a"), 1.10);
   REQUIRE(first.is_ok());
-  auto second = reg.promote(good_request("b"), 1.10);
+  auto b = good_request("b");  // measurably faster than the first: [1.80, 2.00] above [1.55, 1.75]
+  b.confirmation = timing(1.9, 1.8, 2.0);
+  auto second = reg.promote(b, 1.10);
   REQUIRE(second.is_ok());
   CHECK(*second == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v2");
 
   auto dup = reg.promote(good_request("a"), 1.10);
   REQUIRE_FALSE(dup.is_ok());
   CHECK(dup.status().code() == kiln::StatusCode::kAlreadyExists);
-  CHECK(dup.status().message() == "duplicate of " + *first);
+  CHECK(dup.status().message() ==
+        "duplicate of " + *first + ": the same source up to comments and whitespace, with the same parameters");
   CHECK(kiln::registry::is_refusal(dup.status()));
 
   // The same file with other template parameters is another kernel, and its copy builds as verified.
   auto other_params = good_request("a");
+  other_params.confirmation = timing(2.2, 2.1, 2.3);
   other_params.params = {{"BLOCK", "512"}};
   auto r_params = reg.promote(other_params, 1.10);
   REQUIRE(r_params.is_ok());
@@ -358,7 +362,9 @@ TEST_CASE("unknown keys in existing entries survive a rewrite", "[registry]") {
   json doc = json::parse(*kiln::read_file(json_path));
   doc["kernels"][0]["skill_ids"] = json::array({"inference.write-cuda-rmsnorm"});
   REQUIRE(kiln::write_file_atomic(json_path, doc.dump()).is_ok());
-  REQUIRE(reg.promote(good_request("b"), 1.10).is_ok());
+  auto b = good_request("b");
+  b.confirmation = timing(1.9, 1.8, 2.0);
+  REQUIRE(reg.promote(b, 1.10).is_ok());
   doc = json::parse(*kiln::read_file(json_path));
   REQUIRE(doc["kernels"].size() == 2);
   CHECK(doc["kernels"][0]["skill_ids"][0] == "inference.write-cuda-rmsnorm");
@@ -374,7 +380,10 @@ TEST_CASE("concurrent promotions get distinct ids and leave valid JSON", "[regis
       // Each thread opens its own Registry, as separate processes would.
       auto reg = Registry::open(dir.path());
       if (!reg.is_ok()) return;
-      auto id = reg->promote(good_request("source " + std::to_string(i)), 1.10);
+      // Each on its own shape: on one shape only a measurably faster kernel would be a new version.
+      auto r = good_request("source " + std::to_string(i));
+      r.shape = {{"B", 16 + i}, {"H", 4096}};
+      auto id = reg->promote(r, 1.10);
       if (id.is_ok()) ids[i] = *id;
     });
   }

@@ -5,29 +5,36 @@
 // header). Nothing here throws: failures come back as text in the result.
 //
 // The rule, in order:
-//   1. op and dtype must be equal.
-//   2. GPU tier, best first (an entry's GPU names are its target_gpu and its benchmark.gpu_name):
+//   1. Op equal; the entry's dtype one of dtypes_for(query dtype) (a quantization maps to dtypes:
+//      fp8 -> fp8, then fp16; awq -> fp16; vocabulary.h has the table).
+//   2. Only what `kiln registry verify` accepts: verification.passed and benchmark.passed true, the
+//      source file present and matching source_sha256. An entry without source_sha256 (Forge's) only
+//      with allow_unhashed, and the answer then says so. An entry with an unknown evidence level is
+//      skipped with a warning (the registry stays readable).
+//   3. GPU tier, best first (an entry's GPU names are its target_gpu and its benchmark.gpu_name):
 //        exact         the query's slug equals the slug of one of them;
-//        contains      Forge's planner rule: the query's slug contains, or is contained in, one of them
-//                      ("h100" and "NVIDIA H100 80GB HBM3"). It is loose by design: "a10" also lies
-//                      within "a100", which is why it ranks below an exact name;
-//        architecture  both names map to the same family in the table of gpu_architecture();
+//        contains      Forge's rule made strict: one name is a run of whole tokens of the other that
+//                      holds a model number ("H100" within "NVIDIA H100 80GB HBM3"), so a shorter model
+//                      name never captures a longer one ("H20" is not within "H200", "A10" not "A100");
+//        architecture  both are the same chip class in the table of gpu_kind() (H100, H200, H800, GH200
+//                      are one class; the H20, a much smaller part of the same family, is its own);
 //        any           no GPU asked for: every entry qualifies, at this lowest tier.
 //      An entry that reaches none of these is out. CPU entries (language "cpp") match by exact name
 //      only: Kiln builds them with -march=native, so another CPU model may lack their instructions.
-//   3. Shape: the same dimension keys (compared lowercased), the exact shape first, else the nearest:
-//      distance = sum over the dims of |log(v_entry / v_query)|, so 2048 and 8192 are equally far from
-//      4096 and a factor counts the same at any size.
-//   4. Among equals: higher evidence level, then a source with a sha256 over one without, then higher
-//      speedup, then newer created_at, then the smaller kernel id (so the answer never depends on the
-//      file's order).
+//   4. Shape: every measured shape of the entry (each of its "cases", else its "shape") is tried and the
+//      best one counts. Dimension names compare through canonical_dim() (Forge's batch/hidden_size are
+//      Kiln's B/H). Every dim the entry names must be in the query, within max_shape_ratio (default 2)
+//      of the query's value; a query dim the entry does not name is free (Forge's rule has no shape
+//      term), but ranks below naming it. Best first: the exact shape, then fewer free dims, then the
+//      smaller distance = sum over the named dims of |log(v_entry / v_query)|.
+//   5. Among equals: the query's own dtype before a mapped one, higher evidence level, a hashed source
+//      over an unhashed one, higher speedup (at the shape that fitted), newer created_at, then the smaller
+//      kernel id (so the answer never depends on the file's order).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -36,11 +43,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/registry/match_entry.h"
 #include "kiln/registry/vocabulary.h"
 
 namespace kiln::registry {
-
-// ------------------------------------------------------------------------------ matching
 
 enum class GpuTier { kExact = 0, kContains = 1, kSameArchitecture = 2, kAnyGpu = 3 };
 
@@ -54,111 +60,38 @@ inline const char* gpu_tier_name(GpuTier t) {
   return "?";
 }
 
-struct MatchQuery {
-  std::string op;
-  std::string dtype;
-  std::string gpu;  // empty: any GPU qualifies, at the lowest tier
-  std::map<std::string, int64_t> shape;
-};
-
-// What the planner reads of one registry entry.
-struct MatchCandidate {
-  std::string kernel_id;
-  std::string op;
-  std::string dtype;
-  std::string language;
-  std::string source_path;
-  std::string target_gpu;
-  std::string gpu_name;  // benchmark.gpu_name
-  std::map<std::string, int64_t> shape;
-  double speedup = 0;  // benchmark.speedup
-  std::string evidence_level = std::string(kEvidenceOpLevel);
-  std::string created_at;
-  // Whether the entry carries source_sha256. Forge's entries do not: nothing then ties the file at
-  // source_path to the kernel that was measured, so they rank below hashed ones among equals.
-  bool source_verified = false;
-};
-
-// Reads one registry entry. False with `error` naming the key when a field the planner needs is missing
-// or has the wrong type, or the evidence level is unknown.
-inline bool read_candidate(const nlohmann::json& entry, MatchCandidate& out, std::string& error) {
-  out = MatchCandidate{};
-  if (!entry.is_object()) {
-    error = "expected an object";
-    return false;
-  }
-  auto string_at = [&](const nlohmann::json& obj, const char* key, const std::string& path, bool required,
-                       std::string& dst) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) {
-      if (required) error = path + ": missing (required)";
-      return !required;
-    }
-    if (!it->is_string()) {
-      error = path + ": expected a string";
-      return false;
-    }
-    dst = it->get_ref<const std::string&>();
-    return true;
-  };
-  if (!string_at(entry, "kernel_id", "kernel_id", true, out.kernel_id) || !string_at(entry, "op", "op", true, out.op) ||
-      !string_at(entry, "dtype", "dtype", true, out.dtype) ||
-      !string_at(entry, "target_gpu", "target_gpu", true, out.target_gpu) ||
-      !string_at(entry, "language", "language", false, out.language) ||
-      !string_at(entry, "source_path", "source_path", false, out.source_path) ||
-      !string_at(entry, "evidence_level", "evidence_level", true, out.evidence_level) ||
-      !string_at(entry, "created_at", "created_at", false, out.created_at))
-    return false;
-  if (std::string e = evidence_level_error(out.evidence_level); !e.empty()) {
-    error = "evidence_level: " + e;
-    return false;
-  }
-  auto shape = entry.find("shape");
-  if (shape == entry.end() || !shape->is_object()) {
-    error = shape == entry.end() ? "shape: missing (required)" : "shape: expected an object";
-    return false;
-  }
-  for (const auto& [k, v] : shape->items()) {
-    if (!v.is_number_integer() ||
-        (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-      error = "shape." + k + ": expected an integer";
-      return false;
-    }
-    out.shape[k] = v.get<int64_t>();
-  }
-  auto bench = entry.find("benchmark");
-  if (bench == entry.end() || !bench->is_object()) {
-    error = bench == entry.end() ? "benchmark: missing (required)" : "benchmark: expected an object";
-    return false;
-  }
-  auto speedup = bench->find("speedup");
-  if (speedup == bench->end() || !speedup->is_number()) {
-    error = speedup == bench->end() ? "benchmark.speedup: missing (required)" : "benchmark.speedup: expected a number";
-    return false;
-  }
-  out.speedup = speedup->get<double>();
-  if (!string_at(*bench, "gpu_name", "benchmark.gpu_name", false, out.gpu_name)) return false;
-  std::string sha;
-  if (!string_at(entry, "source_sha256", "source_sha256", false, sha)) return false;
-  out.source_verified = !sha.empty();
-  return true;
-}
-
 struct Match {
   size_t index = 0;  // into the candidates, or into the registry's "kernels" array
   GpuTier gpu_tier = GpuTier::kAnyGpu;
-  double shape_distance = 0;  // 0 for the exact shape
-  std::string reason;         // "exact GPU (nvidiah200), exact shape"
+  double shape_distance = 0;                // 0 for the exact shape
+  std::map<std::string, int64_t> shape;     // the measured shape that fitted
+  double speedup = 0;                       // measured at that shape
+  std::string reason;                       // "exact GPU (nvidiah200), exact shape"
 };
 
 struct MatchOutcome {
   std::optional<Match> match;
-  std::string error;  // without a match: why nothing fits (or which entry could not be read), one line
+  std::string error;                  // without a match: why nothing fits (or which entry could not be read)
+  std::vector<std::string> warnings;  // entries skipped for an unknown evidence level; an unhashed pick
 };
 
 namespace detail {
 
-// The part of the reason that says how the GPU matched; nullopt when the entry's GPU does not qualify.
+// Why `c` is not what `verify` would accept now; "" when it is (an unhashed source only when allowed).
+inline std::string unverified_reason(const MatchCandidate& c, const MatchOptions& o) {
+  if (!c.verification_passed) return "verification.passed is false";
+  if (!c.benchmark_passed) return "benchmark.passed is false";
+  switch (c.source) {
+    case SourceCheck::kMatches: return "";
+    case SourceCheck::kUnhashed: return o.allow_unhashed ? "" : "no source_sha256; --allow-unhashed accepts it";
+    case SourceCheck::kMismatch: return "source " + c.source_path + " does not match source_sha256";
+    case SourceCheck::kMissing: return "source " + c.source_path + " is missing";
+    case SourceCheck::kUnchecked: return "source not checked";
+  }
+  return "?";
+}
+
+// How the GPU matched; nullopt when the entry's GPU does not qualify.
 struct GpuFit {
   GpuTier tier;
   std::string why;
@@ -168,32 +101,30 @@ inline std::optional<GpuFit> gpu_fit(const MatchCandidate& c, const MatchQuery& 
   const std::string measured_on = c.gpu_name.empty() ? c.target_gpu : c.gpu_name;
   if (q.gpu.empty()) return GpuFit{GpuTier::kAnyGpu, "any GPU (none asked for): measured on " + measured_on};
   const std::string want = slug_chars(q.gpu);
-  std::vector<std::string> names;
-  for (const std::string* n : {&c.target_gpu, &c.gpu_name}) {
-    std::string s = slug_chars(*n);
-    if (!s.empty()) names.push_back(s);
-  }
-  for (const std::string& n : names)
-    if (n == want) return GpuFit{GpuTier::kExact, "exact GPU (" + n + ")"};
+  std::vector<const std::string*> names;
+  for (const std::string* n : {&c.target_gpu, &c.gpu_name})
+    if (!slug_chars(*n).empty()) names.push_back(n);
+  for (const std::string* n : names)
+    if (slug_chars(*n) == want) return GpuFit{GpuTier::kExact, "exact GPU (" + want + ")"};
   if (c.language == "cpp") return std::nullopt;  // CPU kernels: the same model only (see the top of this file)
-  for (const std::string& n : names) {
-    if (n.find(want) != std::string::npos) return GpuFit{GpuTier::kContains, "GPU name " + want + " within " + n};
-    if (want.find(n) != std::string::npos) return GpuFit{GpuTier::kContains, "GPU name " + n + " within " + want};
+  for (const std::string* n : names) {
+    if (gpu_name_within(q.gpu, *n)) return GpuFit{GpuTier::kContains, "GPU name " + want + " within " + slug_chars(*n)};
+    if (gpu_name_within(*n, q.gpu)) return GpuFit{GpuTier::kContains, "GPU name " + slug_chars(*n) + " within " + want};
   }
-  std::string want_arch = gpu_architecture(q.gpu);
-  std::string arch = gpu_architecture(c.target_gpu);
-  if (arch.empty()) arch = gpu_architecture(c.gpu_name);
-  if (!want_arch.empty() && arch == want_arch)
-    return GpuFit{GpuTier::kSameArchitecture,
-                  "same architecture (" + arch + ") as " + q.gpu + ": measured on " + measured_on};
+  GpuKind wanted = gpu_kind(q.gpu);
+  GpuKind kind = gpu_kind(c.target_gpu);
+  if (kind.chip.empty()) kind = gpu_kind(c.gpu_name);
+  if (!wanted.chip.empty() && kind.chip == wanted.chip)
+    return GpuFit{GpuTier::kSameArchitecture, "same architecture (" + kind.family + ", " + kind.chip + " class) as " +
+                                                  q.gpu + ": measured on " + measured_on};
   return std::nullopt;
 }
 
 inline std::string architecture_label(const MatchCandidate& c) {
   if (c.language == "cpp") return "cpu";
-  std::string arch = gpu_architecture(c.target_gpu);
-  if (arch.empty()) arch = gpu_architecture(c.gpu_name);
-  return arch.empty() ? "unknown architecture" : arch;
+  GpuKind kind = gpu_kind(c.target_gpu);
+  if (kind.chip.empty()) kind = gpu_kind(c.gpu_name);
+  return kind.chip.empty() ? "unknown architecture" : kind.family + ", " + kind.chip + " class";
 }
 
 inline bool nearly_equal(double a, double b) {
@@ -205,24 +136,33 @@ struct Scored {
   size_t index;
   GpuFit gpu;
   ShapeFit shape;
+  MeasuredShape measured;  // the shape that fitted best, with its speedup
+  size_t dtype_rank = 0;   // position in dtypes_for(query)
 };
+
+inline int shape_order(const ShapeFit& a, const ShapeFit& b) {
+  if (a.exact != b.exact) return a.exact ? -1 : 1;
+  if (a.unnamed != b.unnamed) return a.unnamed < b.unnamed ? -1 : 1;
+  if (!nearly_equal(a.distance, b.distance)) return a.distance < b.distance ? -1 : 1;
+  return 0;
+}
 
 // Negative when `a` ranks before `b`, positive after, 0 for a full tie; `why` names the deciding key
 // when the two were equal on GPU tier and shape.
 inline int compare(const std::vector<MatchCandidate>& cs, const Scored& a, const Scored& b, std::string* why) {
   if (a.gpu.tier != b.gpu.tier) return a.gpu.tier < b.gpu.tier ? -1 : 1;
-  if (a.shape.exact != b.shape.exact) return a.shape.exact ? -1 : 1;
-  if (!nearly_equal(a.shape.distance, b.shape.distance)) return a.shape.distance < b.shape.distance ? -1 : 1;
+  if (int s = shape_order(a.shape, b.shape); s != 0) return s;
   const MatchCandidate& x = cs[a.index];
   const MatchCandidate& y = cs[b.index];
   auto decide = [&](int sign, const char* key) {
     if (why) *why = key;
     return sign;
   };
+  if (a.dtype_rank != b.dtype_rank) return decide(a.dtype_rank < b.dtype_rank ? -1 : 1, "the dtype asked for");
   int ex = evidence_rank(x.evidence_level), ey = evidence_rank(y.evidence_level);
   if (ex != ey) return decide(ex > ey ? -1 : 1, "higher evidence level");
-  if (x.source_verified != y.source_verified) return decide(x.source_verified ? -1 : 1, "a hashed source");
-  if (x.speedup != y.speedup) return decide(x.speedup > y.speedup ? -1 : 1, "higher speedup");
+  if (x.source_verified() != y.source_verified()) return decide(x.source_verified() ? -1 : 1, "a hashed source");
+  if (a.measured.speedup != b.measured.speedup) return decide(a.measured.speedup > b.measured.speedup ? -1 : 1, "higher speedup");
   if (x.created_at != y.created_at) return decide(x.created_at > y.created_at ? -1 : 1, "a newer created_at");
   if (x.kernel_id != y.kernel_id) return decide(x.kernel_id < y.kernel_id ? -1 : 1, "kernel id order");
   return 0;
@@ -239,66 +179,136 @@ inline std::string list_some(const std::set<std::string>& items, size_t max_show
   return out;
 }
 
+// "fp16" or "fp8 or fp16"
+inline std::string dtype_words(const std::vector<std::string>& dtypes) {
+  std::string out;
+  for (size_t i = 0; i < dtypes.size(); ++i) out += (i == 0 ? "" : " or ") + dtypes[i];
+  return out;
+}
+
+// The best measured shape of `c` for the query (nullopt: none fits; `why` says why for the first).
+inline std::optional<std::pair<ShapeFit, MeasuredShape>> best_shape(const MatchCandidate& c, const MatchQuery& q,
+                                                                     double max_ratio, std::string* why) {
+  std::optional<std::pair<ShapeFit, MeasuredShape>> best;
+  for (const MeasuredShape& m : c.measured()) {
+    std::string reason;
+    std::optional<ShapeFit> fit = shape_fit(q.op, m.dims, q.shape, max_ratio, &reason);
+    if (!fit) {
+      if (why && why->empty()) *why = reason;
+      continue;
+    }
+    if (!best || shape_order(*fit, best->first) < 0 ||
+        (shape_order(*fit, best->first) == 0 && m.speedup > best->second.speedup))
+      best = std::make_pair(*fit, m);
+  }
+  return best;
+}
+
+// The winner's reason line.
+inline std::string reason_for(const MatchCandidate& c, const Scored& s, const MatchQuery& q) {
+  std::string shape;
+  if (s.shape.exact) {
+    shape = "exact shape";
+  } else {
+    shape = (s.shape.distance == 0 ? "shape " : "nearest shape ") + format_shape(s.measured.dims) + " for " +
+            format_shape(q.shape);
+    if (s.shape.unnamed > 0) shape += " (dims it does not name are free: Forge's rule)";
+  }
+  std::string out = s.gpu.why + ", " + shape;
+  if (c.dtype != q.dtype) out += ", dtype " + c.dtype + " for " + q.dtype;
+  if (c.source == SourceCheck::kUnhashed) out += ", unhashed source (allowed)";
+  return out;
+}
+
 }  // namespace detail
 
-// Picks the best entry for `query` (the rule at the top of this file).
-inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, const MatchQuery& query) {
+// Picks the best entry for `query` (the rule at the top of this file). The candidates' `source` must have
+// been filled in (check_source()); one left kUnchecked is never recommended.
+inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, const MatchQuery& query,
+                                 const MatchOptions& options = {}) {
   MatchOutcome out;
   if (!query.gpu.empty() && detail::slug_chars(query.gpu).empty()) {
     out.error = "GPU name \"" + query.gpu + "\" has no letters or digits";
     return out;
   }
-  // Each stage keeps what passed it, so that the error can say where the candidates ran out.
-  std::set<std::string> ops, dtypes, gpus;
-  std::vector<size_t> same_op_dtype;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const MatchCandidate& c = candidates[i];
-    ops.insert(c.op);
-    if (c.op != query.op) continue;
-    dtypes.insert(c.dtype);
-    if (c.dtype == query.dtype) same_op_dtype.push_back(i);
+  if (!(options.max_shape_ratio >= 1) || std::isinf(options.max_shape_ratio)) {
+    out.error = "the shape ratio limit must be a number >= 1, got " + std::to_string(options.max_shape_ratio);
+    return out;
   }
-  const std::string what = query.op + " " + query.dtype;
+  const std::vector<std::string> dtypes = dtypes_for(query.dtype);
+  const std::string what = query.op + " " + detail::dtype_words(dtypes);
   if (candidates.empty()) {
     out.error = "no " + what + " kernel: the registry is empty";
     return out;
   }
-  if (dtypes.empty()) {
+  // Each stage keeps what passed it, so that the error can say where the candidates ran out.
+  std::set<std::string> ops, op_dtypes, gpus, unverified;
+  std::vector<std::pair<size_t, size_t>> verified;  // (index, dtype rank)
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const MatchCandidate& c = candidates[i];
+    ops.insert(c.op);
+    if (c.op != query.op) continue;
+    op_dtypes.insert(c.dtype);
+    size_t rank = 0;
+    while (rank < dtypes.size() && dtypes[rank] != c.dtype) ++rank;
+    if (rank == dtypes.size()) continue;
+    if (std::string e = evidence_level_error(c.evidence_level); !e.empty()) {
+      out.warnings.push_back("skipped " + c.kernel_id + ": " + e);
+      continue;
+    }
+    if (std::string why = detail::unverified_reason(c, options); !why.empty()) {
+      unverified.insert(c.kernel_id + " (" + why + ")");
+      continue;
+    }
+    verified.emplace_back(i, rank);
+  }
+  if (op_dtypes.empty()) {
     out.error = "no kernel for op " + query.op + " (the registry has: " + detail::list_some(ops) + ")";
     return out;
   }
-  if (same_op_dtype.empty()) {
-    out.error = "no " + query.op + " kernel in dtype " + query.dtype + " (it has: " + detail::list_some(dtypes) + ")";
+  if (verified.empty() && unverified.empty() && out.warnings.empty()) {
+    const bool mapped = dtypes.size() > 1 || dtypes[0] != query.dtype;
+    out.error = "no " + query.op + " kernel in dtype " + detail::dtype_words(dtypes) + " (" +
+                (mapped ? "for " + query.dtype + "; " : "") + "it has: " + detail::list_some(op_dtypes) + ")";
+    return out;
+  }
+  if (verified.empty()) {
+    out.error = "no " + what + " kernel that `kiln registry verify` accepts: " +
+                (unverified.empty() ? std::string("every one was skipped") : detail::list_some(unverified, 3));
     return out;
   }
 
   std::vector<detail::Scored> fits;
-  std::optional<detail::Scored> closest_gpu_only;  // right GPU, other dims: for the error
-  for (size_t i : same_op_dtype) {
+  std::optional<detail::Scored> closest;  // right GPU, shape out of reach: for the error
+  std::string closest_why;
+  for (auto [i, rank] : verified) {
     const MatchCandidate& c = candidates[i];
     gpus.insert(c.target_gpu + " (" + detail::architecture_label(c) + ")");
     std::optional<detail::GpuFit> gpu = detail::gpu_fit(c, query);
     if (!gpu) continue;
-    std::optional<detail::ShapeFit> shape = detail::shape_fit(c.shape, query.shape);
-    detail::Scored s{i, *gpu, shape.value_or(detail::ShapeFit{})};
+    std::string why;
+    auto shape = detail::best_shape(c, query, options.max_shape_ratio, &why);
+    detail::Scored s{i, *gpu, shape ? shape->first : detail::ShapeFit{}, shape ? shape->second : c.measured()[0], rank};
     if (!shape) {
-      // Keep the one with the best GPU tier and evidence as "closest" for the error.
-      if (!closest_gpu_only || detail::compare(candidates, s, *closest_gpu_only, nullptr) < 0) closest_gpu_only = s;
+      if (!closest || detail::compare(candidates, s, *closest, nullptr) < 0) {
+        closest = s;
+        closest_why = why;
+      }
       continue;
     }
     fits.push_back(s);
   }
   if (fits.empty()) {
-    if (closest_gpu_only) {
-      const MatchCandidate& c = candidates[closest_gpu_only->index];
-      out.error = "no " + what + " kernel with the dims of " + format_shape(query.shape) +
+    if (closest) {
+      const MatchCandidate& c = candidates[closest->index];
+      out.error = "no " + what + " kernel that fits " + format_shape(query.shape) +
                   (query.gpu.empty() ? "" : " for " + query.gpu) + " (closest: " + c.kernel_id + ", shape " +
-                  format_shape(c.shape) + ")";
+                  format_shape(closest->measured.dims) + ": " + closest_why + ")";
     } else {
-      std::string arch = gpu_architecture(query.gpu);
+      GpuKind kind = gpu_kind(query.gpu);
       out.error = "no " + what + " kernel for GPU " + query.gpu + " (" +
-                  (arch.empty() ? "unknown architecture" : arch) + "): there are " + what + " kernels for " +
-                  detail::list_some(gpus);
+                  (kind.chip.empty() ? "unknown architecture" : kind.family + ", " + kind.chip + " class") +
+                  "): there are " + what + " kernels for " + detail::list_some(gpus);
     }
     return out;
   }
@@ -318,21 +328,27 @@ inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, 
   m.index = b.index;
   m.gpu_tier = b.gpu.tier;
   m.shape_distance = b.shape.distance;
-  m.reason = b.gpu.why + ", " +
-             (b.shape.exact ? std::string("exact shape")
-                            : "nearest shape " + format_shape(c.shape) + " for " + format_shape(query.shape));
+  m.shape = b.measured.dims;
+  m.speedup = b.measured.speedup;
+  m.reason = detail::reason_for(c, b, query);
   if (runner_up != fits.size()) {
     std::string why;
     if (detail::compare(candidates, b, fits[runner_up], &why) < 0 && !why.empty())
       m.reason += "; ahead of " + candidates[fits[runner_up].index].kernel_id + " on " + why;
   }
+  if (c.source == SourceCheck::kUnhashed)
+    out.warnings.push_back(c.kernel_id + " has no source_sha256: nothing ties " + c.source_path +
+                           " to the kernel that was measured");
   out.match = std::move(m);
   return out;
 }
 
-// The same on a registry document: {"kernels": [...]} or the bare array. Match::index is then the
-// position in that array. An entry the planner cannot read is an error naming it, not skipped.
-inline MatchOutcome match_kernel(const nlohmann::json& registry, const MatchQuery& query) {
+// The same on a registry document, {"kernels": [...]} or the bare array, whose sources lie under
+// `registry_dir` (the folder of verified_kernels.json): each entry's file is checked (check_source())
+// before it can be recommended. Match::index is the position in that array. An entry the planner cannot
+// read is an error naming it (`kiln registry verify` says the same), not skipped.
+inline MatchOutcome match_kernel(const nlohmann::json& registry, const std::string& registry_dir,
+                                 const MatchQuery& query, const MatchOptions& options = {}) {
   MatchOutcome out;
   const nlohmann::json* kernels = &registry;
   if (registry.is_object()) {
@@ -350,8 +366,9 @@ inline MatchOutcome match_kernel(const nlohmann::json& registry, const MatchQuer
       out.error = "kernels[" + std::to_string(i) + "]." + error;
       return out;
     }
+    if (candidates[i].op == query.op) candidates[i].source = check_source(registry_dir, candidates[i]);
   }
-  return match_kernel(candidates, query);
+  return match_kernel(candidates, query, options);
 }
 
 }  // namespace kiln::registry

@@ -3,9 +3,10 @@
 // campaign and program, toolchain, timing statistics, speedup interval). One writer at a time, under an
 // exclusive flock on <dir>/.lock; readers need no lock because the JSON is replaced atomically.
 //
-// Entries written by Forge load too: they lack source_sha256 (the entry is then marked
-// source_verified = false and ranks below hashed ones), and their language may be triton. The planner
-// that picks an entry for an op, dtype, GPU and shape is in match.h.
+// Entries written by Forge load too: they lack source_sha256 (has_source_sha256 is then false: nothing ties
+// their file to the measured kernel), their language may be triton, and they may carry keys Kiln does not
+// know (skill_ids), which stay in the file. The planner that picks an entry for an op, dtype, GPU and shape
+// is in match.h; it recommends only what verify() accepts.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,8 @@
 namespace kiln::registry {
 
 inline constexpr std::string_view kRegistryFile = "verified_kernels.json";
+// Forge's promotion bar: no promotion is made with a lower one, however the promoter is configured.
+inline constexpr double kMinPromotionSpeedup = 1.10;
 
 struct Tolerance {
   double rtol = 0;
@@ -118,8 +121,9 @@ struct KernelEntry {
   // Kiln's extras.
   std::string source_sha256;
   // In memory only: whether the entry carries source_sha256. Kiln always writes one; Forge's entries
-  // have none, so nothing ties their source file to the kernel that was measured (lower evidence).
-  bool source_verified = true;
+  // have none, so nothing ties their source file to the kernel that was measured (lower evidence). Whether
+  // the file matches the hash is verify()'s question (and the planner's: match_entry.h check_source()).
+  bool has_source_sha256 = true;
   std::string task_name;
   std::string campaign_id;
   std::string program_id;
@@ -140,8 +144,9 @@ struct KernelEntry {
 
 // source_sha256 is left out when the entry has none (a Forge entry), rather than written empty.
 nlohmann::json to_json(const KernelEntry& entry);
-// Strict: every Forge field must be present with the right type and evidence_level must be one of the
-// three levels; errors name the key. source_sha256 may be missing (source_verified is then false).
+// Strict: every Forge field must be present with the right type; errors name the key. source_sha256 may be
+// missing (has_source_sha256 is then false), and evidence_level may be a level this version does not know
+// (Forge adds levels without a schema change): it loads, verify() warns, and the planner skips the entry.
 Result<KernelEntry> from_json(const nlohmann::json& j);
 // {B:16, H:4096} -> "b16_h4096"; keys lowercased and sorted; hidden_size->h, batch->b, seq_len->s,
 // heads->n, other keys with '_' removed; empty -> "noshape".
@@ -153,6 +158,12 @@ std::string kernel_id(std::string_view language, std::string_view op, std::strin
 // The source the registry keeps for a request: the kernel file with its template parameters baked in
 // as #define lines (the file as is when there are none). source_sha256 is the hash of this text.
 std::string effective_source(const proto::PromoteRequest& r);
+
+// The source with comments removed and whitespace normalized: a run of whitespace (or a comment) becomes
+// one space where it separates two word characters or two operator characters ("+ +"), nothing elsewhere,
+// and a newline where it ends a preprocessor line. String and character literals are kept as written. The
+// promoter treats two sources with the same normal form as the same kernel.
+std::string normalized_source(std::string_view source);
 
 class Registry {
  public:
@@ -169,13 +180,15 @@ class Registry {
   // Every entry well-formed, ids unique and matching their fields, source present with its sha256.
   // An entry without source_sha256 (Forge's) is a warning, not a failure: it is well-formed by Forge's
   // schema and its source is still checked for presence, but its hash cannot be; one line per such
-  // entry, naming the field, goes to `warnings` when given.
+  // entry, naming the field, goes to `warnings` when given. So does an unknown evidence level.
   Status verify(std::vector<std::string>* warnings = nullptr) const;
 
   // Checks the promotion rules of DESIGN §7 and, when they hold, copies the source (never executing it)
   // and adds the entry. Returns the new kernel id. A refusal is kFailedPrecondition with the reason
-  // ("speedup interval lower bound 1.04 < 1.10"), kAlreadyExists for "duplicate of <id>", or
-  // kInvalidArgument for a malformed request; I/O trouble is kUnavailable (worth a retry).
+  // ("speedup interval lower bound 1.04 < 1.10", "not measurably faster than <id> ...", a bar under
+  // kMinPromotionSpeedup), kAlreadyExists for "duplicate of <id>: ..." (the same source up to comments and
+  // whitespace: promotion.h check_not_a_copy), or kInvalidArgument for a malformed request; I/O trouble is
+  // kUnavailable (worth a retry).
   Result<std::string> promote(const proto::PromoteRequest& request, double min_speedup) const;
 
  private:

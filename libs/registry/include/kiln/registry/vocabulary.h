@@ -3,6 +3,7 @@
 // match.h, which includes it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -95,6 +96,29 @@ inline std::string_view geforce_family(std::string_view series, std::string_view
   return {};
 }
 
+// The tokens of a GPU name: its alphanumeric runs, with a vendor or brand word glued to the front split
+// off and a GeForce series split from its number ("nvidiah100" -> nvidia, h100; "geforcertx4090" ->
+// geforce, rtx, 4090), so that a slug and the full name give the same tokens.
+inline std::vector<std::string> gpu_tokens(std::string_view name) {
+  static constexpr std::string_view kGlued[] = {"nvidia", "geforce", "tesla", "quadro", "rtx", "gtx"};
+  std::vector<std::string> out;
+  for (std::string t : name_tokens(name)) {
+    for (bool split = true; split;) {
+      split = false;
+      for (std::string_view p : kGlued) {
+        if (t.size() > p.size() && t.compare(0, p.size(), p) == 0 &&
+            (p != "rtx" && p != "gtx" ? true : is_digits(std::string_view(t).substr(p.size())))) {
+          out.emplace_back(p);
+          t.erase(0, p.size());
+          split = true;
+        }
+      }
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace detail
 
 // "NVIDIA H200" -> "nvidiah200": lowercase, everything outside [a-z0-9] removed ("unknown" if nothing
@@ -104,74 +128,69 @@ inline std::string gpu_slug(std::string_view name) {
   return s.empty() ? "unknown" : s;
 }
 
-// The architecture family of a GPU name, from a table in this function (the data-center parts and
-// GeForce generations Kiln is likely to meet); "" for a name the table does not know, which then
-// matches only by name. Tokens, not substrings, are compared, so "A10" is not "A100".
-inline std::string gpu_architecture(std::string_view name) {
-  struct Family {
+// What the planner knows of a GPU model: its architecture family and its chip class, the parts close
+// enough in size (SMs, memory system) that a kernel tuned on one is a fair pick for another.
+struct GpuKind {
+  std::string family;  // "hopper"
+  std::string chip;    // "gh100"; an H20, a much smaller GH100 part, is a class of its own ("h20")
+};
+
+// The kind of a GPU name, from a table in this function (the data-center parts and GeForce generations
+// Kiln is likely to meet; a GeForce card is a class of its own, "rtx4090"); empty for a name the table
+// does not know, which then matches only by name. Tokens, not substrings, are compared, so "A10" is not
+// "A100" and "H20" is not "H200".
+inline GpuKind gpu_kind(std::string_view name) {
+  struct Part {
     std::string_view token;
     std::string_view family;
+    std::string_view chip;
   };
-  static constexpr Family kFamilies[] = {
-      {"v100", "volta"},
-      {"t4", "turing"},
-      {"a100", "ampere"},
-      {"a800", "ampere"},
-      {"a10", "ampere"},
-      {"a10g", "ampere"},
-      {"a16", "ampere"},
-      {"a2", "ampere"},
-      {"a30", "ampere"},
-      {"a40", "ampere"},
-      {"a4000", "ampere"},
-      {"a5000", "ampere"},
-      {"a6000", "ampere"},
-      {"l4", "ada"},
-      {"l20", "ada"},
-      {"l40", "ada"},
-      {"l40s", "ada"},
-      {"ada", "ada"},  // "RTX 6000 Ada"
-      {"h100", "hopper"},
-      {"h200", "hopper"},
-      {"h800", "hopper"},
-      {"h20", "hopper"},
-      {"gh200", "hopper"},
-      {"b100", "blackwell"},
-      {"b200", "blackwell"},
-      {"b300", "blackwell"},
-      {"gb200", "blackwell"},
-      {"gb300", "blackwell"},
-      {"blackwell", "blackwell"},
+  static constexpr Part kParts[] = {
+      {"v100", "volta", "gv100"},       {"t4", "turing", "tu104"},        {"a100", "ampere", "ga100"},
+      {"a800", "ampere", "ga100"},      {"a30", "ampere", "a30"},         {"a10", "ampere", "ga102"},
+      {"a10g", "ampere", "ga102"},      {"a40", "ampere", "ga102"},       {"a5000", "ampere", "ga102"},
+      {"a6000", "ampere", "ga102"},     {"a4000", "ampere", "ga104"},     {"a16", "ampere", "ga107"},
+      {"a2", "ampere", "ga107"},        {"l4", "ada", "ad104"},           {"l20", "ada", "ad102"},
+      {"l40", "ada", "ad102"},          {"l40s", "ada", "ad102"},         {"ada", "ada", "ad102"},  // RTX 6000 Ada
+      {"h100", "hopper", "gh100"},      {"h200", "hopper", "gh100"},      {"h800", "hopper", "gh100"},
+      {"gh200", "hopper", "gh100"},     {"h20", "hopper", "h20"},         {"b100", "blackwell", "gb100"},
+      {"b200", "blackwell", "gb100"},   {"gb200", "blackwell", "gb100"},  {"b300", "blackwell", "gb110"},
+      {"gb300", "blackwell", "gb110"},  {"blackwell", "blackwell", "gb202"},
   };
-  // Vendor and brand words glued to the model in a slug ("nvidiah100", "geforcertx4090").
-  static constexpr std::string_view kBrandPrefixes[] = {"nvidia", "geforce", "tesla", "quadro"};
-
-  std::vector<std::string> tokens = detail::name_tokens(name);
+  std::vector<std::string> tokens = detail::gpu_tokens(name);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    std::string_view t = tokens[i];
-    for (bool stripped = true; stripped;) {
-      stripped = false;
-      for (std::string_view p : kBrandPrefixes) {
-        if (t.size() > p.size() && t.substr(0, p.size()) == p) {
-          t.remove_prefix(p.size());
-          stripped = true;
-        }
-      }
-    }
-    for (const Family& f : kFamilies)
-      if (t == f.token) return std::string(f.family);
+    for (const Part& p : kParts)
+      if (tokens[i] == p.token) return GpuKind{std::string(p.family), std::string(p.chip)};
     for (std::string_view series : {std::string_view("rtx"), std::string_view("gtx")}) {
-      if (t == series && i + 1 < tokens.size()) {
+      if (tokens[i] == series && i + 1 < tokens.size()) {
         std::string_view fam = detail::geforce_family(series, tokens[i + 1]);
-        if (!fam.empty()) return std::string(fam);
-      }
-      if (t.size() > series.size() && t.substr(0, series.size()) == series) {  // "rtx4090"
-        std::string_view fam = detail::geforce_family(series, t.substr(series.size()));
-        if (!fam.empty()) return std::string(fam);
+        if (!fam.empty()) return GpuKind{std::string(fam), std::string(series) + tokens[i + 1]};
       }
     }
   }
   return {};
+}
+
+// The architecture family of a GPU name ("" when the table of gpu_kind() does not know it).
+inline std::string gpu_architecture(std::string_view name) { return gpu_kind(name).family; }
+
+// Whether the slug of `part` is a run of whole tokens of `name` (gpu_tokens) that holds a model number (a
+// token with a digit): "H100" lies within "NVIDIA H100 80GB HBM3" and "RTX 4070" within "NVIDIA GeForce
+// RTX 4070 Laptop GPU", but "H20" does not lie within "NVIDIA H200", "A10" not within "A100", and
+// "NVIDIA" alone within nothing.
+inline bool gpu_name_within(std::string_view part, std::string_view name) {
+  const std::string want = detail::slug_chars(part);
+  std::vector<std::string> tokens = detail::gpu_tokens(name);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string run;
+    bool has_digit = false;
+    for (size_t j = i; j < tokens.size() && run.size() < want.size(); ++j) {
+      run += tokens[j];
+      for (char c : tokens[j]) has_digit = has_digit || (c >= '0' && c <= '9');
+      if (run == want && has_digit) return true;
+    }
+  }
+  return false;
 }
 
 // ------------------------------------------------------------------------------ shapes
@@ -240,45 +259,110 @@ inline std::string format_shape(const std::map<std::string, int64_t>& shape) {
 
 namespace detail {
 
-struct ShapeFit {
-  double distance = 0;
-  bool exact = false;  // every value equal (a distance can round to 0 for huge, nearly equal values)
-};
-
-inline std::map<std::string, int64_t> lowered_keys(const std::map<std::string, int64_t>& s) {
-  std::map<std::string, int64_t> out;
-  for (const auto& [k, v] : s) {
-    std::string l;
-    for (char c : k) l.push_back(lower_ascii(c));
-    out[l] = v;
-  }
+// "2" or "1.5" for a ratio in messages.
+inline std::string fmt_ratio(double r) {
+  std::string out = std::to_string(r);
+  while (!out.empty() && out.back() == '0') out.pop_back();
+  if (!out.empty() && out.back() == '.') out.pop_back();
   return out;
-}
-
-inline std::optional<ShapeFit> shape_fit(const std::map<std::string, int64_t>& entry,
-                                         const std::map<std::string, int64_t>& query) {
-  std::map<std::string, int64_t> e = lowered_keys(entry), q = lowered_keys(query);
-  if (e.size() != q.size() || e.size() != entry.size() || q.size() != query.size()) return std::nullopt;
-  ShapeFit fit{0, true};
-  for (auto ei = e.begin(), qi = q.begin(); ei != e.end(); ++ei, ++qi) {
-    if (ei->first != qi->first) return std::nullopt;
-    if (ei->second == qi->second) continue;
-    if (ei->second <= 0 || qi->second <= 0) return std::nullopt;
-    fit.exact = false;
-    fit.distance += std::fabs(std::log(static_cast<double>(ei->second) / static_cast<double>(qi->second)));
-  }
-  return fit;
 }
 
 }  // namespace detail
 
-// sum over the dims of |log(v_entry / v_query)|; nullopt when the key sets differ (compared lowercased)
-// or a non-positive value differs (no ratio to take).
-inline std::optional<double> shape_distance(const std::map<std::string, int64_t>& entry,
-                                            const std::map<std::string, int64_t>& query) {
-  std::optional<detail::ShapeFit> fit = detail::shape_fit(entry, query);
-  if (!fit) return std::nullopt;
-  return fit->distance;
+// The name a dimension is compared by: Forge's names for the dims they share (batch, hidden_size,
+// seq_len, heads), each Kiln task's own names for them, and any other key lowercased. The table, op by op
+// where names differ:
+//   any op    B -> batch, H -> hidden_size, S -> seq_len (rmsnorm: B=rows, H=hidden size)
+//   softmax   rows -> batch, cols -> hidden_size (cuda_softmax's rows and columns)
+// Op equality comes first, so a name that means something else in another op (N: elements in
+// reduce_sum, columns in sgemm) is left as it is.
+inline std::string canonical_dim(std::string_view op, std::string_view key) {
+  struct Alias {
+    std::string_view op;  // "" for every op
+    std::string_view from;
+    std::string_view to;
+  };
+  static constexpr Alias kAliases[] = {
+      {"", "b", "batch"},          {"", "h", "hidden_size"},        {"", "s", "seq_len"},
+      {"softmax", "rows", "batch"}, {"softmax", "cols", "hidden_size"},
+  };
+  std::string lowered;
+  for (char c : key) lowered.push_back(detail::lower_ascii(c));
+  for (const Alias& a : kAliases)
+    if ((a.op.empty() || a.op == op) && a.from == lowered) return std::string(a.to);
+  return lowered;
 }
+
+// ------------------------------------------------------------------------------ dtypes
+
+// The kernel dtypes that serve a query's dtype or quantization, best first (Forge's planner maps a
+// plan's quantization to its activation dtype): awq, gptq, int4 and w4a16 run fp16 activations; fp8 takes
+// an fp8 kernel, else fp16; int8 and w8a8 an int8 kernel, else fp16. Any other name is a dtype and serves
+// only itself.
+inline std::vector<std::string> dtypes_for(std::string_view dtype_or_quantization) {
+  struct Rule {
+    std::string_view name;
+    std::string_view first;
+    std::string_view second;  // "" when none
+  };
+  static constexpr Rule kRules[] = {
+      {"awq", "fp16", ""},  {"gptq", "fp16", ""},   {"int4", "fp16", ""},  {"w4a16", "fp16", ""},
+      {"fp8", "fp8", "fp16"}, {"int8", "int8", "fp16"}, {"w8a8", "int8", "fp16"},
+  };
+  std::string lowered;
+  for (char c : dtype_or_quantization) lowered.push_back(detail::lower_ascii(c));
+  for (const Rule& r : kRules) {
+    if (r.name != lowered) continue;
+    std::vector<std::string> out{std::string(r.first)};
+    if (!r.second.empty()) out.emplace_back(r.second);
+    return out;
+  }
+  return {std::string(dtype_or_quantization)};
+}
+
+namespace detail {
+
+struct ShapeFit {
+  double distance = 0;  // sum of |log(v_entry / v_query)| over the dims the entry names
+  bool exact = false;   // every dim of the query named by the entry, with the same value
+  int unnamed = 0;      // dims of the query the entry does not name (Forge's rule: no shape term for them)
+};
+
+inline std::map<std::string, int64_t> canonical_shape(std::string_view op, const std::map<std::string, int64_t>& s) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [k, v] : s) out[canonical_dim(op, k)] = v;
+  return out;
+}
+
+// How one measured shape of an entry fits the query, within `max_ratio` on every dim; nullopt with
+// `why` when it does not: the entry names a dim the query does not, a value is not positive, or a dim is
+// more than max_ratio away.
+inline std::optional<ShapeFit> shape_fit(std::string_view op, const std::map<std::string, int64_t>& entry,
+                                         const std::map<std::string, int64_t>& query, double max_ratio,
+                                         std::string* why = nullptr) {
+  std::map<std::string, int64_t> e = canonical_shape(op, entry), q = canonical_shape(op, query);
+  auto no = [&](const std::string& reason) -> std::optional<ShapeFit> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (e.size() != entry.size() || q.size() != query.size()) return no("a dimension is named twice");
+  ShapeFit fit{0, true, 0};
+  for (const auto& [k, v] : e) {
+    auto it = q.find(k);
+    if (it == q.end()) return no("it names " + k + ", which the query does not");
+    if (v <= 0 || it->second <= 0) return no(k + " is not positive");
+    if (v == it->second) continue;
+    double ratio = static_cast<double>(std::max(v, it->second)) / static_cast<double>(std::min(v, it->second));
+    if (ratio > max_ratio) return no(k + "=" + std::to_string(v) + " is more than " + fmt_ratio(max_ratio) + "x from " +
+                                     std::to_string(it->second));
+    fit.exact = false;
+    fit.distance += std::log(ratio);
+  }
+  fit.unnamed = static_cast<int>(q.size() - e.size());
+  if (fit.unnamed > 0) fit.exact = false;
+  return fit;
+}
+
+}  // namespace detail
 
 }  // namespace kiln::registry
