@@ -8,7 +8,7 @@ endif
 
 DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
   prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
-  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq \
+  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq python3-yaml \
   python3-msgpack chromium slurm-wlm munge
 
 .PHONY: deps build run test compose-test swarm-test slurm-test bench format clean

@@ -45,7 +45,9 @@ SWARM = {
     "promoter": {"replicas": 1, "constraints": STATE_NODE},
     "compiler-cuda": {"replicas": 0, "preferences": SPREAD},
     "tester-gpu": {"replicas": 0, "constraints": GPU_NODE, "preferences": SPREAD, "gpus": 1},
-    "prometheus": {"replicas": 1, "configs": {"prometheus": "/etc/prometheus/prometheus.yml"}},
+    # Its series live in the container: kept on the state node, where a lost worker node cannot take them.
+    "prometheus": {"replicas": 1, "constraints": STATE_NODE,
+                   "configs": {"prometheus": "/etc/prometheus/prometheus.yml"}},
     "grafana": {"replicas": 0, "configs": {
         "grafana-datasource": "/etc/grafana/provisioning/datasources/prometheus.yml",
         "grafana-dashboards": "/etc/grafana/provisioning/dashboards/kiln.yml",
@@ -65,7 +67,7 @@ KEPT = {"image", "command", "environment", "volumes", "user", "read_only", "init
 STACK_HEADER = """\
 # Kiln on Docker Swarm. Written by docker/swarm-stack.py from docker-compose.yml: edit those, not this file
 # (ctest -R swarm_stack fails while they disagree). Steps and caveats: docs/cluster.md.
-#   docker node update --label-add kiln.state=true <node>    # broker, scorer, promoter and their volumes
+#   docker node update --label-add kiln.state=true <node>    # broker, scorer, promoter, Prometheus, volumes
 #   docker stack deploy --resolve-image never -c docker/kiln-stack.yml kiln
 #   docker/swarm-gateway.sh                                  # broker, Prometheus, reports on this host's loopback
 #   docker service scale kiln_compiler=6

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "docker"))
 swarm_stack = __import__("swarm-stack")
 
-STATEFUL = {"broker", "scorer", "promoter"}
+STATEFUL = {"broker", "scorer", "promoter", "prometheus"}
 
 
 def load(path):
