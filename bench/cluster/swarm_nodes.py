@@ -2,8 +2,8 @@
 """Kiln on a three-node Docker Swarm on one machine, one worker node killed mid-campaign.
 
 Each node is a Docker-in-Docker container (bench/cluster/node.Dockerfile: Debian's docker.io, every
-capability the host has, /var/lib/docker on a volume) on a bridge network of its own. Node 1 makes the swarm and is labelled
-kiln.state=true; nodes 2 and 3 join as workers. The images the host built (kiln, kiln-prometheus,
+capability the host has, /var/lib/docker on a volume) on a bridge network of its own. Node 1 makes the
+swarm and is labelled kiln.state=true; nodes 2 and 3 join as workers. The images the host built (kiln, kiln-prometheus,
 kiln-gateway) are loaded into every node, docker/kiln-stack.yml is deployed from node 1 with
 bench/cluster/bench.yml over it (a compiler and a tester per node, quick heartbeats, slow timing), and
 docker/swarm-gateway.sh on node 1 forwards the broker to the host CLI. A CPU campaign is submitted from the
@@ -200,7 +200,8 @@ def campaign(args, kiln, ips, result, checks):
     result["campaign_s"] = round(time.time() - t0, 1)
     log(f"campaign finished in {result['campaign_s']} s")
     best = kiln.json("best", cid, "--top", "100")
-    result["programs"] = [{k: p.get(k) for k in ("id", "verdict", "speedup", "error") if k in p} for p in best["programs"]]
+    keys = ("id", "verdict", "speedup", "error")
+    result["programs"] = [{k: p.get(k) for k in keys if k in p} for p in best["programs"]]
     result["campaign_info"] = info
     check(info["scored"] == args.budget + 1, f"program 0 and {args.budget} proposals scored ({info['scored']}; "
           f"not evaluated {info.get('not_evaluated')})", checks)

@@ -32,9 +32,7 @@ constexpr double kMaxRequestTimeout_s = 120.0;
 constexpr std::string_view kBadJobId = "job ids are 1-512 bytes of UTF-8 text without control characters";
 constexpr std::string_view kBadRequestId = "request ids are UTF-8 text without control characters";
 
-bool valid_job_id(std::string_view s) {
-  return !s.empty() && s.size() <= kMaxJobId && messaging::is_printable_utf8(s);
-}
+bool valid_job_id(std::string_view s) { return !s.empty() && s.size() <= kMaxJobId && messaging::is_printable_utf8(s); }
 
 bool valid_worker_id(std::string_view s) {
   if (s.empty() || s.size() > kMaxWorkerId) return false;
@@ -180,7 +178,8 @@ void Commands::on_result(const Envelope& env) {
     return;
   }
   // No job has such an id (the broker admits none): nothing to release, and the id is not echoed.
-  if (!valid_job_id(res->job_id)) return reject(env.identity, Rejection::kBadResult, "bad RESULT: " + std::string(kBadJobId));
+  if (!valid_job_id(res->job_id))
+    return reject(env.identity, Rejection::kBadResult, "bad RESULT: " + std::string(kBadJobId));
   switch (queue_.end_lease(env.identity, res->job_id, res->attempt)) {
     case JobQueue::LeaseEnd::kUnknownWorker:
       // From a worker we dropped (or a broker restart): its job was requeued; tell it to re-register.

@@ -93,8 +93,7 @@ void JobQueue::drop_service(std::map<std::string, ServiceQueue>::iterator it) {
 void JobQueue::drop_idle_services() {
   for (auto it = services_.begin(); it != services_.end();) {
     auto next = std::next(it);
-    if (!known_services_.count(it->first) && it->second.queued.empty() && it->second.workers.empty())
-      drop_service(it);
+    if (!known_services_.count(it->first) && it->second.queued.empty() && it->second.workers.empty()) drop_service(it);
     it = next;
   }
 }

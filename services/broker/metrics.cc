@@ -50,8 +50,8 @@ std::string_view dead_reason_label(DeadReason r) {
 }
 
 // Every value requeue_reason_label returns.
-constexpr std::string_view kRequeueReasons[] = {"worker_lost", "deadline",          "worker_disconnected", "unreachable",
-                                                "result_refused", "store_unavailable", "retry"};
+constexpr std::string_view kRequeueReasons[] = {
+    "worker_lost", "deadline", "worker_disconnected", "unreachable", "result_refused", "store_unavailable", "retry"};
 
 std::string requeue_reason_label(const std::string& reason) {
   if (reason.rfind("worker lost", 0) == 0) return "worker_lost";

@@ -69,7 +69,7 @@ class BridgeAuth {
   Allowlist allowlist_;
   struct stat stat_ {};
   bool exists_ = false;
-  bool loaded_once_ = false;  // a list was read: a bad file keeps it
+  bool loaded_once_ = false;                     // a list was read: a bad file keeps it
   std::map<std::string, double> denied_logged_;  // raw key -> when last logged
 };
 

@@ -61,7 +61,7 @@ struct ServiceQueue {
   std::deque<std::string> queued;  // job ids, FIFO
   std::vector<std::string> workers;
   size_t rr = 0;
-  bool served = false;  // a worker has registered for it: it has series of its own from then on
+  bool served = false;   // a worker has registered for it: it has series of its own from then on
   uint64_t touched = 0;  // when a job was last queued or a worker came or went (JobQueue's own counter)
 };
 
