@@ -3,9 +3,9 @@
 
 Each node is a Docker-in-Docker container (bench/cluster/node.Dockerfile: Debian's docker.io, every
 capability the host has, /var/lib/docker on a volume) on a bridge network of its own. Node 1 makes the
-swarm and is labelled kiln.state=true; nodes 2 and 3 join as workers. The images the host built (kiln, kiln-prometheus,
-kiln-gateway) are loaded into every node, docker/kiln-stack.yml is deployed from node 1 with
-bench/cluster/bench.yml over it (a compiler and a tester per node, quick heartbeats, slow timing), and
+swarm and is labelled kiln.state=true; nodes 2 and 3 join as workers. The images the host built (kiln,
+kiln-prometheus, kiln-gateway) are loaded into every node, docker/kiln-stack.yml is deployed from node 1
+with bench/cluster/bench.yml over it (a compiler and a tester per node, 3 s heartbeats, slow timing), and
 docker/swarm-gateway.sh on node 1 forwards the broker to the host CLI. A CPU campaign is submitted from the
 host; once node 3's tester holds a job, node 3 is killed whole (its dockerd and every container at once,
 SIGKILL). Checked: the campaign finishes on the other nodes, every candidate scored exactly once, the

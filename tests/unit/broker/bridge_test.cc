@@ -209,7 +209,8 @@ TEST_CASE("reloading the allowlist admits a new key and revokes a removed one", 
   REQUIRE(wait_until([&] { return state_of(client, "c/p2:propose") == "done"; }));
 }
 
-TEST_CASE("a broker whose allowlist does not parse starts, admits no bridge, and takes the fixed list", "[broker][bridge]") {
+TEST_CASE("a broker whose allowlist does not parse starts, admits no bridge, and takes the fixed list",
+          "[broker][bridge]") {
   auto alice = new_keys();
   BridgeBroker b("alice " + alice.public_key + "\nbob not-a-key\n");  // a malformed line: no list in force
   messaging::Client client(b.ctx, b.broker->endpoint());
