@@ -8,10 +8,10 @@ endif
 
 DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
   prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
-  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq \
+  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq python3-yaml \
   python3-msgpack chromium slurm-wlm munge
 
-.PHONY: deps build run test compose-test slurm-test bench format clean
+.PHONY: deps build run test compose-test swarm-test slurm-test bench format clean
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -32,14 +32,15 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	$(BUILD)/bin/kiln up --demo
 
-# The compose stack test runs after the suite wherever a Docker daemon answers (.ci/run starts one); the
+# The compose and Swarm stack tests run after the suite wherever a Docker daemon answers (.ci/run starts one); the
 # Slurm test wherever it can start Slurm (it says SKIP and why where it cannot). The last lines count the
 # tests that ran, passed, failed and were skipped (with each skipped one's reason); the exit status is
 # non-zero iff a test failed.
 test: build
 	@(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit ctest-junit.xml); rc=$$?; \
 	if [ $$rc -ne 0 ]; then :; elif docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test || rc=1; \
-	else echo "make test: compose-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi; \
+	  [ $$rc -ne 0 ] || python3 tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; \
+	else echo "make test: compose-test and swarm-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi; \
 	if [ $$rc -eq 0 ]; then python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; \
 	  [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; fi; \
 	python3 tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml || rc=1; exit $$rc
@@ -48,6 +49,11 @@ test: build
 # workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.
 compose-test: build
 	python3 tests/compose/compose_test.py --kiln $(BUILD)/bin/kiln
+
+# Makes the Docker daemon a single-node swarm, deploys docker/kiln-stack.yml (`docker stack deploy`), a
+# campaign from the host CLI through docker/swarm-gateway.sh; removes the stack and leaves the swarm.
+swarm-test: build
+	python3 tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln
 
 # Starts munged, slurmctld and slurmd for one node (state in a temporary folder, no systemd), `kiln up` with
 # no workers, and the workers as a Slurm job (deploy/slurm/kiln-slurm); a campaign from the host CLI, then a

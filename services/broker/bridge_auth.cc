@@ -59,8 +59,6 @@ BridgeAuth::BridgeAuth(zmq::context_t& context, std::string allowlist_path, Brok
 Result<std::unique_ptr<BridgeAuth>> BridgeAuth::open(zmq::context_t& context, std::string allowlist_path,
                                                      BrokerMetrics& metrics) {
   if (allowlist_path.empty()) return invalid_argument("no allowlist path");
-  auto first = Allowlist::load(allowlist_path);
-  if (!first.is_ok()) return first.status();
   std::unique_ptr<BridgeAuth> auth;
   try {
     auth.reset(new BridgeAuth(context, std::move(allowlist_path), metrics));
@@ -69,7 +67,7 @@ Result<std::unique_ptr<BridgeAuth>> BridgeAuth::open(zmq::context_t& context, st
   } catch (const zmq::error_t& e) {
     return unavailable(std::string("cannot bind the ZAP handler (another broker in this context?): ") + e.what());
   }
-  auth->reload();
+  auth->reload();  // a list that does not parse admits no one until it does: logged, not fatal
   return auth;
 }
 
@@ -125,10 +123,14 @@ bool BridgeAuth::reload() {
   stat_ = st;
   auto loaded = Allowlist::load(path_);
   if (!loaded.is_ok()) {
-    spdlog::error("allowlist not reloaded, keeping the previous {} key(s): {}", allowlist_.size(),
-                  loaded.status().message());
+    if (loaded_once_)
+      spdlog::error("allowlist not reloaded, keeping the previous {} key(s): {}", allowlist_.size(),
+                    loaded.status().message());
+    else
+      spdlog::error("allowlist not loaded, no bridge admitted until it is fixed: {}", loaded.status().message());
     return false;
   }
+  loaded_once_ = true;
   allowlist_ = std::move(loaded).value();
   metrics_.allowlist_loaded(allowlist_.size());
   spdlog::info("external bridges: {} key(s) on the allowlist {}{}", allowlist_.size(), path_,

@@ -28,6 +28,12 @@ constexpr double kMaxHeartbeat_s = 60.0;
 constexpr double kMinRequestTimeout_s = 0.1;
 constexpr double kMaxRequestTimeout_s = 120.0;
 
+// Job and request ids are echoed in replies (msgpack str fields), published as events and logged.
+constexpr std::string_view kBadJobId = "job ids are 1-512 bytes of UTF-8 text without control characters";
+constexpr std::string_view kBadRequestId = "request ids are UTF-8 text without control characters";
+
+bool valid_job_id(std::string_view s) { return !s.empty() && s.size() <= kMaxJobId && messaging::is_printable_utf8(s); }
+
 bool valid_worker_id(std::string_view s) {
   if (s.empty() || s.size() > kMaxWorkerId) return false;
   for (unsigned char c : s)
@@ -96,12 +102,13 @@ void Commands::refuse_from_bridge(const Envelope& env) {
   if (env.command == proto::cmd::kSubmit) {
     proto::Ack a;
     auto sub = proto::decode<proto::Submit>(env.body);
-    if (sub.is_ok()) a.job_id = sub->job_id;
+    if (sub.is_ok() && valid_job_id(sub->job_id)) a.job_id = sub->job_id;
     a.error = "external bridges may not submit jobs";
     return ack(env.identity, a);
   }
   auto req = proto::decode<proto::Request>(env.body);
-  reply_error(env.identity, req.is_ok() ? req->request_id : std::string(), "external bridges may not send requests");
+  const bool named = req.is_ok() && messaging::is_printable_utf8(req->request_id);
+  reply_error(env.identity, named ? req->request_id : std::string(), "external bridges may not send requests");
 }
 
 void Commands::refuse_oversized(const Envelope& e) {
@@ -170,6 +177,9 @@ void Commands::on_result(const Envelope& env) {
       tell_result_refused(env.identity, *job_id, res.status().message());
     return;
   }
+  // No job has such an id (the broker admits none): nothing to release, and the id is not echoed.
+  if (!valid_job_id(res->job_id))
+    return reject(env.identity, Rejection::kBadResult, "bad RESULT: " + std::string(kBadJobId));
   switch (queue_.end_lease(env.identity, res->job_id, res->attempt)) {
     case JobQueue::LeaseEnd::kUnknownWorker:
       // From a worker we dropped (or a broker restart): its job was requeued; tell it to re-register.
@@ -190,8 +200,7 @@ void Commands::on_result(const Envelope& env) {
   if (res->outcome != proto::outcome::kOk && res->outcome != proto::outcome::kFailed)
     return refuse(Rejection::kBadResult, "outcome must be ok, failed or retry");
   for (const auto& f : res->next) {
-    if (f.job_id.empty() || f.job_id.size() > kMaxJobId)
-      return refuse(Rejection::kBadResult, "follow-up job id empty or over 512 bytes");
+    if (!valid_job_id(f.job_id)) return refuse(Rejection::kBadResult, "follow-up: " + std::string(kBadJobId));
     if (Status st = queue_.admit_service(f.service); !st.is_ok())
       return refuse(rejection_for_service(st), "follow-up: " + st.message());
     if (is_external(env.identity)) {
@@ -217,12 +226,12 @@ void Commands::on_submit(const Envelope& env) {
     a.error = sub.status().message();
     return ack(env.identity, a);
   }
-  a.job_id = sub->job_id;
-  if (sub->job_id.empty() || sub->job_id.size() > kMaxJobId) {
-    a.error = "the job id must be 1-512 bytes";
+  if (!valid_job_id(sub->job_id)) {  // the ACK names no job: the id is not echoed
+    a.error = kBadJobId;
     reject(env.identity, Rejection::kBadSubmit, "bad SUBMIT: " + a.error);
     return ack(env.identity, a);
   }
+  a.job_id = sub->job_id;
   if (Status st = queue_.admit_service(sub->service); !st.is_ok()) {
     a.error = st.message();
     reject(env.identity, rejection_for_service(st), "bad SUBMIT: " + a.error);
@@ -248,6 +257,10 @@ void Commands::on_submit(const Envelope& env) {
 void Commands::on_request(const Envelope& env) {
   auto req = proto::decode<proto::Request>(env.body);
   if (!req.is_ok()) return reject(env.identity, Rejection::kBadRequest, "bad REQUEST: " + req.status().message());
+  if (!messaging::is_printable_utf8(req->request_id)) {  // answered without it: it is not echoed
+    reject(env.identity, Rejection::kBadRequest, "bad REQUEST: " + std::string(kBadRequestId));
+    return reply_error(env.identity, "", std::string(kBadRequestId));
+  }
   if (req->service == proto::svc::kBroker) {
     proto::Reply rep = answer_broker_query(*req, queue_, metrics_.counters().rejected_frames.load());
     std::string reply = proto::encode(rep);

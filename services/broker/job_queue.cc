@@ -64,16 +64,66 @@ bool JobQueue::valid_service_name(std::string_view s) {
   return true;
 }
 
-Status JobQueue::admit_service(const std::string& name) const {
+Status JobQueue::admit_service(const std::string& name) {
   if (!valid_service_name(name))
     return invalid_argument("service names are 1-64 bytes of letters, digits, '.', '_' and '-'");
   if (services_.count(name) || known_services_.count(name)) return Status::ok();
-  size_t custom = services_.size();
-  for (const auto& known : known_services_) custom -= services_.count(known);
-  if (custom >= kMaxServices)
-    return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) +
-                              " services besides its known ones");
-  return Status::ok();
+  if (custom_services() < kMaxServices) return Status::ok();
+  drop_idle_services();
+  if (custom_services() < kMaxServices || evict_unserved_service(name)) return Status::ok();
+  return resource_exhausted("the broker serves at most " + std::to_string(kMaxServices) +
+                            " services besides its known ones, and each of them has a worker");
+}
+
+size_t JobQueue::custom_services() const {
+  size_t n = services_.size();
+  for (const auto& known : known_services_) n -= services_.count(known);
+  return n;
+}
+
+// Forgets a service that is not a known one: its queue and, if it had any, its series.
+void JobQueue::drop_service(std::map<std::string, ServiceQueue>::iterator it) {
+  const bool served = it->second.served;
+  const std::string name = it->first;
+  services_.erase(it);
+  if (served) metrics_.drop_service(name);
+  update_other_gauges();
+}
+
+void JobQueue::drop_idle_services() {
+  for (auto it = services_.begin(); it != services_.end();) {
+    auto next = std::next(it);
+    if (!known_services_.count(it->first) && it->second.queued.empty() && it->second.workers.empty()) drop_service(it);
+    it = next;
+  }
+}
+
+// Fails the queued jobs of the service with no worker that has been untouched longest, and drops it.
+bool JobQueue::evict_unserved_service(const std::string& for_service) {
+  auto victim = services_.end();
+  for (auto it = services_.begin(); it != services_.end(); ++it) {
+    if (known_services_.count(it->first) || !it->second.workers.empty()) continue;
+    if (victim == services_.end() || it->second.touched < victim->second.touched) victim = it;
+  }
+  if (victim == services_.end()) return false;
+  const std::string why = "no worker served '" + victim->first + "'; its queue was dropped to admit another (at most " +
+                          std::to_string(kMaxServices) + " services besides the known ones)";
+  const std::string label = service_label(victim->first);
+  std::deque<std::string> queued = std::move(victim->second.queued);
+  for (const auto& id : queued) {
+    auto jit = jobs_.find(id);
+    if (jit == jobs_.end()) continue;
+    LiveJob job = std::move(jit->second);
+    jobs_.erase(jit);
+    // A failed write leaves the row queued: a restarted broker queues it again.
+    store_ok("complete", "failing " + id, table_.complete(id, JobState::kFailed, "", why, {}).status());
+    metrics_.job_completed(label, false);
+    publish(job, "failed");
+  }
+  spdlog::warn("service '{}' dropped to admit '{}': {} job(s) queued with no worker failed", victim->first, for_service,
+               queued.size());
+  drop_service(victim);
+  return true;
 }
 
 std::string JobQueue::service_label(const std::string& service) const {
@@ -127,7 +177,9 @@ void JobQueue::enqueue(LiveJob job) {
   job.enqueued_mono = clock_();
   job.leased = false;
   job.worker.clear();
-  services_[job.service].queued.push_back(job.id);
+  ServiceQueue& q = services_[job.service];
+  q.queued.push_back(job.id);
+  q.touched = ++activity_;
   std::string service = job.service;
   jobs_[job.id] = std::move(job);
   update_gauges(service);
@@ -366,6 +418,7 @@ Status JobQueue::add_worker(Worker w) {
   update_shortest_heartbeat();
   ServiceQueue& q = services_[service];
   q.workers.push_back(identity);
+  q.touched = ++activity_;
   if (!q.served) {
     q.served = true;
     update_other_gauges();  // its queue has series of its own from now on
@@ -382,6 +435,7 @@ void JobQueue::remove_worker(const std::string& identity, const std::string& rea
   update_shortest_heartbeat();
   auto& q = services_[w.service];
   q.workers.erase(std::remove(q.workers.begin(), q.workers.end(), identity), q.workers.end());
+  q.touched = ++activity_;
   spdlog::info("worker {} ({}{}) removed: {}; {} job(s) back to the queue", w.worker_id, w.service,
                w.bridge.empty() ? "" : ", bridge '" + w.bridge + "'", reason, w.leased.size());
   for (const auto& job_id : w.leased) {

@@ -49,6 +49,10 @@ std::string_view dead_reason_label(DeadReason r) {
   return "max_attempts";
 }
 
+// Every value requeue_reason_label returns.
+constexpr std::string_view kRequeueReasons[] = {
+    "worker_lost", "deadline", "worker_disconnected", "unreachable", "result_refused", "store_unavailable", "retry"};
+
 std::string requeue_reason_label(const std::string& reason) {
   if (reason.rfind("worker lost", 0) == 0) return "worker_lost";
   if (reason.rfind("deadline", 0) == 0) return "deadline";
@@ -159,6 +163,23 @@ void BrokerMetrics::set_service_gauges(const std::string& service, double queued
 
 void BrokerMetrics::set_queue_depth(const std::string& service, double queued) {
   queue_depth_->Add({{"service", service}}).Set(queued);
+}
+
+void BrokerMetrics::drop_service(const std::string& service) {
+  const prometheus::Labels s{{"service", service}};
+  auto drop = [](auto* family, const prometheus::Labels& labels, auto&&... args) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels, args...));
+  };
+  drop(queue_depth_, s);
+  drop(jobs_leased_, s);
+  drop(workers_connected_, s);
+  drop(duration_, s, metrics::duration_buckets_s());
+  drop(queue_wait_, s, metrics::duration_buckets_s());
+  for (const char* outcome : {"ok", "failed"}) drop(completed_total_, {{"service", service}, {"outcome", outcome}});
+  for (std::string_view reason : kRequeueReasons)
+    drop(requeued_total_, {{"service", service}, {"reason", std::string(reason)}});
+  for (DeadReason reason : {DeadReason::kMaxAttempts, DeadReason::kWorker})
+    drop(dead_total_, {{"service", service}, {"reason", std::string(dead_reason_label(reason))}});
 }
 
 void BrokerMetrics::job_completed(const std::string& service, bool ok) {

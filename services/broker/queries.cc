@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kiln/core/hash.h"
+#include "kiln/messaging/frames.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::broker {
@@ -102,6 +103,8 @@ proto::Reply answer_broker_query(const proto::Request& req, JobQueue& queue, int
     auto q = proto::decode<proto::JobStatusQuery>(req.body.data);
     if (!q.is_ok()) {
       rep.error = q.status().message();
+    } else if (!messaging::is_printable_utf8(q->job_id)) {
+      rep.error = "job: job ids are UTF-8 text without control characters";
     } else {
       std::string result;
       auto row = queue.table().get(q->job_id, &result);
@@ -135,7 +138,8 @@ proto::Reply answer_broker_query(const proto::Request& req, JobQueue& queue, int
     else
       rep.error = blob.status().message();
   } else {
-    rep.error = "broker: unknown method '" + req.method + "' (status, job, blob.put, blob.get, blob.has)";
+    rep.error = "broker: unknown method '" + messaging::printable_identity(req.method) +
+                "' (status, job, blob.put, blob.get, blob.has)";
   }
   return rep;
 }

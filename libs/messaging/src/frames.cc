@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/hash.h"
@@ -107,6 +109,39 @@ std::string printable_identity(std::string_view id) {
     if (c < 0x20 || c > 0x7e) printable = false;
   if (printable) return std::string(id);
   return "0x" + to_hex(id.substr(0, 16));
+}
+
+namespace {
+
+// The length of the UTF-8 sequence that starts with `lead` and the least code point it may encode
+// (anything less is an overlong form); 0 for a byte no sequence starts with.
+std::pair<size_t, uint32_t> utf8_sequence(unsigned char lead) {
+  if (lead < 0x80) return {1, 0};
+  if ((lead & 0xe0) == 0xc0) return {2, 0x80};
+  if ((lead & 0xf0) == 0xe0) return {3, 0x800};
+  if ((lead & 0xf8) == 0xf0) return {4, 0x10000};
+  return {0, 0};
+}
+
+}  // namespace
+
+bool is_printable_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const auto [n, least] = utf8_sequence(lead);
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? lead : lead & (0x7fu >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3fu);
+    }
+    if (cp < least || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) return false;
+    i += n;
+  }
+  return true;
 }
 
 }  // namespace kiln::messaging

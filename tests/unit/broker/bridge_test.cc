@@ -209,6 +209,23 @@ TEST_CASE("reloading the allowlist admits a new key and revokes a removed one", 
   REQUIRE(wait_until([&] { return state_of(client, "c/p2:propose") == "done"; }));
 }
 
+TEST_CASE("a broker whose allowlist does not parse starts, admits no bridge, and takes the fixed list",
+          "[broker][bridge]") {
+  auto alice = new_keys();
+  BridgeBroker b("alice " + alice.public_key + "\nbob not-a-key\n");  // a malformed line: no list in force
+  messaging::Client client(b.ctx, b.broker->endpoint());
+  submit(client, kService, "c/p1:propose");
+  {
+    Bridge refused(b, alice);
+    REQUIRE(wait_until([&] { return b.broker->counters().bridge_auth_failures >= 1; }));
+    CHECK(refused.jobs == 0);
+  }
+  CHECK(b.broker->counters().allowlist_reloads == 0);
+  b.replace_allowlist("alice " + alice.public_key + "\n");
+  Bridge admitted(b, alice);
+  REQUIRE(wait_until([&] { return state_of(client, "c/p1:propose") == "done"; }));
+}
+
 TEST_CASE("an admitted bridge may serve only its services and only propose code", "[broker][bridge]") {
   auto alice = new_keys();
   BridgeBroker b("alice " + alice.public_key + "\n");

@@ -572,7 +572,7 @@ TEST_CASE("a READY with a bad service name or worker id is refused with a reply 
   CHECK(st->queues.empty());
 }
 
-TEST_CASE("the broker serves at most 256 services", "[broker]") {
+TEST_CASE("the broker serves at most 256 services, taking back the slots of those no worker serves", "[broker]") {
   RunningBroker b;
   messaging::Client client(b.ctx, b.endpoint());
   for (int i = 0; i < 256; ++i) {
@@ -580,21 +580,22 @@ TEST_CASE("the broker serves at most 256 services", "[broker]") {
     REQUIRE(ack.is_ok());
     REQUIRE(ack->accepted);
   }
+  // At the limit, the unserved queue untouched longest gives up its slot: its job fails, saying why.
   auto ack = client.submit(submit_of("one-too-many", "j-last", ""));
   REQUIRE(ack.is_ok());
-  CHECK_FALSE(ack->accepted);
-  CHECK(ack->error.find("at most 256 services") != std::string::npos);
-  ack = client.submit(submit_of("s7", "j-again", ""));  // a known one still takes jobs
+  CHECK(ack->accepted);
+  auto dropped = job_status(client, "j0");
+  CHECK(dropped.state == "failed");
+  CHECK(dropped.error.find("no worker served 's0'") != std::string::npos);
+  CHECK(job_status(client, "j1").state == "queued");
+  ack = client.submit(submit_of("s7", "j-again", ""));  // one it has still takes jobs
   REQUIRE(ack.is_ok());
   CHECK(ack->accepted);
   // A request names no new service.
   auto none = client.request("never-served", "x", "", 1.0);
   REQUIRE_FALSE(none.is_ok());
   CHECK(none.status().message().find("no worker") != std::string::npos);
-  ack = client.submit(submit_of("another-new-one", "j-other", ""));
-  REQUIRE(ack.is_ok());
-  CHECK_FALSE(ack->accepted);
-  // Kiln's own services are not crowded out by the others.
+  // Kiln's own services are not crowded out.
   ack = client.submit(submit_of("compile", "j-compile", ""));
   REQUIRE(ack.is_ok());
   CHECK(ack->accepted);
@@ -604,13 +605,71 @@ TEST_CASE("the broker serves at most 256 services", "[broker]") {
   CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 257);
   CHECK(metric_value(*b.registry, "kiln_queue_depth_jobs", "service=compile") == 1);
   std::atomic<int> ran{0};
-  RunningWorker w(b.ctx, b.endpoint(), "s7", [&](const proto::Job&) {
-    ++ran;
-    return messaging::JobOutcome::ok();
-  });
-  REQUIRE(eventually([&] { return ran == 2; }));
-  REQUIRE(eventually([&] { return metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 255; }));
-  CHECK(metric_value(*b.registry, "kiln_workers_connected", "service=s7") == 1);
+  {
+    RunningWorker w(b.ctx, b.endpoint(), "s7", [&](const proto::Job&) {
+      ++ran;
+      return messaging::JobOutcome::ok();
+    });
+    REQUIRE(eventually([&] { return ran == 2; }));
+    REQUIRE(eventually([&] { return metric_value(*b.registry, "kiln_queue_depth_jobs", "service=~other") == 255; }));
+    CHECK(metric_value(*b.registry, "kiln_workers_connected", "service=s7") == 1);
+  }
+  // s7, served and gone, is idle: the next new service takes its slot (before any queue's jobs fail),
+  // and its series go with it.
+  REQUIRE(eventually([&] { return metric_value(*b.registry, "kiln_workers_connected", "service=s7") == 0; }));
+  ack = client.submit(submit_of("another-new-one", "j-other", ""));
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+  CHECK(job_status(client, "j1").state == "queued");
+  CHECK(metrics_text(*b.registry).find("service=\"s7\"") == std::string::npos);
+}
+
+TEST_CASE("job and request ids that are not UTF-8 text are refused, never echoed or logged", "[broker]") {
+  CapturedLog log;
+  RunningBroker b;
+  RawPeer peer(b.ctx, b.endpoint());
+  const std::string bad_ids[] = {std::string("\xff\xfe", 2), std::string("\xc0\x80", 2), "a\nb", "\xed\xa0\x80"};
+  for (const auto& id : bad_ids) {
+    peer.send({"KILN1", "SUBMIT", proto::encode(submit_of("compile", id, "x"))});
+    auto ack = peer.wait_for(proto::cmd::kAck);
+    REQUIRE(ack);
+    auto a = proto::decode<proto::Ack>(ack->body);
+    REQUIRE(a.is_ok());
+    CHECK_FALSE(a->accepted);
+    CHECK(a->job_id.empty());
+    CHECK(a->error == "job ids are 1-512 bytes of UTF-8 text without control characters");
+
+    proto::Request req;
+    req.request_id = id;
+    req.service = "broker";
+    req.method = "status";
+    peer.send({"KILN1", "REQUEST", proto::encode(req)});
+    auto reply = peer.wait_for(proto::cmd::kReply);
+    REQUIRE(reply);
+    auto r = proto::decode<proto::Reply>(reply->body);
+    REQUIRE(r.is_ok());
+    CHECK_FALSE(r->ok);
+    CHECK(r->request_id.empty());
+    CHECK(r->error == "request ids are UTF-8 text without control characters");
+  }
+  // Text ids of any script are fine, and an unknown method is named printably.
+  peer.send({"KILN1", "SUBMIT", proto::encode(submit_of("compile", "kernel-\xc3\xa9t\xc3\xa9", "x"))});
+  auto ack = peer.wait_for(proto::cmd::kAck);
+  REQUIRE(ack);
+  CHECK(proto::decode<proto::Ack>(ack->body)->accepted);
+  proto::Request odd;
+  odd.request_id = "r1";
+  odd.service = "broker";
+  odd.method = std::string("\xff\x01", 2);
+  peer.send({"KILN1", "REQUEST", proto::encode(odd)});
+  auto reply = peer.wait_for(proto::cmd::kReply);
+  REQUIRE(reply);
+  CHECK(proto::decode<proto::Reply>(reply->body)->error.starts_with("broker: unknown method '0xff01'"));
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=bad_submit") == 4);
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=bad_request") == 4);
+  spdlog::default_logger()->flush();
+  CHECK(valid_utf8(log.out.str()));
+  CHECK(log.out.str().find("a\nb") == std::string::npos);
 }
 
 TEST_CASE("a peer dropped for an oversized frame is counted", "[broker]") {

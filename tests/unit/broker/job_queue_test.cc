@@ -517,11 +517,49 @@ TEST_CASE("job queue: submits are idempotent and service names are bounded", "[b
   CHECK(f.queue->admit_service("bad name").code() == StatusCode::kInvalidArgument);
   CHECK(f.queue->admit_service(std::string(65, 'x')).code() == StatusCode::kInvalidArgument);
   for (size_t i = 0; i < JobQueue::kMaxServices; ++i) f.submit("j" + std::to_string(i), "custom" + std::to_string(i));
-  CHECK(f.queue->admit_service("one.more").code() == StatusCode::kResourceExhausted);
   CHECK(f.queue->admit_service("custom7").is_ok());  // one it has
   CHECK(f.queue->admit_service("score").is_ok());    // a known one, always
   // Names nobody serves share one label; a served one gets its own.
   CHECK(f.queue->service_label("custom7") == std::string(JobQueue::kOtherServiceLabel));
   f.add_worker("c7", "custom7");
   CHECK(f.queue->service_label("custom7") == "custom7");
+}
+
+TEST_CASE("job queue: the slots of services no worker serves are taken back when a new one needs one",
+          "[broker][job_queue]") {
+  Fixture f;
+  f.opt.max_workers = 1000;
+  const size_t n = JobQueue::kMaxServices;
+  // Workers that came and went leave idle queues: dropped first, with their series.
+  for (size_t i = 0; i < n; ++i) {
+    f.add_worker("w" + std::to_string(i), "gone" + std::to_string(i));
+    f.queue->remove_worker("iw" + std::to_string(i), "test");
+  }
+  CHECK(f.queue->services().size() == n);
+  REQUIRE(f.queue->admit_service("fresh").is_ok());
+  CHECK(f.queue->services().empty());
+  for (const auto& family : f.registry.Collect())
+    for (const auto& m : family.metric)
+      for (const auto& l : m.label) CHECK_FALSE(l.value.starts_with("gone"));
+
+  // Queues with jobs and no worker: the one untouched longest has its jobs failed and gives its slot.
+  for (size_t i = 0; i < n; ++i) f.submit("j" + std::to_string(i), "q" + std::to_string(i));
+  f.submit("j0b", "q0");  // q0 touched again: q1 is now the oldest
+  f.add_worker("s2", "q2");
+  REQUIRE(f.queue->admit_service("late").is_ok());
+  f.submit("jl", "late");
+  CHECK(f.state_of("j1") == JobState::kFailed);
+  CHECK(f.queue->table().get("j1")->error.find("no worker served 'q1'") != std::string::npos);
+  CHECK(f.rec.saw("j1 failed 1"));
+  CHECK(f.queue->services().count("q1") == 0);
+  CHECK(f.state_of("j0") == JobState::kQueued);
+  CHECK(f.state_of("j3") == JobState::kQueued);
+  CHECK(f.queue->jobs().count("j1") == 0);
+
+  // Every other service with a worker: nothing to take back.
+  Fixture g;
+  g.opt.max_workers = 1000;
+  for (size_t i = 0; i < n; ++i) g.add_worker("w" + std::to_string(i), "busy" + std::to_string(i));
+  CHECK(g.queue->admit_service("one.more").code() == StatusCode::kResourceExhausted);
+  CHECK(g.queue->admit_service("compile").is_ok());
 }

@@ -113,3 +113,19 @@ TEST_CASE("routing ids print as themselves when printable, else as bounded hex",
   CHECK(printable_identity(std::string(100, 'a')).size() == 2 + 32);  // first 16 bytes only
   CHECK(printable_identity("") == "0x");
 }
+
+TEST_CASE("ids echoed and logged must be well-formed UTF-8 without control characters", "[messaging]") {
+  CHECK(is_printable_utf8("c/p1:compile"));
+  CHECK(is_printable_utf8(""));
+  CHECK(is_printable_utf8("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x94\xa5"));  // 2-, 3- and 4-byte sequences
+  CHECK_FALSE(is_printable_utf8("\xff"));
+  CHECK_FALSE(is_printable_utf8("\xc3"));              // cut short
+  CHECK_FALSE(is_printable_utf8("\xc0\x80"));          // overlong NUL
+  CHECK_FALSE(is_printable_utf8("\xe0\x80\xaf"));      // overlong '/'
+  CHECK_FALSE(is_printable_utf8("\xed\xa0\x80"));      // a surrogate
+  CHECK_FALSE(is_printable_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  CHECK_FALSE(is_printable_utf8("a\nb"));
+  CHECK_FALSE(is_printable_utf8(std::string("a\0b", 3)));
+  CHECK_FALSE(is_printable_utf8("\x7f"));
+  CHECK_FALSE(is_printable_utf8("\xc2\x85"));  // C1 control (NEL)
+}

@@ -54,4 +54,9 @@ bool is_known_command(std::string_view command);
 // Printable form of a routing id for logs.
 std::string printable_identity(std::string_view identity);
 
+// Is `s` text that may be echoed in a reply's msgpack str field and written to a log line: well-formed
+// UTF-8 (no overlong forms, surrogates or code points past U+10FFFF) without control characters (C0, DEL,
+// C1)? Job and request ids must be.
+bool is_printable_utf8(std::string_view s);
+
 }  // namespace kiln::messaging

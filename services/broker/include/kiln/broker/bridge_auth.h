@@ -38,8 +38,9 @@ Status check_bridge_followup(const proto::FollowUp& followup, const std::vector<
 
 class BridgeAuth {
  public:
-  // Loads the allowlist at `allowlist_path` (an error when it does not parse; a missing file admits no
-  // one) and binds the ZAP handler of `context`. Open it before binding the CURVE socket: without a
+  // Loads the allowlist at `allowlist_path` (a missing file, or one that does not parse, admits no one:
+  // the latter is logged as an error, and a later reload takes the fixed file) and binds the ZAP handler
+  // of `context`. Open it before binding the CURVE socket: without a
   // handler, libzmq admits every client. `metrics` must outlive the object.
   static Result<std::unique_ptr<BridgeAuth>> open(zmq::context_t& context, std::string allowlist_path,
                                                   BrokerMetrics& metrics);
@@ -68,6 +69,7 @@ class BridgeAuth {
   Allowlist allowlist_;
   struct stat stat_ {};
   bool exists_ = false;
+  bool loaded_once_ = false;                     // a list was read: a bad file keeps it
   std::map<std::string, double> denied_logged_;  // raw key -> when last logged
 };
 

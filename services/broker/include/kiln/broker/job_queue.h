@@ -61,7 +61,8 @@ struct ServiceQueue {
   std::deque<std::string> queued;  // job ids, FIFO
   std::vector<std::string> workers;
   size_t rr = 0;
-  bool served = false;  // a worker has registered for it: it has series of its own from then on
+  bool served = false;   // a worker has registered for it: it has series of its own from then on
+  uint64_t touched = 0;  // when a job was last queued or a worker came or went (JobQueue's own counter)
 };
 
 // What the queue tells the world. The broker sends and publishes; tests record.
@@ -85,6 +86,8 @@ class JobQueue {
   // Service names become metric label values and table rows: 1-64 bytes of [A-Za-z0-9._-], and at most
   // kMaxServices distinct ones besides the known ones (Kiln's own and those the config names), so a peer
   // cannot make /metrics unparseable or grow it without bound, nor crowd out the services Kiln runs on.
+  // Their slots are taken back when needed: a queue with no job and no worker is dropped, and then the
+  // queue without a worker that has waited longest (its jobs fail, saying why).
   static constexpr size_t kMaxServiceName = 64;
   static constexpr size_t kMaxServices = 256;
   // The per-service label of every service that is not known and has never had a worker: jobs submitted
@@ -108,8 +111,9 @@ class JobQueue {
   // ---- services
   static bool valid_service_name(std::string_view name);
   // A new service name must be valid, and there may be only so many: invalid_argument or
-  // resource_exhausted says which.
-  Status admit_service(const std::string& name) const;
+  // resource_exhausted (every other service has a worker) says which. At the limit it frees a slot first:
+  // drops the queues with no job and no worker, else fails the jobs of the unserved queue untouched longest.
+  Status admit_service(const std::string& name);
   // The label a service's series carry: its name when it is known or has had a worker, else the shared one.
   std::string service_label(const std::string& service) const;
 
@@ -175,6 +179,10 @@ class JobQueue {
   bool may_take(const LiveJob& job, const Worker& w, const ServiceQueue& q) const;
   bool store_ok(std::string_view op, const std::string& what, const Status& st);
   void update_gauges(const std::string& service);
+  size_t custom_services() const;
+  void drop_idle_services();
+  bool evict_unserved_service(const std::string& for_service);
+  void drop_service(std::map<std::string, ServiceQueue>::iterator it);
   void update_other_gauges();
   void update_shortest_heartbeat();
   void publish(const LiveJob& job, std::string_view state);
@@ -190,6 +198,7 @@ class JobQueue {
   std::map<std::string, ServiceQueue> services_;
   std::set<std::string, std::less<>> known_services_;  // always admitted, never counted against kMaxServices
   std::unordered_map<std::string, Worker> workers_;    // by identity
+  uint64_t activity_ = 0;                              // ServiceQueue::touched's clock
   double shortest_heartbeat_s_ = 0;
   // Jobs to dead-letter whose record could not be written (the table refused writes): retried on every
   // timer tick, so none is lost from memory or leased again past max_attempts.

@@ -85,6 +85,9 @@ class BrokerMetrics {
   // Per service (label from JobQueue::service_label).
   void set_service_gauges(const std::string& service, double queued, double leased, double workers);
   void set_queue_depth(const std::string& service, double queued);
+  // Removes every series labelled with `service` (a service the queue forgot), so that services that come
+  // and go do not grow /metrics.
+  void drop_service(const std::string& service);
   void job_completed(const std::string& service, bool ok);
   void job_requeued(const std::string& service, const std::string& reason);
   void job_dead(const std::string& service, DeadReason reason);
