@@ -70,10 +70,11 @@ void add_registry_command(CLI::App& app, Common& common, RegistryCommand& r) {
   r.match->add_option("op", m.op, "op name, e.g. rmsnorm")->required();
   r.match->add_option("--dtype", m.dtype, "dtype or quantization, e.g. fp16, fp8, awq")->required();
   r.match->add_option("--shape", m.shape, "dims as K=V,K=V with positive integers, e.g. B=16,H=4096")->required();
-  r.gpu_option = r.match->add_option("--gpu", m.gpu,
-                                     "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
-  r.match->add_option("--max-shape-ratio", m.max_shape_ratio,
-                      "no dim of the kernel's measured shape more than this factor from --shape (default 2)")
+  r.gpu_option =
+      r.match->add_option("--gpu", m.gpu, "GPU (or CPU) name, e.g. \"NVIDIA H100\"; without it any GPU qualifies");
+  r.match
+      ->add_option("--max-shape-ratio", m.max_shape_ratio,
+                   "no dim of the kernel's measured shape more than this factor from --shape (default 2)")
       ->check(CLI::Range(1.0, 1e12));
   r.match->add_flag("--allow-unhashed", m.allow_unhashed,
                     "also recommend entries without source_sha256 (Forge's), saying so");
@@ -168,9 +169,9 @@ int cmd_registry_match(const Common& c, const std::string& dir, const MatchOptio
     for (const std::string& w : outcome.warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
   if (!outcome.match) {
     if (c.json)
-      std::printf("%s\n", nlohmann::json{{"match", nullptr}, {"error", outcome.error}, {"warnings", outcome.warnings}}
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json{{"match", nullptr}, {"error", outcome.error}, {"warnings", outcome.warnings}}.dump().c_str());
     return fail(outcome.error);
   }
   const registry::Match& m = *outcome.match;

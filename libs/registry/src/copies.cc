@@ -11,9 +11,7 @@ namespace kiln::registry {
 
 namespace {
 
-bool is_word(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
+bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 // Copies the literal that starts at source[i] (quote `q`) to `out`; returns the index after it.
 size_t copy_literal(std::string_view source, size_t i, std::string& out) {
@@ -37,9 +35,7 @@ std::string fmt2(double v) {
   return b;
 }
 
-bool is_operator(char c) {
-  return c != 0 && std::string_view("+-*/%&|^<>=!:.").find(c) != std::string_view::npos;
-}
+bool is_operator(char c) { return c != 0 && std::string_view("+-*/%&|^<>=!:.").find(c) != std::string_view::npos; }
 
 // Whether a space must stay between `a` and `b` so that they stay two tokens.
 bool must_separate(char a, char b) { return (is_word(a) && is_word(b)) || (is_operator(a) && is_operator(b)); }
@@ -55,8 +51,10 @@ std::string normalized_source(std::string_view source) {
       pending_newline = true;
       in_directive = true;
     }
-    if (pending_newline && !out.empty()) out.push_back('\n');
-    else if (pending_space && !out.empty() && must_separate(out.back(), c)) out.push_back(' ');
+    if (pending_newline && !out.empty())
+      out.push_back('\n');
+    else if (pending_space && !out.empty() && must_separate(out.back(), c))
+      out.push_back(' ');
     pending_space = pending_newline = line_start = false;
     out.push_back(c);
   };
@@ -90,8 +88,8 @@ std::string normalized_source(std::string_view source) {
 
 namespace detail {
 
-Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::string& dir,
-                        const proto::PromoteRequest& r, const std::string& language, const std::string& source,
+Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::string& dir, const proto::PromoteRequest& r,
+                        const std::string& language, const std::string& source,
                         const std::map<std::string, int64_t>& shape) {
   const std::string normal = normalized_source(source);
   const KernelEntry* best = nullptr;
@@ -101,9 +99,9 @@ Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::stri
       continue;
     auto stored = read_file(dir + "/" + e.source_path);
     if (stored.is_ok() && normalized_source(*stored) == normal)
-      return Status(StatusCode::kAlreadyExists,
-                    "duplicate of " + e.kernel_id + ": the same source up to comments and whitespace" +
-                        (r.params.empty() ? "" : ", with the same parameters"));
+      return Status(StatusCode::kAlreadyExists, "duplicate of " + e.kernel_id +
+                                                    ": the same source up to comments and whitespace" +
+                                                    (r.params.empty() ? "" : ", with the same parameters"));
     if (!e.verification.passed || !e.benchmark.passed) continue;
     if (best == nullptr || e.benchmark.speedup > best->benchmark.speedup) best = &e;
   }
@@ -111,9 +109,8 @@ Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::stri
   const bool has_interval = best->speedup_hi > 0;
   const double best_hi = has_interval ? best->speedup_hi : best->benchmark.speedup;
   if (r.confirmation.speedup_lo > best_hi) return Status::ok();
-  return failed_precondition("not measurably faster than " + best->kernel_id + " (" +
-                             fmt2(best->benchmark.speedup) + "x" +
-                             (has_interval ? " [" + fmt2(best->speedup_lo) + ", " + fmt2(best_hi) + "]" : "") +
+  return failed_precondition("not measurably faster than " + best->kernel_id + " (" + fmt2(best->benchmark.speedup) +
+                             "x" + (has_interval ? " [" + fmt2(best->speedup_lo) + ", " + fmt2(best_hi) + "]" : "") +
                              "): the confirmation's interval lower bound " + fmt2(r.confirmation.speedup_lo) +
                              " is not above " + fmt2(best_hi));
 }

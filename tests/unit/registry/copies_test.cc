@@ -82,8 +82,8 @@ TEST_CASE("comment-only copies of a kernel promote once", "[registry][copies]") 
     auto again = reg->promote(softmax(copies[i], speedups[i]), 1.10);
     REQUIRE_FALSE(again.is_ok());
     CHECK(again.status().code() == kiln::StatusCode::kAlreadyExists);
-    CHECK(again.status().message() == "duplicate of " + *first +
-                                          ": the same source up to comments and whitespace, with the same parameters");
+    CHECK(again.status().message() ==
+          "duplicate of " + *first + ": the same source up to comments and whitespace, with the same parameters");
     CHECK(kiln::registry::is_refusal(again.status()));
   }
   auto all = reg->list();

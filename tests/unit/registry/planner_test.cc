@@ -152,8 +152,8 @@ TEST_CASE("planner: Forge's dimension names find Kiln's, and Forge's rule frees 
   // Kiln's cuda_softmax (rows, cols) answers Forge's softmax query.
   MatchCandidate sm = verified("softmax_rows", "NVIDIA H200", {{"rows", 8192}, {"cols", 8192}});
   sm.op = "softmax";
-  CHECK(match_kernel({sm}, MatchQuery{"softmax", "fp16", "NVIDIA H200", {{"batch", 8192}, {"hidden_size", 8192}}})
-            .match);
+  CHECK(
+      match_kernel({sm}, MatchQuery{"softmax", "fp16", "NVIDIA H200", {{"batch", 8192}, {"hidden_size", 8192}}}).match);
 
   // An entry with hidden_size only fits a query that also names batch; it ranks below one naming both.
   MatchCandidate h_only = verified("h_only", "NVIDIA H200", {{"hidden_size", 4096}}, 9.0);
@@ -171,7 +171,8 @@ TEST_CASE("planner: the seed's own example entry is matched by Forge's query", "
   nlohmann::json doc = nlohmann::json::parse(in);
   MatchOptions allow;
   allow.allow_unhashed = true;
-  MatchOutcome out = match_kernel(doc, dir, q("NVIDIA GeForce RTX 4070", {{"batch", 16}, {"hidden_size", 4096}}), allow);
+  MatchOutcome out =
+      match_kernel(doc, dir, q("NVIDIA GeForce RTX 4070", {{"batch", 16}, {"hidden_size", 4096}}), allow);
   INFO(out.error);
   REQUIRE(out.match);
   CHECK(out.match->gpu_tier == kiln::registry::GpuTier::kExact);

@@ -262,10 +262,11 @@ TEST_CASE("kiln registry match recommends only what kiln registry verify accepts
   r = p.match({"fp16", "--shape", "B=16,H=4096", "--gpu", "NVIDIA H200"});
   CHECK(r.exit_code == 1);
   CHECK(r.out.empty());
-  CHECK(r.err.starts_with("kiln: no rmsnorm fp16 kernel that `kiln registry verify` accepts: "
-                          "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1 (source "
-                          "kernels/cuda/rmsnorm/cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1.cu does not match "
-                          "source_sha256)"));
+  CHECK(
+      r.err.starts_with("kiln: no rmsnorm fp16 kernel that `kiln registry verify` accepts: "
+                        "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1 (source "
+                        "kernels/cuda/rmsnorm/cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1.cu does not match "
+                        "source_sha256)"));
 }
 
 TEST_CASE("kiln registry match bounds the shape, reads every case, and keeps an H20 off H200 kernels",
@@ -292,8 +293,9 @@ TEST_CASE("kiln registry match bounds the shape, reads every case, and keeps an 
 
   r = p.match({"fp16", "--shape", "B=16,H=4096", "--gpu", "NVIDIA H20"});
   CHECK(r.exit_code == 1);
-  CHECK(r.err == "kiln: no rmsnorm fp16 kernel for GPU NVIDIA H20 (hopper, h20 class): there are rmsnorm fp16 "
-                 "kernels for NVIDIA H200 (hopper, gh100 class)\n");
+  CHECK(r.err ==
+        "kiln: no rmsnorm fp16 kernel for GPU NVIDIA H20 (hopper, h20 class): there are rmsnorm fp16 "
+        "kernels for NVIDIA H200 (hopper, gh100 class)\n");
 }
 
 TEST_CASE("kiln registry match speaks Forge: dimension names, quantizations, the seed's entry",
@@ -332,8 +334,9 @@ TEST_CASE("an unknown evidence level leaves the registry readable", "[registry][
   r = p.match({"fp16", "--shape", "B=16,H=4096"});
   REQUIRE(r.exit_code == 0);
   CHECK(first_line(r.out) == "cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v1");
-  CHECK(r.err == "kiln: warning: skipped cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v2: unknown evidence level "
-                 "\"fleet_level\" (expected op_level, runtime_level or endpoint_level)\n");
+  CHECK(r.err ==
+        "kiln: warning: skipped cuda_rmsnorm_nvidiah200_fp16_b16_h4096_v2: unknown evidence level "
+        "\"fleet_level\" (expected op_level, runtime_level or endpoint_level)\n");
   CHECK(kiln_cmd({"registry", "--dir", p.reg, "verify"}).exit_code == 0);
 }
 
@@ -361,8 +364,8 @@ TEST_CASE("kiln registry match --help lists the rules in order", "[registry][cli
   Run r = kiln_cmd({"registry", "match", "--help"});
   CHECK(r.exit_code == 0);
   size_t at = 0;
-  for (const char* step : {"Rules, in order", "1. op equal", "2. only what `kiln registry verify` accepts",
-                           "3. GPU", "4. shape", "5. ties", "--max-shape-ratio", "--allow-unhashed"}) {
+  for (const char* step : {"Rules, in order", "1. op equal", "2. only what `kiln registry verify` accepts", "3. GPU",
+                           "4. shape", "5. ties", "--max-shape-ratio", "--allow-unhashed"}) {
     INFO(step);
     size_t found = r.out.find(step);
     CHECK(found != std::string::npos);

@@ -63,10 +63,10 @@ inline const char* gpu_tier_name(GpuTier t) {
 struct Match {
   size_t index = 0;  // into the candidates, or into the registry's "kernels" array
   GpuTier gpu_tier = GpuTier::kAnyGpu;
-  double shape_distance = 0;                // 0 for the exact shape
-  std::map<std::string, int64_t> shape;     // the measured shape that fitted
-  double speedup = 0;                       // measured at that shape
-  std::string reason;                       // "exact GPU (nvidiah200), exact shape"
+  double shape_distance = 0;             // 0 for the exact shape
+  std::map<std::string, int64_t> shape;  // the measured shape that fitted
+  double speedup = 0;                    // measured at that shape
+  std::string reason;                    // "exact GPU (nvidiah200), exact shape"
 };
 
 struct MatchOutcome {
@@ -162,7 +162,8 @@ inline int compare(const std::vector<MatchCandidate>& cs, const Scored& a, const
   int ex = evidence_rank(x.evidence_level), ey = evidence_rank(y.evidence_level);
   if (ex != ey) return decide(ex > ey ? -1 : 1, "higher evidence level");
   if (x.source_verified() != y.source_verified()) return decide(x.source_verified() ? -1 : 1, "a hashed source");
-  if (a.measured.speedup != b.measured.speedup) return decide(a.measured.speedup > b.measured.speedup ? -1 : 1, "higher speedup");
+  if (a.measured.speedup != b.measured.speedup)
+    return decide(a.measured.speedup > b.measured.speedup ? -1 : 1, "higher speedup");
   if (x.created_at != y.created_at) return decide(x.created_at > y.created_at ? -1 : 1, "a newer created_at");
   if (x.kernel_id != y.kernel_id) return decide(x.kernel_id < y.kernel_id ? -1 : 1, "kernel id order");
   return 0;
@@ -188,7 +189,7 @@ inline std::string dtype_words(const std::vector<std::string>& dtypes) {
 
 // The best measured shape of `c` for the query (nullopt: none fits; `why` says why for the first).
 inline std::optional<std::pair<ShapeFit, MeasuredShape>> best_shape(const MatchCandidate& c, const MatchQuery& q,
-                                                                     double max_ratio, std::string* why) {
+                                                                    double max_ratio, std::string* why) {
   std::optional<std::pair<ShapeFit, MeasuredShape>> best;
   for (const MeasuredShape& m : c.measured()) {
     std::string reason;
@@ -222,6 +223,89 @@ inline std::string reason_for(const MatchCandidate& c, const Scored& s, const Ma
 
 }  // namespace detail
 
+namespace detail {
+
+// Steps 1 and 2 of the rule: the entries of the op in a dtype the query takes that `verify` accepts, each
+// with its dtype's rank. Empty with `out.error` set when none is left; skipped entries warn in `out`.
+inline std::vector<std::pair<size_t, size_t>> verified_candidates(const std::vector<MatchCandidate>& candidates,
+                                                                  const MatchQuery& query, const MatchOptions& options,
+                                                                  MatchOutcome& out) {
+  const std::vector<std::string> dtypes = dtypes_for(query.dtype);
+  // Each stage keeps what passed it, so that the error can say where the candidates ran out.
+  std::set<std::string> ops, op_dtypes, unverified;
+  std::vector<std::pair<size_t, size_t>> verified;  // (index, dtype rank)
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const MatchCandidate& c = candidates[i];
+    ops.insert(c.op);
+    if (c.op != query.op) continue;
+    op_dtypes.insert(c.dtype);
+    size_t rank = 0;
+    while (rank < dtypes.size() && dtypes[rank] != c.dtype) ++rank;
+    if (rank == dtypes.size()) continue;
+    if (std::string e = evidence_level_error(c.evidence_level); !e.empty()) {
+      out.warnings.push_back("skipped " + c.kernel_id + ": " + e);
+    } else if (std::string why = unverified_reason(c, options); !why.empty()) {
+      unverified.insert(c.kernel_id + " (" + why + ")");
+    } else {
+      verified.emplace_back(i, rank);
+    }
+  }
+  const std::string what = query.op + " " + dtype_words(dtypes);
+  if (candidates.empty()) {
+    out.error = "no " + what + " kernel: the registry is empty";
+  } else if (op_dtypes.empty()) {
+    out.error = "no kernel for op " + query.op + " (the registry has: " + list_some(ops) + ")";
+  } else if (verified.empty() && unverified.empty() && out.warnings.empty()) {
+    const bool mapped = dtypes.size() > 1 || dtypes[0] != query.dtype;
+    out.error = "no " + query.op + " kernel in dtype " + dtype_words(dtypes) + " (" +
+                (mapped ? "for " + query.dtype + "; " : "") + "it has: " + list_some(op_dtypes) + ")";
+  } else if (verified.empty()) {
+    out.error = "no " + what + " kernel that `kiln registry verify` accepts: " +
+                (unverified.empty() ? std::string("every one was skipped") : list_some(unverified, 3));
+  }
+  return verified;
+}
+
+// Steps 3 and 4: the verified entries whose GPU and shape fit. Empty with `out.error` set when none does.
+inline std::vector<Scored> fitting_candidates(const std::vector<MatchCandidate>& candidates,
+                                              const std::vector<std::pair<size_t, size_t>>& verified,
+                                              const MatchQuery& query, const MatchOptions& options, MatchOutcome& out) {
+  std::vector<Scored> fits;
+  std::set<std::string> gpus;
+  std::optional<Scored> closest;  // right GPU, shape out of reach: for the error
+  std::string closest_why;
+  for (auto [i, rank] : verified) {
+    const MatchCandidate& c = candidates[i];
+    gpus.insert(c.target_gpu + " (" + architecture_label(c) + ")");
+    std::optional<GpuFit> gpu = gpu_fit(c, query);
+    if (!gpu) continue;
+    std::string why;
+    auto shape = best_shape(c, query, options.max_shape_ratio, &why);
+    Scored s{i, *gpu, shape ? shape->first : ShapeFit{}, shape ? shape->second : c.measured()[0], rank};
+    if (shape) {
+      fits.push_back(s);
+    } else if (!closest || compare(candidates, s, *closest, nullptr) < 0) {
+      closest = s;
+      closest_why = why;
+    }
+  }
+  if (!fits.empty()) return fits;
+  const std::string what = query.op + " " + dtype_words(dtypes_for(query.dtype));
+  if (closest) {
+    out.error = "no " + what + " kernel that fits " + format_shape(query.shape) +
+                (query.gpu.empty() ? "" : " for " + query.gpu) + " (closest: " + candidates[closest->index].kernel_id +
+                ", shape " + format_shape(closest->measured.dims) + ": " + closest_why + ")";
+  } else {
+    GpuKind kind = gpu_kind(query.gpu);
+    out.error = "no " + what + " kernel for GPU " + query.gpu + " (" +
+                (kind.chip.empty() ? "unknown architecture" : kind.family + ", " + kind.chip + " class") +
+                "): there are " + what + " kernels for " + list_some(gpus);
+  }
+  return fits;
+}
+
+}  // namespace detail
+
 // Picks the best entry for `query` (the rule at the top of this file). The candidates' `source` must have
 // been filled in (check_source()); one left kUnchecked is never recommended.
 inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, const MatchQuery& query,
@@ -235,83 +319,10 @@ inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, 
     out.error = "the shape ratio limit must be a number >= 1, got " + std::to_string(options.max_shape_ratio);
     return out;
   }
-  const std::vector<std::string> dtypes = dtypes_for(query.dtype);
-  const std::string what = query.op + " " + detail::dtype_words(dtypes);
-  if (candidates.empty()) {
-    out.error = "no " + what + " kernel: the registry is empty";
-    return out;
-  }
-  // Each stage keeps what passed it, so that the error can say where the candidates ran out.
-  std::set<std::string> ops, op_dtypes, gpus, unverified;
-  std::vector<std::pair<size_t, size_t>> verified;  // (index, dtype rank)
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const MatchCandidate& c = candidates[i];
-    ops.insert(c.op);
-    if (c.op != query.op) continue;
-    op_dtypes.insert(c.dtype);
-    size_t rank = 0;
-    while (rank < dtypes.size() && dtypes[rank] != c.dtype) ++rank;
-    if (rank == dtypes.size()) continue;
-    if (std::string e = evidence_level_error(c.evidence_level); !e.empty()) {
-      out.warnings.push_back("skipped " + c.kernel_id + ": " + e);
-      continue;
-    }
-    if (std::string why = detail::unverified_reason(c, options); !why.empty()) {
-      unverified.insert(c.kernel_id + " (" + why + ")");
-      continue;
-    }
-    verified.emplace_back(i, rank);
-  }
-  if (op_dtypes.empty()) {
-    out.error = "no kernel for op " + query.op + " (the registry has: " + detail::list_some(ops) + ")";
-    return out;
-  }
-  if (verified.empty() && unverified.empty() && out.warnings.empty()) {
-    const bool mapped = dtypes.size() > 1 || dtypes[0] != query.dtype;
-    out.error = "no " + query.op + " kernel in dtype " + detail::dtype_words(dtypes) + " (" +
-                (mapped ? "for " + query.dtype + "; " : "") + "it has: " + detail::list_some(op_dtypes) + ")";
-    return out;
-  }
-  if (verified.empty()) {
-    out.error = "no " + what + " kernel that `kiln registry verify` accepts: " +
-                (unverified.empty() ? std::string("every one was skipped") : detail::list_some(unverified, 3));
-    return out;
-  }
-
-  std::vector<detail::Scored> fits;
-  std::optional<detail::Scored> closest;  // right GPU, shape out of reach: for the error
-  std::string closest_why;
-  for (auto [i, rank] : verified) {
-    const MatchCandidate& c = candidates[i];
-    gpus.insert(c.target_gpu + " (" + detail::architecture_label(c) + ")");
-    std::optional<detail::GpuFit> gpu = detail::gpu_fit(c, query);
-    if (!gpu) continue;
-    std::string why;
-    auto shape = detail::best_shape(c, query, options.max_shape_ratio, &why);
-    detail::Scored s{i, *gpu, shape ? shape->first : detail::ShapeFit{}, shape ? shape->second : c.measured()[0], rank};
-    if (!shape) {
-      if (!closest || detail::compare(candidates, s, *closest, nullptr) < 0) {
-        closest = s;
-        closest_why = why;
-      }
-      continue;
-    }
-    fits.push_back(s);
-  }
-  if (fits.empty()) {
-    if (closest) {
-      const MatchCandidate& c = candidates[closest->index];
-      out.error = "no " + what + " kernel that fits " + format_shape(query.shape) +
-                  (query.gpu.empty() ? "" : " for " + query.gpu) + " (closest: " + c.kernel_id + ", shape " +
-                  format_shape(closest->measured.dims) + ": " + closest_why + ")";
-    } else {
-      GpuKind kind = gpu_kind(query.gpu);
-      out.error = "no " + what + " kernel for GPU " + query.gpu + " (" +
-                  (kind.chip.empty() ? "unknown architecture" : kind.family + ", " + kind.chip + " class") +
-                  "): there are " + what + " kernels for " + detail::list_some(gpus);
-    }
-    return out;
-  }
+  auto verified = detail::verified_candidates(candidates, query, options, out);
+  if (verified.empty()) return out;
+  std::vector<detail::Scored> fits = detail::fitting_candidates(candidates, verified, query, options, out);
+  if (fits.empty()) return out;
 
   size_t best = 0, runner_up = fits.size();
   for (size_t k = 1; k < fits.size(); ++k) {
@@ -324,18 +335,10 @@ inline MatchOutcome match_kernel(const std::vector<MatchCandidate>& candidates, 
   }
   const detail::Scored& b = fits[best];
   const MatchCandidate& c = candidates[b.index];
-  Match m;
-  m.index = b.index;
-  m.gpu_tier = b.gpu.tier;
-  m.shape_distance = b.shape.distance;
-  m.shape = b.measured.dims;
-  m.speedup = b.measured.speedup;
-  m.reason = detail::reason_for(c, b, query);
-  if (runner_up != fits.size()) {
-    std::string why;
-    if (detail::compare(candidates, b, fits[runner_up], &why) < 0 && !why.empty())
-      m.reason += "; ahead of " + candidates[fits[runner_up].index].kernel_id + " on " + why;
-  }
+  Match m{b.index, b.gpu.tier, b.shape.distance, b.measured.dims, b.measured.speedup, detail::reason_for(c, b, query)};
+  std::string why;
+  if (runner_up != fits.size() && detail::compare(candidates, b, fits[runner_up], &why) < 0 && !why.empty())
+    m.reason += "; ahead of " + candidates[fits[runner_up].index].kernel_id + " on " + why;
   if (c.source == SourceCheck::kUnhashed)
     out.warnings.push_back(c.kernel_id + " has no source_sha256: nothing ties " + c.source_path +
                            " to the kernel that was measured");

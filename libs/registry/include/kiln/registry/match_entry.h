@@ -71,7 +71,9 @@ struct MatchCandidate {
   // The file is there and is the kernel that was measured.
   bool source_verified() const { return source == SourceCheck::kMatches; }
   // The shapes to fit against a query: every case, else the entry's shape.
-  std::vector<MeasuredShape> measured() const { return cases.empty() ? std::vector<MeasuredShape>{{shape, speedup}} : cases; }
+  std::vector<MeasuredShape> measured() const {
+    return cases.empty() ? std::vector<MeasuredShape>{{shape, speedup}} : cases;
+  }
 };
 
 namespace detail {
@@ -122,8 +124,8 @@ struct EntryReader {
   }
   bool dims_at(const nlohmann::json& dims, const std::string& path, std::map<std::string, int64_t>& dst) const {
     for (const auto& [k, v] : dims.items()) {
-      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(
-                                                                                        std::numeric_limits<int64_t>::max()))) {
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
         error = path + "." + k + ": expected an integer";
         return false;
       }
@@ -149,7 +151,8 @@ inline bool read_cases(const nlohmann::json& entry, const EntryReader& r, MatchC
     }
     MeasuredShape m;
     const nlohmann::json* dims = r.object_at(c, "dims", at + ".dims");
-    if (dims == nullptr || !r.dims_at(*dims, at + ".dims", m.dims) || !r.number_at(c, "speedup", at + ".speedup", m.speedup))
+    if (dims == nullptr || !r.dims_at(*dims, at + ".dims", m.dims) ||
+        !r.number_at(c, "speedup", at + ".speedup", m.speedup))
       return false;
     out.cases.push_back(std::move(m));
   }
@@ -168,8 +171,8 @@ inline bool read_candidate(const nlohmann::json& entry, MatchCandidate& out, std
     return false;
   }
   detail::EntryReader r{error};
-  if (!r.string_at(entry, "kernel_id", "kernel_id", true, out.kernel_id) || !r.string_at(entry, "op", "op", true, out.op) ||
-      !r.string_at(entry, "dtype", "dtype", true, out.dtype) ||
+  if (!r.string_at(entry, "kernel_id", "kernel_id", true, out.kernel_id) ||
+      !r.string_at(entry, "op", "op", true, out.op) || !r.string_at(entry, "dtype", "dtype", true, out.dtype) ||
       !r.string_at(entry, "target_gpu", "target_gpu", true, out.target_gpu) ||
       !r.string_at(entry, "language", "language", true, out.language) ||
       !r.string_at(entry, "source_path", "source_path", true, out.source_path) ||

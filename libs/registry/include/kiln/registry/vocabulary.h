@@ -1,6 +1,7 @@
-// The vocabulary of the planner's match rule (match.h): Forge's evidence levels, GPU names (slugs and
-// architecture families) and shapes ("B=16,H=4096"). Header-only, on the standard library alone, like
-// match.h, which includes it.
+// The vocabulary of the planner's match rule (match.h): Forge's evidence levels, GPU names (slugs, whole-
+// token containment, architecture families and chip classes), dimension names (the alias table that maps
+// Forge's names onto each task's own), quantizations to dtypes, and shapes ("B=16,H=4096"). Header-only,
+// on the standard library alone, like match.h, which includes it.
 #pragma once
 
 #include <algorithm>
@@ -146,16 +147,35 @@ inline GpuKind gpu_kind(std::string_view name) {
     std::string_view chip;
   };
   static constexpr Part kParts[] = {
-      {"v100", "volta", "gv100"},       {"t4", "turing", "tu104"},        {"a100", "ampere", "ga100"},
-      {"a800", "ampere", "ga100"},      {"a30", "ampere", "a30"},         {"a10", "ampere", "ga102"},
-      {"a10g", "ampere", "ga102"},      {"a40", "ampere", "ga102"},       {"a5000", "ampere", "ga102"},
-      {"a6000", "ampere", "ga102"},     {"a4000", "ampere", "ga104"},     {"a16", "ampere", "ga107"},
-      {"a2", "ampere", "ga107"},        {"l4", "ada", "ad104"},           {"l20", "ada", "ad102"},
-      {"l40", "ada", "ad102"},          {"l40s", "ada", "ad102"},         {"ada", "ada", "ad102"},  // RTX 6000 Ada
-      {"h100", "hopper", "gh100"},      {"h200", "hopper", "gh100"},      {"h800", "hopper", "gh100"},
-      {"gh200", "hopper", "gh100"},     {"h20", "hopper", "h20"},         {"b100", "blackwell", "gb100"},
-      {"b200", "blackwell", "gb100"},   {"gb200", "blackwell", "gb100"},  {"b300", "blackwell", "gb110"},
-      {"gb300", "blackwell", "gb110"},  {"blackwell", "blackwell", "gb202"},
+      {"v100", "volta", "gv100"},
+      {"t4", "turing", "tu104"},
+      {"a100", "ampere", "ga100"},
+      {"a800", "ampere", "ga100"},
+      {"a30", "ampere", "a30"},
+      {"a10", "ampere", "ga102"},
+      {"a10g", "ampere", "ga102"},
+      {"a40", "ampere", "ga102"},
+      {"a5000", "ampere", "ga102"},
+      {"a6000", "ampere", "ga102"},
+      {"a4000", "ampere", "ga104"},
+      {"a16", "ampere", "ga107"},
+      {"a2", "ampere", "ga107"},
+      {"l4", "ada", "ad104"},
+      {"l20", "ada", "ad102"},
+      {"l40", "ada", "ad102"},
+      {"l40s", "ada", "ad102"},
+      {"ada", "ada", "ad102"},  // RTX 6000 Ada
+      {"h100", "hopper", "gh100"},
+      {"h200", "hopper", "gh100"},
+      {"h800", "hopper", "gh100"},
+      {"gh200", "hopper", "gh100"},
+      {"h20", "hopper", "h20"},
+      {"b100", "blackwell", "gb100"},
+      {"b200", "blackwell", "gb100"},
+      {"gb200", "blackwell", "gb100"},
+      {"b300", "blackwell", "gb110"},
+      {"gb300", "blackwell", "gb110"},
+      {"blackwell", "blackwell", "gb202"},
   };
   std::vector<std::string> tokens = detail::gpu_tokens(name);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -283,7 +303,7 @@ inline std::string canonical_dim(std::string_view op, std::string_view key) {
     std::string_view to;
   };
   static constexpr Alias kAliases[] = {
-      {"", "b", "batch"},          {"", "h", "hidden_size"},        {"", "s", "seq_len"},
+      {"", "b", "batch"},           {"", "h", "hidden_size"},           {"", "s", "seq_len"},
       {"softmax", "rows", "batch"}, {"softmax", "cols", "hidden_size"},
   };
   std::string lowered;
@@ -306,7 +326,7 @@ inline std::vector<std::string> dtypes_for(std::string_view dtype_or_quantizatio
     std::string_view second;  // "" when none
   };
   static constexpr Rule kRules[] = {
-      {"awq", "fp16", ""},  {"gptq", "fp16", ""},   {"int4", "fp16", ""},  {"w4a16", "fp16", ""},
+      {"awq", "fp16", ""},    {"gptq", "fp16", ""},     {"int4", "fp16", ""},     {"w4a16", "fp16", ""},
       {"fp8", "fp8", "fp16"}, {"int8", "int8", "fp16"}, {"w8a8", "int8", "fp16"},
   };
   std::string lowered;
@@ -353,8 +373,9 @@ inline std::optional<ShapeFit> shape_fit(std::string_view op, const std::map<std
     if (v <= 0 || it->second <= 0) return no(k + " is not positive");
     if (v == it->second) continue;
     double ratio = static_cast<double>(std::max(v, it->second)) / static_cast<double>(std::min(v, it->second));
-    if (ratio > max_ratio) return no(k + "=" + std::to_string(v) + " is more than " + fmt_ratio(max_ratio) + "x from " +
-                                     std::to_string(it->second));
+    if (ratio > max_ratio)
+      return no(k + "=" + std::to_string(v) + " is more than " + fmt_ratio(max_ratio) + "x from " +
+                std::to_string(it->second));
     fit.exact = false;
     fit.distance += std::log(ratio);
   }
