@@ -120,7 +120,8 @@ class Contestant:
             handle = Handle()
             ctypes.memmove(ctypes.addressof(handle), blob[64 * k : 64 * (k + 1)], 64)
             ptr = ctypes.c_uint64(0)
-            rc = cuda.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), handle, ctypes.c_uint(1))
+            opener = getattr(cuda, "cuIpcOpenMemHandle_v2", None) or cuda.cuIpcOpenMemHandle
+            rc = opener(ctypes.byref(ptr), handle, ctypes.c_uint(1))
             if rc != 0:
                 raise RuntimeError("cuIpcOpenMemHandle: CUDA driver error %d" % rc)
             self.bases.append(ptr.value)

@@ -204,7 +204,9 @@ bool move_fd(int fd, int target) {
   if (high_arena < 0 || high_config < 0 || !move_fd(high_arena, 3) || !move_fd(high_config, 4))
     load_failed(ctl, std::string("runner descriptors: ") + std::strerror(errno), kSetupFailed);
   ::syscall(SYS_close_range, 5u, ~0u, 0u);
-  if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message(), kSetupFailed);
+  if (!k.allow_processes) {
+    if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message(), kSetupFailed);
+  }
   const char* argv[] = {k.interpreter.c_str(), "-I", "-c", kTorchRunnerScript, nullptr};
   ::execvp(argv[0], const_cast<char* const*>(argv));
   load_failed(ctl, "cannot run the Python interpreter " + k.interpreter + ": " + std::strerror(errno),

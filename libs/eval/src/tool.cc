@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@ constexpr int kExitNoReport = 3;
 
 struct Args {
   std::string task_dir, kernel, reference, out, report_key;
+  bool no_torch_baselines = false;
   EvalOptions eval;
 };
 
@@ -30,6 +32,7 @@ void print_usage(const char* name) {
   std::fprintf(stderr,
                "usage: %s --task DIR --kernel K.so [--reference R.so] --out RESULT.msgpack [--report-key FILE]\n"
                "       [--python INTERPRETER]   (a Python with torch, for a task with a PyTorch module)\n"
+               "       [--no-torch-baselines]   (leave out the task's torch_eager and torch_compile baselines)\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
                "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--settle-calls N]\n"
                "       [--device-lock FILE]\n"
@@ -43,6 +46,10 @@ Result<Args> parse_args(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--no-timing") {
       a.eval.measure = false;
+      continue;
+    }
+    if (flag == "--no-torch-baselines") {
+      a.no_torch_baselines = true;
       continue;
     }
     if (flag == "--profile") {
@@ -128,6 +135,11 @@ proto::TestReport run(Args& args, const EvalTool& tool) {
   if (!spec.is_ok()) return fail("task: " + spec.status().message());
   Candidate reference{args.reference, nullptr};
   std::optional<KernelLibrary> reference_lib;
+  if (args.no_torch_baselines) {
+    auto& b = spec->baselines;
+    b.erase(std::remove_if(b.begin(), b.end(), [](const std::string& n) { return n.rfind("torch_", 0) == 0; }),
+            b.end());
+  }
   if (!spec->torch_reference() && args.reference.empty())
     return fail("the task's reference is " + spec->reference_file + ": --reference is required");
   if (tool.load_reference_here && !spec->torch_reference()) {

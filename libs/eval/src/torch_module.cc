@@ -52,7 +52,7 @@ Result<RunnerKernel> torch_kernel(const task::TaskSpec& spec, const std::string&
   };
   RunnerKernel k;
   k.name = who.name;
-  k.python = std::make_shared<PythonKernel>(PythonKernel{interpreter, cfg.dump()});
+  k.python = std::make_shared<PythonKernel>(PythonKernel{interpreter, cfg.dump(), who.compile});
   return k;
 }
 

@@ -65,6 +65,9 @@ inline constexpr int kRunnerMaxTensors = 16;
 struct PythonKernel {
   std::string interpreter;
   std::string config;
+  // torch.compile runs compilers in processes of their own: such a runner is not denied process
+  // creation (it stays inside the evaluator's sandbox, and non-dumpable).
+  bool allow_processes = false;
 };
 
 struct RunnerKernel {
