@@ -1,7 +1,6 @@
 #include "kiln/compiler/handler.h"
 
 #include <algorithm>
-#include <cctype>
 #include <exception>
 #include <filesystem>
 #include <utility>
@@ -17,38 +16,6 @@
 namespace kiln::compiler {
 
 using namespace detail;
-
-namespace {
-
-bool is_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  }
-  return true;
-}
-
-// Values of template parameters: numbers and names. Nothing a shell or a compiler driver could read as
-// more than one token.
-bool is_define_value(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '+')) return false;
-  }
-  return true;
-}
-
-// A candidate's template parameters become -D flags: names and values a compiler reads as one token each.
-Status check_params(const std::map<std::string, std::string>& params) {
-  for (const auto& [name, value] : params) {
-    if (!is_identifier(name)) return invalid_argument("parameter '" + name + "': not an identifier");
-    if (!is_define_value(value))
-      return invalid_argument("parameter " + name + ": value '" + value + "' is not allowed");
-  }
-  return Status::ok();
-}
-
-}  // namespace
 
 CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir) {
   CompilerOptions o;
