@@ -17,26 +17,6 @@ namespace kiln::compiler {
 
 using namespace detail;
 
-CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir) {
-  CompilerOptions o;
-  o.cache_dir = std::filesystem::path(config.cache_dir).is_absolute() || state_dir.empty()
-                    ? config.cache_dir
-                    : (std::filesystem::path(state_dir) / config.cache_dir).string();
-  o.timeout_s = config.timeout_s;
-  o.cxx = config.cxx;
-  o.nvcc = config.nvcc;
-  o.cuda_arch = config.cuda_arch;
-  o.nvcc_mode = config.nvcc_mode;
-  o.huge_pages = config.huge_pages == "on";
-  o.lean_headers = config.lean_headers == "on";
-  o.max_log_bytes = config.max_log_bytes;
-  // A batch needs builds that arrive together: a compiler of one slot never has two.
-  o.batch_max = config.slots > 1 ? config.batch_max : 1;
-  o.batch_window_s = static_cast<double>(config.batch_window_ms) / 1000.0;
-  o.batch_cores = config.batch_cores;
-  return o;
-}
-
 CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics)
     : options_(std::move(options)), metrics_(std::move(metrics)) {
   cores_ = options_.batch_cores > 0 ? static_cast<int>(options_.batch_cores) : allowed_core_count();
@@ -126,8 +106,12 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
 
   // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
   // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy
-  // machine.
-  auto reference = build(backend, arch, files, spec.reference_file, files.at(spec.reference_file).data, {});
+  // machine. A PyTorch reference (reference.py) is not built: the tester's Python runs it.
+  proto::BuildInfo nothing_to_build;
+  nothing_to_build.ok = true;
+  auto reference = spec.torch_reference()
+                       ? Result<Build>(Build{nothing_to_build, "", false})
+                       : build(backend, arch, files, spec.reference_file, files.at(spec.reference_file).data, {});
   if (!reference.is_ok()) return end(messaging::worker_fault(reference.status().with_context("toolchain")));
   if (!reference->info.ok) {
     const std::string why = "the reference failed to build (a problem of the task, not of the candidate):\n" +

@@ -143,6 +143,12 @@ std::vector<std::string> EvalChild::argv(const char* result_file, double screen_
                                    number(t.precision),
                                    "--report-key",
                                    kReportKeyFile};
+  if (!options_.python.empty()) {
+    argv.push_back("--python");
+    argv.push_back(options_.python);
+  } else {
+    argv.push_back("--no-torch-baselines");
+  }
   if (!device_lock_.empty()) {
     argv.push_back("--device-lock");
     argv.push_back(confined() ? policy_.lock_file_in_child(device_lock_) : device_lock_);

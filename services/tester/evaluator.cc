@@ -13,6 +13,7 @@
 #include "kiln/core/time.h"
 #include "kiln/eval/device_lock.h"
 #include "kiln/messaging/outcome.h"
+#include "kiln/tester/torch_python.h"
 #include "profiler.h"
 
 namespace kiln::tester {
@@ -85,6 +86,12 @@ Result<std::unique_ptr<Evaluator>> Evaluator::create(TesterOptions options) {
   if (options.eval_binary.empty()) {
     KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary(options.backend));
   }
+  if (options.python.empty() && options.python_missing.empty()) {
+    const TorchPython torch = find_torch_python(options.python_config);
+    options.python = torch.path;
+    options.python_torch_version = torch.version;
+    options.python_missing = torch.why_none;
+  }
   if (access(options.eval_binary.c_str(), X_OK) != 0) {
     return not_found(
         "tester: no evaluation child at " + options.eval_binary +
@@ -131,11 +138,23 @@ Status Evaluator::check(const TestJob& job) {
     return failed_precondition("tester: the task's backend is " + std::string(proto::name(job.spec().backend)) +
                                ", this tester runs " + std::string(proto::name(options_.backend)));
   }
+  // A task that runs a PyTorch module goes to a tester with torch: given back, for another tester to take.
+  if (job.spec().torch_reference() && options_.python.empty()) {
+    return unavailable("tester: the task runs a PyTorch module (" + job.spec().reference_file +
+                       "), and this tester has no Python with torch: " + options_.python_missing);
+  }
   return confinement_.may_run();
 }
 
 Result<proto::TestReport> Evaluator::evaluate(const TestJob& job) {
   Run run{*this};
+  const task::TaskSpec& spec = job.spec();
+  // What the speedup is against: a PyTorch reference is what a user runs (eager mode).
+  if (spec.torch_reference()) run.metadata["reference"] = "torch_eager";
+  if (needs_torch(spec) && !options_.python.empty()) run.metadata["torch"] = options_.python_torch_version;
+  // The torch baselines of a task with a C reference are left out where there is no torch: said, not hidden.
+  if (needs_torch(spec) && options_.python.empty())
+    run.metadata["baselines_left_out"] = "torch_eager, torch_compile: " + options_.python_missing;
   // A confirmation is measured in full; a first measurement may be screened. The bar is the highest of this
   // tester's (the promotion bar at most), the campaign's (its best when the candidate was proposed) and the
   // campaign's best this tester has measured since.

@@ -25,6 +25,7 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.profile_timeout_s = config.profile_timeout_s;
   o.sandbox_uid = static_cast<uint32_t>(config.sandbox_uid);
   o.allow_unconfined = config.allow_unconfined != 0;
+  o.python_config = config.python;
   return o;
 }
 

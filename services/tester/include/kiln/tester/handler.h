@@ -25,6 +25,7 @@
 #include "kiln/tester/profiling.h"
 #include "kiln/tester/screening.h"
 #include "kiln/tester/slots.h"
+#include "kiln/tester/torch_python.h"
 
 namespace kiln::tester {
 
