@@ -8,10 +8,10 @@ endif
 
 DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
   prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
-  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev prometheus docker.io docker-compose debootstrap python3 python3-zmq python3-yaml \
-  python3-msgpack chromium slurm-wlm munge
+  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev clang-format prometheus docker.io docker-compose debootstrap \
+  python3 python3-zmq python3-yaml python3-msgpack python3-torch chromium slurm-wlm munge
 
-.PHONY: deps build run test compose-test swarm-test slurm-test bench format clean
+.PHONY: deps build run test compose-test swarm-test slurm-test bench format format-check clean
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -71,6 +71,10 @@ bench: build
 # touched: their .clang-format disables it).
 format:
 	git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+# The same files checked, not changed: one line per file `make format` would change (also a ctest gate).
+format-check:
+	bash .ci/gates/format.sh
 
 clean:
 	rm -rf $(BUILD) .kiln

@@ -1,5 +1,6 @@
 #include "build_steps.h"
 
+#include <cctype>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,27 @@
 #include "kiln/core/files.h"
 
 namespace kiln::compiler {
+namespace {
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// Values of template parameters: numbers and names. Nothing a shell or a compiler driver could read as
+// more than one token.
+bool is_define_value(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '+')) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 std::string cuda_gencode(const std::string& arch) {
   // "sm_90" -> "arch=compute_90,code=[sm_90,compute_90]"; "sm_90a" keeps its suffix on both.
@@ -32,6 +54,15 @@ std::vector<std::string> define_flags(const std::map<std::string, std::string>& 
   std::vector<std::string> flags;
   for (const auto& [k, v] : defines) flags.push_back("-D" + k + "=" + v);
   return flags;
+}
+
+Status check_params(const std::map<std::string, std::string>& params) {
+  for (const auto& [name, value] : params) {
+    if (!is_identifier(name)) return invalid_argument("parameter '" + name + "': not an identifier");
+    if (!is_define_value(value))
+      return invalid_argument("parameter " + name + ": value '" + value + "' is not allowed");
+  }
+  return Status::ok();
 }
 
 std::string join(const std::vector<std::string>& parts) {

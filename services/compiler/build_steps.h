@@ -44,6 +44,8 @@ constexpr double kDryRunTimeoutS = 30;
 // The flags of a build but its -D flags.
 std::vector<std::string> base_flags(proto::Backend backend, const std::string& arch);
 std::vector<std::string> define_flags(const std::map<std::string, std::string>& defines);
+// A candidate's template parameters become -D flags: names and values a compiler reads as one token each.
+Status check_params(const std::map<std::string, std::string>& params);
 std::string join(const std::vector<std::string>& parts);
 std::string shell_quote(const std::string& v);
 

@@ -1,7 +1,6 @@
 #include "kiln/compiler/handler.h"
 
 #include <algorithm>
-#include <cctype>
 #include <exception>
 #include <filesystem>
 #include <utility>
@@ -17,58 +16,6 @@
 namespace kiln::compiler {
 
 using namespace detail;
-
-namespace {
-
-bool is_identifier(const std::string& s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  }
-  return true;
-}
-
-// Values of template parameters: numbers and names. Nothing a shell or a compiler driver could read as
-// more than one token.
-bool is_define_value(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '+')) return false;
-  }
-  return true;
-}
-
-// A candidate's template parameters become -D flags: names and values a compiler reads as one token each.
-Status check_params(const std::map<std::string, std::string>& params) {
-  for (const auto& [name, value] : params) {
-    if (!is_identifier(name)) return invalid_argument("parameter '" + name + "': not an identifier");
-    if (!is_define_value(value))
-      return invalid_argument("parameter " + name + ": value '" + value + "' is not allowed");
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
-CompilerOptions options_from_config(const config::CompilerConfig& config, const std::string& state_dir) {
-  CompilerOptions o;
-  o.cache_dir = std::filesystem::path(config.cache_dir).is_absolute() || state_dir.empty()
-                    ? config.cache_dir
-                    : (std::filesystem::path(state_dir) / config.cache_dir).string();
-  o.timeout_s = config.timeout_s;
-  o.cxx = config.cxx;
-  o.nvcc = config.nvcc;
-  o.cuda_arch = config.cuda_arch;
-  o.nvcc_mode = config.nvcc_mode;
-  o.huge_pages = config.huge_pages == "on";
-  o.lean_headers = config.lean_headers == "on";
-  o.max_log_bytes = config.max_log_bytes;
-  // A batch needs builds that arrive together: a compiler of one slot never has two.
-  o.batch_max = config.slots > 1 ? config.batch_max : 1;
-  o.batch_window_s = static_cast<double>(config.batch_window_ms) / 1000.0;
-  o.batch_cores = config.batch_cores;
-  return o;
-}
 
 CompileHandler::CompileHandler(CompilerOptions options, std::shared_ptr<prometheus::Registry> metrics)
     : options_(std::move(options)), metrics_(std::move(metrics)) {

@@ -280,8 +280,9 @@ int cmd_status(const Common& c, const std::string& campaign) {
   // An evaluation worker that runs candidates unconfined, or refuses to run them, says so here.
   for (const auto& x : st->workers)
     if (!x.caps.confinement.empty() && x.caps.confinement != "confined")
-      std::printf("%s %s: %s\n", x.caps.confinement.rfind("UNCONFINED", 0) == 0 ? "WARNING:" : "refusing:",
-                  x.worker_id.c_str(), x.caps.confinement.c_str());
+      std::printf("%s %s: %s\n",
+                  x.caps.confinement.rfind("UNCONFINED", 0) == 0 ? "WARNING:" : "refusing:", x.worker_id.c_str(),
+                  x.caps.confinement.c_str());
   if (!campaigns.is_ok()) {
     std::printf("\ncampaigns: unavailable (%s)\n", campaigns.status().message().c_str());
   } else if (!shown.empty()) {

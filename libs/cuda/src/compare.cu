@@ -85,10 +85,11 @@ cudaError_t compare_on_device(const void* got, CompareType got_type, const void*
   const size_t wanted = (n + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
   if (got_type == CompareType::kF32 && expected_type == CompareType::kF32) {
-    compare_kernel<true><<<blocks, kThreads, 0, stream>>>(got, got_type, expected, expected_type, n, rtol, atol, totals);
+    compare_kernel<true>
+        <<<blocks, kThreads, 0, stream>>>(got, got_type, expected, expected_type, n, rtol, atol, totals);
   } else {
-    compare_kernel<false><<<blocks, kThreads, 0, stream>>>(got, got_type, expected, expected_type, n, rtol, atol,
-                                                           totals);
+    compare_kernel<false>
+        <<<blocks, kThreads, 0, stream>>>(got, got_type, expected, expected_type, n, rtol, atol, totals);
   }
   return cudaGetLastError();
 }

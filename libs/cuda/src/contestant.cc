@@ -4,10 +4,46 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 
+#include "cuda_device.h"
+#include "kiln/eval/runner.h"
 #include "runner_device.h"
 
-namespace kiln::cuda::detail {
+namespace kiln::cuda {
+namespace {
+
+// The stream of placement_seed the arenas' allocation order is drawn from (the blocks' placements use
+// block numbers, far below it).
+constexpr uint64_t kAllocationDraw = uint64_t{1} << 40;
+// An arena's size is rounded up to this. The runners map the evaluator's arenas through CUDA IPC, and on
+// an H200 an allocation whose size is not a multiple of 2 MiB was slower to read in the process that
+// imported it, by a different amount for each allocation: one latency-bound cuda_reduce_sum kernel
+// (BLOCK 128, VEC 1, BLOCKS_PER_SM 4) ran 259-295 us across 16 such arenas of one process and 256-259 us
+// on arenas rounded up to 2 MiB, on the importer's own allocations and on memory shared through the
+// driver's virtual-memory handles (bench/timing/arena_probe.sh, results/arena_probe_h200*.jsonl). That
+// spread made the kernel's median depend on which arenas a process drew: 20 % between evaluations.
+constexpr size_t kArenaGranularity = size_t{2} << 20;
+
+}  // namespace
+
+std::vector<size_t> arena_allocation_order(size_t contestants, size_t arenas, uint64_t seed) {
+  std::vector<size_t> order;
+  for (size_t k = 0; k < arenas; ++k) {
+    for (size_t who = 0; who < contestants; ++who) order.push_back(who);
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(eval::mix_seed(seed, kAllocationDraw)));
+  return order;
+}
+
+// Device bytes one contestant's arena holds: the largest case with the placement slack, in whole 2 MiB.
+Result<size_t> device_arena_bytes(const task::TaskSpec& spec) {
+  KILN_RETURN_IF_ERROR(eval::check_runner_limits(spec));
+  KILN_ASSIGN_OR_RETURN(const size_t most, eval::largest_case_bytes(spec, detail::kTensorAlignment));
+  return detail::round_up(most + detail::kPlacementSlack, kArenaGranularity);
+}
+
+namespace detail {
 
 using eval::HostTensor;
 using eval::TensorSet;
@@ -57,4 +93,5 @@ Status Contestant::download(TensorSet& host, bool inputs_too) const {
   return Status::ok();
 }
 
-}  // namespace kiln::cuda::detail
+}  // namespace detail
+}  // namespace kiln::cuda

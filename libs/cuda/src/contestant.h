@@ -1,5 +1,7 @@
 // One contestant of the CUDA device (cuda_device.h): its runner, the device arenas the evaluator shares
-// with that runner alone, and where its tensors sit in them (placement and layout). Internal to libs/cuda.
+// with that runner alone, and where its tensors sit in them (placement and layout); contestant.cc also
+// sizes the arenas and draws their allocation order (device_arena_bytes, arena_allocation_order in
+// cuda_device.h). Internal to libs/cuda.
 #pragma once
 
 #include <cstddef>

@@ -25,9 +25,11 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
     return invalid_argument("this evaluator runs the cuda backend, the task is " +
                             std::string(proto::name(spec.backend)));
   if (spec.torch_reference())
-    return failed_precondition("the task's reference is a PyTorch module: this build runs those on the cpu backend only");
+    return failed_precondition(
+        "the task's reference is a PyTorch module: this build runs those on the cpu backend only");
   for (const auto& b : spec.baselines) {
-    if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm, torch_eager, torch_compile)");
+    if (!is_known_baseline(b))
+      return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm, torch_eager, torch_compile)");
   }
   KILN_RETURN_IF_ERROR(eval::check_timing_options(options));
   // Starting (CUDA contexts, device arenas, runners) and tearing down use the device too: they hold its

@@ -103,8 +103,9 @@ TEST_CASE("a failed ncu run is named by ncu's own errors, and only a passing tro
       "==PROF== Disconnected from process 41\n";
   CHECK(ncu_errors(busy) == "Failed to prepare kernel for profiling; Unknown Error on device 0.");
   CHECK(ncu_failure_is_transient(busy));
-  const std::string perm = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
-                           "Performance Counters on the target device 0.\n";
+  const std::string perm =
+      "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+      "Performance Counters on the target device 0.\n";
   CHECK(ncu_errors(perm).rfind("ERR_NVGPUCTRPERM", 0) == 0);
   CHECK_FALSE(ncu_failure_is_transient(perm));
   CHECK(ncu_errors("==PROF== all good\n").empty());

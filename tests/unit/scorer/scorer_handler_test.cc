@@ -145,6 +145,12 @@ TEST_CASE("the scorer answers by the shared outcome rules", "[scorer]") {
     CHECK(broken.outcome == messaging::Outcome::kDeadLetter);
     CHECK(broken.error.find("program c1/p0: stored record") != std::string::npos);
   }
+  SECTION("the candidate's own failure is a verdict it is scored on: the score job is done, never given back") {
+    messaging::JobOutcome wrong =
+        h.handle_job(job("c1/p0:score", proto::encode(kiln::testing::test_result(p0, "mismatch"))));
+    CHECK(wrong.outcome == messaging::Outcome::kDone);
+    CHECK(wrong.error.empty());
+  }
   SECTION("input that names nothing known is the job's fault, never the candidate's") {
     proto::Candidate stray = p0;
     stray.campaign_id = "c7";
