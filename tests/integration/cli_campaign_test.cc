@@ -45,7 +45,8 @@ TEST_CASE("a second kiln up on the ports of a running Kiln refuses to start and 
   LocalKiln k(1, 1);
   zmq::context_t ctx(1);
   messaging::Client client(ctx, k.endpoint());
-  REQUIRE(eventually([&] { return workers(client).size() >= 4; }, 60, 0.2));  // ingest, llm-bridge, compiler, tester, ...
+  // ingest, propose (the llm-bridge), compile, test.cpu, score and promote
+  REQUIRE(eventually([&] { return workers(client).size() >= 6; }, 60, 0.2));
   const std::vector<std::string> before = workers(client);
 
   const std::string second_state = k.dir.path() + "/second";
@@ -78,7 +79,7 @@ TEST_CASE("kiln status shows campaign ids, and a campaign id kiln does not know 
   auto st = k.kiln({"status"});
   INFO("kiln status:\n" << st.out);
   REQUIRE(st.exit_code == 0);
-  for (const auto& id : ids) CHECK(std::regex_search(st.out, std::regex("\n" + id + " +fast ")));
+  for (const auto& id : ids) CHECK(std::regex_search(st.out, std::regex("\n" + id + " +scale_fast ")));
   // One shape for `kiln status` and `kiln best`, --json before or after.
   for (auto args : {std::vector<std::string>{"status"}, std::vector<std::string>{"best", ids[0]}}) {
     auto before = args;

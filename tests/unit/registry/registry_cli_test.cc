@@ -1,5 +1,5 @@
 // `kiln registry match` and `kiln registry verify` as a user runs them: the built binary on a registry in
-// a temp dir, and the README's example run word for word.
+// a temp dir, and the usage guide's example (docs/usage.md) run word for word.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
