@@ -1,4 +1,5 @@
-# Kiln: `make run` installs, builds and runs the demo; `make test` installs, builds and runs the tests.
+# Kiln: `make run` installs, builds and runs the demo (only what it needs); `make test` installs, builds and
+# runs everything and the tests.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -6,30 +7,52 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DKILN_WERROR=ON
 endif
 
-DEB_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
-  prometheus-cpp-dev catch2 libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
-  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev clang-format prometheus docker.io docker-compose debootstrap \
-  python3 python3-zmq python3-yaml python3-msgpack python3-torch chromium slurm-wlm munge
+# What `make run` needs: the compiler, the libraries of the services, the CLI and the evaluators.
+RUN_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libyaml-cpp-dev \
+  prometheus-cpp-dev libsqlite3-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev libcli11-dev \
+  libspdlog-dev libarchive-dev zlib1g-dev libopenblas-dev
+# What only the tests, the compose stack and the Slurm test add: Catch2, Prometheus, Docker, a browser for
+# the report test, Python for the bridge tests and the PyTorch references, Slurm.
+TEST_PACKAGES = catch2 clang-format prometheus docker.io docker-compose debootstrap python3 python3-zmq python3-yaml \
+  python3-msgpack python3-torch chromium slurm-wlm munge
+DEB_PACKAGES = $(RUN_PACKAGES) $(TEST_PACKAGES)
 
-.PHONY: deps build run test compose-test swarm-test slurm-test bench format format-check clean
+CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+.PHONY: deps deps-run build build-run run test compose-test swarm-test slurm-test bench format format-check clean
+
+# Installs the Debian packages of its argument that are missing (apt-get, with sudo unless root).
+define install_missing
+	@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
-	  echo "make deps: installing$$missing"; \
+	  echo "make $@: installing$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "make deps: all packages present"; fi
+	else echo "make $@: all packages present"; fi
+endef
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
 
-build: deps $(BUILD)/CMakeCache.txt
+deps-run:
+	$(call install_missing,$(RUN_PACKAGES))
+
+# Everything: services, CLI, evaluators, tests and benchmarks.
+build: deps
+	@grep -qs "KILN_BUILD_TESTS:BOOL=ON" $(BUILD)/CMakeCache.txt || $(CONFIGURE) -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# What `kiln up` runs and nothing else (the kiln_run target): a build folder made here has no tests or
+# benchmarks configured, so Catch2 need not be installed; `make build` or `make test` adds them.
+build-run: deps-run
+	@[ -f $(BUILD)/CMakeCache.txt ] || $(CONFIGURE) -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF
+	cmake --build $(BUILD) -j $(JOBS) --target kiln_run
+
+# The demo: every service, the bundled tasks this machine can run, the results table and a report per
+# campaign. Its state, logs, reports and registry go under .kiln/ (ignored by git).
+run: build-run
 	$(BUILD)/bin/kiln up --demo
 
 # The compose and Swarm stack tests run after the suite wherever a Docker daemon answers (.ci/run starts one); the

@@ -31,7 +31,7 @@ sleep 5
 start=$(date +%s)
 timeout 420 $kiln --json submit "configs/tasks/$task" --budget "$budget" --wait --timeout 400 > "$out/submit.json" 2> "$out/submit.err"
 echo "submit exit $? after $(( $(date +%s) - start )) s"
-cid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['campaign_id'])" "$out/submit.json")
+cid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['campaign_id'])" "$out/submit.json")
 $kiln --json best "$cid" > "$out/best.json"
 $kiln report "$cid" -o "$out/report.html"
 python3 - "$out/best.json" <<'PY'

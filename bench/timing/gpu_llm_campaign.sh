@@ -72,7 +72,7 @@ start=$(date +%s)
 timeout 480 $kiln --json submit "configs/tasks/$task" --proposer llm --budget "$budget" --wait --timeout 460 \
   > "$out/submit.json" 2> "$out/submit.err"
 echo "submit exit $? after $(( $(date +%s) - start )) s"
-cid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['campaign_id'])" "$out/submit.json")
+cid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['campaign_id'])" "$out/submit.json")
 $kiln --json best "$cid" --top 100 > "$out/best.json"
 python3 - "$out/prompts.jsonl" "$out/best.json" "$out/llm_prompts.json" <<'PY'
 import json, re, sys

@@ -23,6 +23,7 @@ constexpr std::string_view kTest = "test";
 constexpr std::string_view kDeadPrefix = "dead:";
 constexpr std::string_view kCampaignPrefix = "campaign:";
 constexpr std::string_view kCampaignStartSuffix = ":start";
+constexpr std::string_view kCampaignCancelSuffix = ":cancel";
 constexpr std::string_view kIngestPrefix = "ingest:";
 
 // Every step, in the order of job_id::Step, with the word after the ':'.
@@ -128,6 +129,10 @@ std::optional<std::string_view> dead_letter_of(std::string_view id) {
 
 std::string campaign_start(std::string_view campaign_id) {
   return concat(kCampaignPrefix, campaign_id, kCampaignStartSuffix);
+}
+
+std::string campaign_cancel(std::string_view campaign_id) {
+  return concat(kCampaignPrefix, campaign_id, kCampaignCancelSuffix);
 }
 
 std::string ingest(std::string_view campaign_id) { return concat(kIngestPrefix, campaign_id); }

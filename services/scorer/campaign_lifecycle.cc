@@ -78,6 +78,22 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   return Status::ok();
 }
 
+Status CampaignLifecycle::cancel(std::string_view payload, Effects& fx) {
+  auto msg = proto::decode<proto::CampaignCancel>(payload);
+  if (!msg.is_ok()) return invalid_argument("campaign.cancel: " + msg.status().message());
+  fx.campaign_id = msg->campaign_id;
+  KILN_ASSIGN_OR_RETURN(auto c, store_.load_campaign(msg->campaign_id));
+  if (!c) return not_found("campaign.cancel: unknown campaign '" + msg->campaign_id + "'");
+  if (c->proposing()) {
+    c->stop_reason = "cancelled";
+    KILN_RETURN_IF_ERROR(store_.save_control(*c));
+  }
+  KILN_RETURN_IF_ERROR(maybe_finish(*c));
+  KILN_ASSIGN_OR_RETURN(proto::CampaignInfo info, queries_.campaign_info(*c));
+  fx.payload = proto::encode(info);
+  return Status::ok();
+}
+
 Status CampaignLifecycle::check_early_stop(CampaignRow& c, const std::optional<proto::Program>& best) {
   if (!c.stop_reason.empty() || !best || c.proposed >= c.budget) return Status::ok();
   const double speedup = best->eval.correctness ? best->eval.runtime_improvement : -1;

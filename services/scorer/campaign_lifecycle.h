@@ -27,6 +27,9 @@ class CampaignLifecycle {
   // campaign.start: records the campaign and program 0, compiles program 0 and issues the first
   // proposals beside it; answers with the campaign's info. A campaign already known is a duplicate.
   Status start(std::string_view payload, Effects& fx);
+  // campaign.cancel (`kiln cancel`): no more proposals; what is in flight finishes. Answers with the
+  // campaign's info; an unknown campaign is kNotFound.
+  Status cancel(std::string_view payload, Effects& fx);
   // Sets the stop reason once `best` (the campaign's best so far) reaches the target speedup, or the
   // campaign has gone `patience` scored programs without a new best.
   Status check_early_stop(CampaignRow& c, const std::optional<proto::Program>& best);

@@ -49,6 +49,7 @@ struct CampaignEngine::Impl {
     }
     if (kind == proto::kind::kDead) return dead_letters.on_dead(job_id, payload, fx);
     if (kind == proto::kind::kPromoted) return promotions.on_promoted(payload, fx);
+    if (kind == proto::kind::kCampaignCancel) return lifecycle.cancel(payload, fx);
     return invalid_argument("unknown payload kind '" + std::string(kind) + "'");
   }
 

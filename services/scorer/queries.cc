@@ -80,6 +80,13 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
   KILN_ASSIGN_OR_RETURN(info.not_evaluated, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
                                                          " AND state = 'not_evaluated'",
                                                          c.id));
+  if (info.not_evaluated > 0) {
+    KILN_ASSIGN_OR_RETURN(auto why, store_.db().prepare("SELECT eval_log FROM programs WHERE campaign_id = ? AND"
+                                                        " state = 'not_evaluated' ORDER BY rowid DESC LIMIT 1"));
+    why.bind(1, c.id);
+    KILN_ASSIGN_OR_RETURN(bool row, why.step());
+    if (row) info.last_not_evaluated = why.column_text(0);
+  }
   info.best_program_id = c.best_program_id;
   if (!c.best_program_id.empty()) {
     KILN_ASSIGN_OR_RETURN(auto best, store_.load_program(c.best_program_id));

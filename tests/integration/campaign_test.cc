@@ -22,6 +22,7 @@
 #include "kiln/proto/payloads.h"
 #include "kiln/registry/registry.h"
 #include "kiln/testing/skip.h"
+#include "local_kiln.h"
 #include "process.h"
 
 using namespace kiln;
@@ -29,75 +30,6 @@ using namespace kiln::testing;
 using nlohmann::json;
 
 namespace {
-
-// A whole Kiln on loopback with its own ports, state and registry.
-struct LocalKiln {
-  TempDir dir{"kiln-it"};
-  int broker_port = free_tcp_port();
-  int events_port = free_tcp_port();
-  int metrics_port = free_tcp_port();
-  int scorer_port = free_tcp_port();
-  std::string config = dir.path() + "/kiln.yaml";
-  std::string registry = dir.path() + "/registry";
-  std::unique_ptr<Background> up;
-
-  explicit LocalKiln(int compilers = 2, int testers = 1, double screen_below = 0) {
-    std::ofstream(config)
-        << "broker:\n"
-        << "  bind: tcp://127.0.0.1:" << broker_port << "\n"
-        << "  events_bind: tcp://127.0.0.1:" << events_port << "\n"
-        << "  metrics_port: " << metrics_port << "\n"
-        << "  heartbeat_interval_s: 0.25\n"
-        << "  heartbeat_liveness: 4\n"
-        << "ingest: {metrics_port: 0}\n"
-        << "llm_bridge: {metrics_port: 0}\n"
-        << "compiler: {metrics_port: 0}\n"
-        << "tester:\n"
-        << "  metrics_port: 0\n"
-        // Warm and a little longer: these tests check the pipeline and promotion, not cache
-        // flushing, and a confident interval must not hinge on one slow generation.
-        << "  timing: {mode: warm, min_samples: 10, min_time_s: 0.2, max_time_s: 2.0, warmup_iters: 2,"
-        << " screen_below: " << screen_below << "}\n"
-        << "scorer: {metrics_port: " << scorer_port << ", max_in_flight: 3}\n"
-        << "promoter: {metrics_port: 0, registry_dir: " << registry << "}\n"
-        << "up: {compilers: " << compilers << ", testers: " << testers << "}\n";
-    up = std::make_unique<Background>(
-        std::vector<std::string>{bin_dir() + "/kiln", "--config", config, "up", "--state-dir", dir.path() + "/state"},
-        dir.path() + "/up.log");
-    zmq::context_t ctx(1);
-    messaging::Client client(ctx, endpoint());
-    REQUIRE(eventually([&] { return client.request("broker", "status", "", 0.5).is_ok(); }, 30));
-  }
-  ~LocalKiln() {
-    if (up) up->stop(30);
-    // A failed REQUIRE unwinds through here: show every service's log, since the failure alone (say, a
-    // campaign that did not finish) rarely says which process stalled.
-    if (std::uncaught_exceptions() > 0) dump_logs();
-  }
-  void dump_logs() {
-    std::vector<std::filesystem::path> logs{dir.path() + "/up.log"};
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/state/logs", ec)) logs.push_back(e.path());
-    for (const auto& path : logs) {
-      auto text = read_file(path.string());
-      if (!text.is_ok()) continue;
-      constexpr size_t kTail = 6000;
-      const size_t from = text->size() > kTail ? text->size() - kTail : 0;
-      std::fprintf(stderr, "==== %s (last %zu bytes)\n%s\n", path.filename().c_str(), text->size() - from,
-                   text->c_str() + from);
-    }
-  }
-  std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(broker_port); }
-  ProcessResult kiln(std::vector<std::string> args, double timeout_s = 300) {
-    std::vector<std::string> argv{bin_dir() + "/kiln", "--config", config};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_process(argv, timeout_s);
-  }
-  std::string log(const std::string& name) {
-    auto r = read_file(dir.path() + "/state/logs/" + name + ".log");
-    return r.is_ok() ? *r : "";
-  }
-};
 
 std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
 
@@ -141,11 +73,10 @@ TEST_CASE("a campaign runs through every real process to the verified-kernel reg
   INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 5);  // program 0 + 4 proposals
-  CHECK(out[0]["best_speedup"].get<double>() > 2.0);
-  REQUIRE(out[0]["promoted"].size() >= 1);
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 5);  // program 0 + 4 proposals
+  CHECK(out["best_speedup"].get<double>() > 2.0);
+  REQUIRE(out["promoted"].size() >= 1);
 
   auto reg = registry::Registry::open(k.registry);
   REQUIRE(reg.is_ok());
@@ -181,7 +112,7 @@ TEST_CASE("a campaign runs through every real process to the verified-kernel reg
   auto list = k.kiln({"registry", "--dir", k.registry, "list"});
   CHECK(list.exit_code == 0);
   CHECK(list.out.find(e["kernel_id"].get<std::string>()) != std::string::npos);
-  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  auto best = k.kiln({"--json", "best", out["campaign_id"]});
   REQUIRE(best.exit_code == 0);
   auto bj = json::parse(best.out);
   CHECK(bj["programs"].size() >= 1);
@@ -204,16 +135,15 @@ TEST_CASE("a kernel that caches its results by input is never promoted", "[integ
   INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 3);
-  CHECK(out[0]["promoted"].empty());
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 3);
+  CHECK(out["promoted"].empty());
   auto reg = registry::Registry::open(k.registry);
   REQUIRE(reg.is_ok());
   auto entries = reg->list();
   REQUIRE(entries.is_ok());
   CHECK(entries->empty());
-  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  auto best = k.kiln({"--json", "best", out["campaign_id"]});
   REQUIRE(best.exit_code == 0);
   INFO("kiln best: " << best.out);
   const json listed = json::parse(best.out);  // not a range over a temporary's member (it would dangle)
@@ -232,8 +162,7 @@ TEST_CASE("a campaign submitted under an id of its own keeps it, and submitting 
     INFO("stdout: " << r.out << "\nstderr: " << r.err);
     REQUIRE(r.exit_code == 0);
     auto out = json::parse(r.out);
-    REQUIRE(out.size() == 1);
-    return out[0];
+    return out;
   };
   const json first = submit("0");
   CHECK(first["campaign_id"] == "bench.fast-1");
@@ -246,6 +175,13 @@ TEST_CASE("a campaign submitted under an id of its own keeps it, and submitting 
   auto best = k.kiln({"--json", "best", "bench.fast-1"});
   CHECK(best.exit_code == 0);
   CHECK(best.out.find("bench.fast-1/p0") != std::string::npos);
+  // Another task under that id is refused, and nothing is submitted: the id would show another task's campaign.
+  auto other = k.kiln({"submit", source_dir() + "/tests/data/tasks/slow_cpu", "--campaign-id", "bench.fast-1"});
+  INFO("another task: " << other.err);
+  CHECK(other.exit_code == 1);
+  CHECK(other.err.rfind("kiln: --campaign-id bench.fast-1: that campaign runs another task ('", 0) == 0);
+  CHECK(other.err.find("choose another id") != std::string::npos);
+  CHECK(k.kiln({"--json", "best", "bench.fast-1"}).out.find("bench.fast-1/p1") == std::string::npos);
   // An id with a job id's separator is refused before anything is sent.
   auto bad = k.kiln({"submit", fast_task(), "--campaign-id", "bench:1"});
   CHECK(bad.exit_code != 0);
@@ -263,11 +199,10 @@ TEST_CASE("a candidate that cannot reach the bar is screened out, recorded with 
   INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester-1"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 1);
-  CHECK(out[0]["promoted"].empty());
-  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 1);
+  CHECK(out["promoted"].empty());
+  auto best = k.kiln({"--json", "best", out["campaign_id"]});
   REQUIRE(best.exit_code == 0);
   INFO("kiln best: " << best.out);
   CHECK(best.out.find("screened out on N=65536: speedup 0.") != std::string::npos);
@@ -288,10 +223,9 @@ TEST_CASE("a candidate that cannot overtake the campaign's best is screened out 
                   << k.log("broker"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 4);
-  auto best = k.kiln({"--json", "best", out[0]["campaign_id"], "--top", "10"});
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 4);
+  auto best = k.kiln({"--json", "best", out["campaign_id"], "--top", "10"});
   REQUIRE(best.exit_code == 0);
   INFO("kiln best: " << best.out);
   int screened = 0;
@@ -424,11 +358,10 @@ TEST_CASE("a campaign submitted with a target speedup stops early", "[integratio
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["stop_reason"].get<std::string>().find("target speedup") != std::string::npos);
-  CHECK(out[0]["scored"].get<int>() < 13);
-  CHECK(out[0]["proposed"].get<int>() < 12);
+  CHECK(out["state"] == "done");
+  CHECK(out["stop_reason"].get<std::string>().find("target speedup") != std::string::npos);
+  CHECK(out["scored"].get<int>() < 13);
+  CHECK(out["proposed"].get<int>() < 12);
 }
 
 TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[integration]") {
@@ -440,10 +373,9 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nscorer log:\n" << k.log("scorer"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 2);
-  const std::string cid = out[0]["campaign_id"];
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 2);
+  const std::string cid = out["campaign_id"];
 
   auto best = k.kiln({"--json", "best", cid});
   REQUIRE(best.exit_code == 0);
@@ -483,8 +415,8 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   REQUIRE(e["cases"].size() == 2);
   CHECK(e["cases"][1]["dims"]["N"] == 65536);
   for (const auto& c : e["cases"]) CHECK(c["speedup_interval"][0].get<double>() >= 1.10);
-  CHECK(out[0]["promoted"].size() == 1);
-  for (const auto& note : out[0]["promotion_notes"]) CHECK(note.get<std::string>().find("/p0:") == std::string::npos);
+  CHECK(out["promoted"].size() == 1);
+  for (const auto& note : out["promotion_notes"]) CHECK(note.get<std::string>().find("/p0:") == std::string::npos);
 
   // The text view lists each case under its program.
   auto text = k.kiln({"best", cid});
@@ -534,7 +466,7 @@ TEST_CASE("kiln report renders a real campaign that a headless browser shows wit
   auto r = k.kiln({"--json", "submit", fast_task(), "--budget", "4", "--wait", "--timeout", "240"});
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_code == 0);
-  const json campaign = json::parse(r.out).at(0);
+  const json campaign = json::parse(r.out);
   const std::string cid = campaign["campaign_id"];
   auto best = k.kiln({"--json", "best", cid});
   REQUIRE(best.exit_code == 0);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <filesystem>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -119,4 +120,94 @@ TEST_CASE("the ports a test picks are outside the ephemeral range and never the 
     if (low > 11000) CHECK(port < low);
     CHECK(seen.insert(port).second);
   }
+}
+
+// Each command with arguments a user gets wrong: refused with one line that starts "kiln: ", never a crash
+// or an uncaught exception (an abort exits 134), and nothing created on the way.
+TEST_CASE("every command refuses malformed arguments with one line", "[integration][cli]") {
+  TempDir dir("kiln-cli-bad");
+  const std::string task = source_dir() + "/tests/data/tasks/fast_cpu";
+  const std::string nowhere = "tcp://127.0.0.1:1";  // nothing listens: commands that reach it time out
+  struct Case {
+    std::vector<std::string> args;
+    const char* expect;
+  } cases[] = {
+      {{"--broker", "notanendpoint", "status"}, "--broker: expected tcp://HOST:PORT"},
+      {{"--broker", "tcp://127.0.0.1:99999", "best", "x"}, "--broker: expected tcp://HOST:PORT"},
+      {{"--broker", "notanendpoint", "submit", task}, "--broker: expected tcp://HOST:PORT"},
+      {{"--config", dir.path() + "/none.yaml", "status"}, "none.yaml"},
+      {{"frobnicate"}, "frobnicate"},
+      {{}, "subcommand"},
+      {{"submit"}, "dir is required"},
+      {{"submit", task, "--budget", "-1"}, "--budget: expected a number >= 0, got -1"},
+      {{"submit", task, "--budget", "many"}, "--budget"},
+      {{"submit", task, "--max-in-flight", "0"}, "--max-in-flight: expected a number >= 1, got 0"},
+      {{"submit", task, "--timeout", "-5"}, "--timeout: expected a number >= 0, got -5"},
+      {{"submit", task, "--patience", "-2"}, "--patience: expected a number >= 0, got -2"},
+      {{"submit", task, "--target-speedup", "-1"}, "--target-speedup: expected a number >= 0, got -1"},
+      {{"submit", task, "--proposer", "oracle"}, "--proposer"},
+      {{"submit", task, "--campaign-id", "a:b"}, "--campaign-id: expected 1-128 characters"},
+      {{"submit", dir.path() + "/no-such-task"}, "no-such-task: no such file or directory"},
+      {{"status", "a", "b"}, "b"},
+      {{"best"}, "campaign is required"},
+      {{"best", "x", "--top", "0"}, "--top"},
+      {{"cancel"}, "campaign is required"},
+      {{"report"}, "campaign is required"},
+      {{"report", "x", "-o", dir.path() + "/no/such/r.html"}, "no/such/r.html: no folder"},
+      {{"task"}, "subcommand"},
+      {{"task", "validate"}, "dir is required"},
+      {{"task", "new", "Bad-Name", "--dir", dir.path()}, "task name 'Bad-Name'"},
+      {{"task", "new", "fine", "--dir", dir.path() + "/nonexistent/dir"}, "nonexistent/dir: no such folder"},
+      {{"keys", "new", "bad name", "--dir", dir.path()}, "expected 1-64 characters"},
+      {{"up", "--budget", "-3"}, "--budget: expected a number >= 0, got -3"},
+      {{"--broker", nowhere, "status"}, "broker"},
+      {{"--broker", nowhere, "cancel", "x"}, "broker"},
+  };
+  for (const auto& c : cases) {
+    auto r = kiln_cmd(c.args, 60);
+    std::string shown;
+    for (const auto& a : c.args) shown += a + " ";
+    INFO("kiln " << shown << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.exit_code < 128);  // not killed by a signal (an uncaught exception aborts)
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.rfind("kiln: ", 0) == 0);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+  }
+  // Nothing was created for the commands refused above.
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/no"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/nonexistent"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/fine"));
+}
+
+TEST_CASE("a wrong path is named once", "[integration][cli]") {
+  const std::string missing = "/no/such/kiln-task";
+  for (auto args : {std::vector<std::string>{"task", "validate", missing},
+                    std::vector<std::string>{"--broker", "tcp://127.0.0.1:1", "submit", missing}}) {
+    auto r = kiln_cmd(args);
+    INFO(r.err);
+    CHECK(r.err == "kiln: " + missing + ": no such file or directory\n");
+  }
+}
+
+TEST_CASE("--json is taken before or after the subcommand, with the same output", "[integration][cli]") {
+  TempDir dir("kiln-cli-json");
+  const std::string task = source_dir() + "/tests/data/tasks/fast_cpu";
+  auto before = kiln_cmd({"--json", "task", "validate", task});
+  auto after = kiln_cmd({"task", "validate", task, "--json"});
+  INFO(before.err << after.err);
+  REQUIRE(before.exit_code == 0);
+  REQUIRE(after.exit_code == 0);
+  CHECK(before.out == after.out);
+  CHECK(nlohmann::json::parse(after.out)["valid"] == true);
+  // A failure in --json is still an object, and its line on stderr.
+  auto bad = kiln_cmd({"task", "validate", dir.path() + "/none", "--json"});
+  CHECK(bad.exit_code == 1);
+  CHECK(nlohmann::json::parse(bad.out)["valid"] == false);
+  auto made = kiln_cmd({"task", "new", "my_json", "--dir", dir.path(), "--json"});
+  REQUIRE(made.exit_code == 0);
+  CHECK(nlohmann::json::parse(made.out)["created"] == dir.path() + "/my_json");
+  // --broker and --config after the subcommand, too.
+  auto late = kiln_cmd({"status", "--broker", "notanendpoint"});
+  CHECK(late.err.find("--broker: expected tcp://HOST:PORT") != std::string::npos);
 }

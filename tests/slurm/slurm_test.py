@@ -437,7 +437,7 @@ def run(args, tmp):
         job = submit_workers(cluster, kiln, jobs, user)
         t = time.time()
         out = kiln.cli("submit", TASK, "--budget", str(args.budget), "--wait", "--timeout", "600", timeout=660)
-        cid = out[0]["campaign_id"]
+        cid = out["campaign_id"]
         log(f"campaign {cid} finished in {time.time() - t:.1f} s")
         check_campaign(kiln, cid, args.budget)
 

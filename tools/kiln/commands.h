@@ -10,8 +10,18 @@
 
 namespace kiln::cli {
 
+// Exit codes: 0 done; 1 an error (one line on stderr says which); 2 bad arguments or config;
+// kIncompleteExit a campaign ended with programs not evaluated (the line says why); kInterruptedExit Ctrl-C.
+inline constexpr int kUsageExit = 2;
+inline constexpr int kIncompleteExit = 3;
+inline constexpr int kInterruptedExit = 130;
+
 // Prints "kiln: <line>" to stderr and returns the failure exit code.
 int fail(const std::string& line);
+// invalid_argument unless `endpoint` is "" (the config's), tcp://HOST:PORT, ipc://PATH or inproc://NAME.
+Status check_endpoint(const std::string& endpoint);
+// "<path>: <message>", or `message` alone when it names the path already.
+std::string with_path(const std::string& path, const std::string& message);
 
 struct Common {
   std::string config_path;
@@ -23,9 +33,9 @@ struct Common {
 
 struct SubmitOptions {
   std::string dir;
-  int64_t budget = -1;  // -1: config default
+  int64_t budget = -1;  // -1: config default (the parser refuses a negative budget given)
   std::string proposer = "tuner";
-  int64_t max_in_flight = -1;
+  int64_t max_in_flight = -1;  // -1: config default (the parser refuses less than 1 given)
   bool wait = false;
   double timeout_s = 0;       // 0: no limit while waiting
   double target_speedup = 0;  // stop early once reached (0: the scorer's default)
@@ -39,6 +49,8 @@ struct SubmitOptions {
 int cmd_submit(const Common& c, const SubmitOptions& o);
 int cmd_status(const Common& c, const std::string& campaign);
 int cmd_best(const Common& c, const std::string& campaign, int top = 5);
+// `kiln cancel CAMPAIGN`: the scorer proposes no more for it; what is in flight finishes.
+int cmd_cancel(const Common& c, const std::string& campaign);
 int cmd_task_validate(const Common& c, const std::string& dir);
 int cmd_task_new(const Common& c, const std::string& name, const std::string& parent_dir);
 int cmd_keys_new(const Common& c, const std::string& name, const std::string& dir);
@@ -46,6 +58,8 @@ int cmd_keys_new(const Common& c, const std::string& name, const std::string& di
 // `kiln report CAMPAIGN [-o FILE]`: writes the campaign's HTML report (default kiln-report-<id>.html in
 // the current folder) and prints its absolute path.
 int cmd_report(const Common& c, const std::string& campaign, const std::string& path);
+// not_found unless the folder `path` goes into exists: kiln writes files, it creates no folders for them.
+Status check_output_folder(const std::string& path);
 Result<std::string> write_report(const Common& c, const std::string& campaign, const std::string& path);
 std::string default_report_path(const std::string& campaign);
 // "report: kiln report <id>, or http://<scorer host>:<port>/campaigns/<id>/report" for text output.
@@ -64,10 +78,14 @@ int cmd_up(const Common& c, const UpOptions& o);
 std::string format_speedup(double s, double lo, double hi);
 void print_results_table(const std::vector<proto::CampaignInfo>& campaigns);
 // Polls the scorer until every campaign is done (or the timeout); draws progress on stderr.
-// `tick` runs between polls; returning false stops the wait (e.g. on Ctrl-C).
+// `tick` runs between polls; returning false stops the wait (e.g. on Ctrl-C) with kInterruptedExit.
 int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, double timeout_s, bool quiet,
                        const std::function<bool()>& tick = {});
-// Validates and submits one package; returns the campaign id.
+// kIncompleteExit, with a line on stderr for each, when any of `campaigns` has programs not evaluated;
+// else 0.
+int campaigns_exit_code(const std::vector<proto::CampaignInfo>& campaigns);
+// Validates and submits one package; returns the campaign id. An id given in `o` that names a campaign of
+// the same task returns that campaign (nothing is submitted); one of another task is refused.
 Result<std::string> submit_task(const Common& c, const SubmitOptions& o);
 
 }  // namespace kiln::cli

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "campaign_views.h"
 #include "commands.h"
 #include "kiln/core/files.h"
 #include "kiln/messaging/client.h"
@@ -12,9 +13,21 @@ namespace kiln::cli {
 
 std::string default_report_path(const std::string& campaign) { return "kiln-report-" + campaign + ".html"; }
 
+Status check_output_folder(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+    return not_found(path + ": no folder " + parent.string() + " (kiln creates none)");
+  return Status::ok();
+}
+
 Result<std::string> write_report(const Common& c, const std::string& campaign, const std::string& path) {
+  const std::string out = path.empty() ? default_report_path(campaign) : path;
+  KILN_RETURN_IF_ERROR(check_output_folder(out));
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
+  KILN_ASSIGN_OR_RETURN(std::optional<proto::CampaignInfo> known, find_campaign(client, campaign));
+  if (!known) return not_found(unknown_campaign(campaign));
   KILN_ASSIGN_OR_RETURN(
       std::string body,
       client.request(std::string(proto::svc::kScore), "best",
@@ -23,9 +36,6 @@ Result<std::string> write_report(const Common& c, const std::string& campaign, c
   if (!best.is_ok()) return internal_error("bad reply: " + best.status().message());
   const std::string html = report::render_html(
       report::make_input(std::move(best).value(), c.config.promoter.registry_dir, c.config.promoter.min_speedup));
-  const std::string out = path.empty() ? default_report_path(campaign) : path;
-  if (const auto parent = std::filesystem::path(out).parent_path(); !parent.empty())
-    KILN_RETURN_IF_ERROR(make_dirs(parent.string()));
   KILN_RETURN_IF_ERROR(write_file_atomic(out, html));
   return std::filesystem::absolute(out).string();
 }

@@ -1,6 +1,7 @@
 // `kiln task new NAME`: a working CPU task package to start from (y = alpha * x + beta).
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "commands.h"
@@ -86,9 +87,14 @@ std::string fill(std::string text, const std::string& name) {
 
 }  // namespace
 
-int cmd_task_new(const Common&, const std::string& name, const std::string& parent_dir) {
+int cmd_task_new(const Common& c, const std::string& name, const std::string& parent_dir) {
   if (!std::regex_match(name, std::regex("[a-z0-9_]+"))) {
     std::fprintf(stderr, "kiln: task name '%s': expected [a-z0-9_]+\n", name.c_str());
+    return 1;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(parent_dir, ec)) {
+    std::fprintf(stderr, "kiln: --dir %s: no such folder (kiln creates only the task's own)\n", parent_dir.c_str());
     return 1;
   }
   std::string dir = parent_dir + "/" + name;
@@ -106,6 +112,10 @@ int cmd_task_new(const Common&, const std::string& name, const std::string& pare
       std::fprintf(stderr, "kiln: %s\n", st.message().c_str());
       return 1;
     }
+  }
+  if (c.json) {
+    std::printf("%s\n", nlohmann::json{{"created", dir}, {"name", name}}.dump(2).c_str());
+    return 0;
   }
   std::printf(
       "created %s (task.yaml, reference.cpp, kernel.cpp, instructions.md); check it with: kiln task validate %s\n",

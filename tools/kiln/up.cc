@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "campaign_views.h"
 #include "commands.h"
 #include "kiln/core/files.h"
 #include "kiln/core/signals.h"
 #include "kiln/messaging/client.h"
 #include "kiln/proto/ids.h"
 #include "kiln/task/task.h"
+#include "ports.h"
 #include "supervisor.h"
 
 namespace kiln::cli {
@@ -27,13 +29,51 @@ std::string self_dir() {
   return ec ? std::string(".") : p.parent_path().string();
 }
 
-int port_for(int base, int replica) { return base == 0 ? 0 : base + 100 * replica; }
+// The demo's registry: the configured one, unless that is the built-in default (a folder of the source
+// checkout, whose files git tracks), in which case one under the state dir.
+std::string demo_registry_dir(const config::KilnConfig& cfg, const std::string& state) {
+  if (cfg.promoter.registry_dir != config::KilnConfig{}.promoter.registry_dir) return cfg.promoter.registry_dir;
+  return state + "/registry";
+}
+
+// The results table, a report per campaign and where the registry is; `rc` is the wait's exit code, and
+// the demo's unless a campaign ended with programs not evaluated.
+int show_demo_results(const Common& c, const std::vector<std::string>& ids, const std::string& state, int rc) {
+  zmq::context_t ctx(1);
+  messaging::Client client(ctx, c.broker_endpoint());
+  auto all = fetch_campaigns(client);
+  if (!all.is_ok()) return fail(all.status().message());
+  std::vector<proto::CampaignInfo> mine;
+  for (auto& info : *all)
+    if (std::find(ids.begin(), ids.end(), info.campaign_id) != ids.end()) mine.push_back(info);
+  print_results_table(mine);
+  // One report per campaign, next to the state it was read from.
+  const std::string reports = state + "/reports";
+  if (auto st = make_dirs(reports); !st.is_ok()) return fail(st.message());
+  for (const auto& id : ids) {
+    auto path = write_report(c, id, reports + "/" + id + ".html");
+    if (path.is_ok())
+      std::printf("report: %s\n", path->c_str());
+    else
+      std::fprintf(stderr, "kiln: report of %s: %s\n", id.c_str(), path.status().message().c_str());
+  }
+  const std::string& registry = c.config.promoter.registry_dir;
+  std::printf("registry: %s/verified_kernels.json (kiln registry --dir %s list)\n", registry.c_str(),
+              registry.c_str());
+  std::fflush(stdout);
+  const int incomplete = campaigns_exit_code(mine);
+  return rc != 0 ? rc : incomplete;
+}
 
 }  // namespace
 
-int cmd_up(const Common& c, const UpOptions& o) {
+int cmd_up(const Common& common_options, const UpOptions& o) {
+  std::string state = fs::absolute(o.state_dir.empty() ? common_options.config.up.state_dir : o.state_dir).string();
+  Common c = common_options;
+  if (o.demo) c.config.promoter.registry_dir = demo_registry_dir(c.config, state);
   const auto& cfg = c.config;
-  std::string state = fs::absolute(o.state_dir.empty() ? cfg.up.state_dir : o.state_dir).string();
+  // Nothing starts, and nothing is written, where another Kiln holds the ports.
+  if (auto st = check_ports_free(ports_of(cfg)); !st.is_ok()) return fail(st.message());
   std::string logs = state + "/logs";
   if (auto st = make_dirs(logs); !st.is_ok()) {
     std::fprintf(stderr, "kiln: %s\n", st.message().c_str());
@@ -67,15 +107,16 @@ int cmd_up(const Common& c, const UpOptions& o) {
   add("task-ingest", "kiln-task-ingest", cfg.ingest.metrics_port, false);
   add("llm-bridge", "kiln-llm-bridge", cfg.llm_bridge.metrics_port, false);
   for (int i = 0; i < cfg.up.compilers; ++i)
-    add("compiler-" + std::to_string(i + 1), "kiln-compiler", port_for(cfg.compiler.metrics_port, i), false);
+    add("compiler-" + std::to_string(i + 1), "kiln-compiler", replica_port(cfg.compiler.metrics_port, i), false);
   for (int i = 0; i < cfg.up.testers; ++i) {
-    add("tester-" + std::to_string(i + 1), "kiln-tester", port_for(cfg.tester.metrics_port, i), false);
+    add("tester-" + std::to_string(i + 1), "kiln-tester", replica_port(cfg.tester.metrics_port, i), false);
     // One tester per GPU: tester i takes GPU i unless the config pins one index for all.
     if (proto::is_backend(cfg.tester.backend, proto::Backend::kCuda) && cfg.tester.gpu_index < 0)
       specs.back().env.emplace_back("KILN_TESTER_GPU_INDEX", std::to_string(i));
   }
   add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
   add("promoter", "kiln-promoter", cfg.promoter.metrics_port, false);
+  if (o.demo) specs.back().env.emplace_back("KILN_PROMOTER_REGISTRY_DIR", cfg.promoter.registry_dir);
   for (const auto& s : specs) {
     if (::access(s.argv[0].c_str(), X_OK) != 0) {
       std::fprintf(stderr, "kiln: %s not found beside the kiln binary (build Kiln first: make build)\n",
@@ -158,29 +199,8 @@ int cmd_up(const Common& c, const UpOptions& o) {
     sup.poll();
     return !stop.load();
   });
-  if (!ids.empty()) {
-    zmq::context_t ctx(1);
-    messaging::Client client(ctx, c.broker_endpoint());
-    auto body = client.request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 5.0);
-    if (body.is_ok()) {
-      auto list = proto::decode<proto::CampaignList>(*body);
-      if (list.is_ok()) {
-        std::vector<proto::CampaignInfo> mine;
-        for (auto& info : list->campaigns)
-          if (std::find(ids.begin(), ids.end(), info.campaign_id) != ids.end()) mine.push_back(info);
-        print_results_table(mine);
-      }
-    }
-    // One report per campaign, next to the state it was read from.
-    for (const auto& id : ids) {
-      auto path = write_report(c, id, (fs::path(state) / "reports" / (id + ".html")).string());
-      if (path.is_ok())
-        std::printf("report: %s\n", path->c_str());
-      else
-        std::fprintf(stderr, "kiln: report of %s: %s\n", id.c_str(), path.status().message().c_str());
-    }
-    std::printf("registry: %s/verified_kernels.json (kiln registry list)\n", cfg.promoter.registry_dir.c_str());
-  }
+  if (rc == kInterruptedExit) std::fprintf(stderr, "kiln: interrupted: stopping every service\n");
+  if (!ids.empty() && rc != kInterruptedExit) rc = show_demo_results(c, ids, state, rc);
   sup.stop();
   return rc;
 }

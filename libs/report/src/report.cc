@@ -144,6 +144,9 @@ void header(std::ostringstream& h, const ReportInput& in, const std::vector<cons
   row("tokens", std::to_string(c.prompt_tokens) + " prompt, " + std::to_string(c.completion_tokens) + " completion");
   row("wall time", wall > 0 ? format_value("%.1f s", wall) : "-");
   row("stop", c.stop_reason.empty() ? (c.state == "done" ? "budget spent" : "running") : c.stop_reason);
+  if (c.not_evaluated > 0)
+    row("not evaluated", std::to_string(c.not_evaluated) + " program(s); latest: " + c.last_not_evaluated,
+        "not-evaluated");
   row("best",
       (c.best_program_id.empty() ? "-" : c.best_program_id) + "  " +
           speedup_text(c.best_speedup, c.best_speedup_lo, c.best_speedup_hi),

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -113,12 +114,11 @@ TEST_CASE("kiln submit --proposer llm fills archive cells and kiln best shows li
                   << k.log("scorer"));
   REQUIRE(r.exit_code == 0);
   auto out = json::parse(r.out);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0]["state"] == "done");
-  CHECK(out[0]["scored"] == 5);
+  CHECK(out["state"] == "done");
+  CHECK(out["scored"] == 5);
   CHECK(server.requests().size() >= 4);
 
-  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});  // the top 5: every program here
+  auto best = k.kiln({"--json", "best", out["campaign_id"]});  // the top 5: every program here
   INFO("best: " << best.out << best.err);
   REQUIRE(best.exit_code == 0);
   auto bj = json::parse(best.out);
@@ -204,4 +204,73 @@ TEST_CASE("a scorer killed mid LLM campaign is restarted and the campaign resume
   std::set<std::string> ids;
   for (const auto& p : best->programs) ids.insert(p.id);
   CHECK(ids.size() == 7);  // no program lost, none duplicated, program 0 not re-seeded
+}
+
+TEST_CASE("a campaign whose proposals keep failing says why everywhere and submit --wait exits 3",
+          "[integration][llm]") {
+  // The LLM endpoint answers every kernel request with a server error: each proposal is given back until
+  // it dies, so no proposal is ever evaluated.
+  FakeOpenAI server;
+  server.fallback.status = 503;
+  LlmKiln k(server);
+  auto r = k.kiln({"submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "2",
+                   "--wait", "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\nllm-bridge log:\n" << k.log("llm-bridge"));
+  CHECK(r.exit_code == 3);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("submitted campaign (\\S+)\n")));
+  const std::string cid = m[1].str();
+  // The last line says why, in the words the bridge gave.
+  const std::string last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  CHECK(last.rfind("kiln: campaign " + cid + " done: 2 program(s) not evaluated; latest: ", 0) == 0);
+  CHECK(last.find("503") != std::string::npos);
+
+  auto st = k.kiln({"status"});
+  CHECK(st.out.find(cid + ": 2 program(s) not evaluated; latest: ") != std::string::npos);
+  auto best = k.kiln({"best", cid});
+  CHECK(best.out.find("2 program(s) not evaluated; latest: ") != std::string::npos);
+  auto js = k.kiln({"best", cid, "--json"});
+  REQUIRE(js.exit_code == 0);
+  CHECK(json::parse(js.out)["campaign"]["last_not_evaluated"].get<std::string>().find("503") != std::string::npos);
+  const std::string page = k.dir.path() + "/report.html";
+  REQUIRE(k.kiln({"report", cid, "-o", page}).exit_code == 0);
+  auto html = read_file(page);
+  REQUIRE(html.is_ok());
+  CHECK(html->find("<div id=\"not-evaluated\">2 program(s); latest: ") != std::string::npos);
+}
+
+TEST_CASE("kiln cancel stops a campaign's proposals and lets those in flight finish", "[integration][llm]") {
+  FakeOpenAI server;
+  server.fallback = kernel_reply(kRegions[1]);
+  server.hold_after(0);  // every proposal waits at the LLM until the cancel has been taken
+  LlmKiln k(server);
+  auto sub = k.kiln(
+      {"submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "10", "--json"});
+  REQUIRE(sub.exit_code == 0);
+  const std::string cid = json::parse(sub.out)["campaign_id"];
+  auto info = [&] {
+    auto r = k.kiln({"--json", "status", cid});
+    return r.exit_code == 0 ? json::parse(r.out)["campaigns"].at(0) : json();
+  };
+  // Program 0 scored and the first proposals at the LLM (max_in_flight 2).
+  REQUIRE(eventually([&] { return server.requests().size() >= 2; }, 120, 0.1));
+  auto cancel = k.kiln({"cancel", cid});
+  INFO("cancel: " << cancel.out << cancel.err);
+  REQUIRE(cancel.exit_code == 0);
+  CHECK(cancel.out == "campaign " + cid + " cancelled: no new proposals; the 2 in flight finish and are scored first\n");
+  server.release();
+  json done;
+  REQUIRE(eventually(
+      [&] {
+        done = info();
+        return done.is_object() && done["state"] == "done";
+      },
+      240, 0.25));
+  CHECK(done["stop_reason"] == "cancelled");
+  CHECK(done["proposed"] == 2);
+  CHECK(done["scored"] == 3);
+  // A done campaign has nothing left to cancel.
+  auto again = k.kiln({"cancel", cid});
+  CHECK(again.exit_code == 0);
+  CHECK(again.out.find("cancelled: done, 3 program(s) scored") != std::string::npos);
 }

@@ -1,5 +1,5 @@
 // `kiln registry match` and `kiln registry verify` as a user runs them: the built binary on a registry in
-// a temp dir, and the README's example run word for word.
+// a temp dir, and the usage guide's example (docs/usage.md) run word for word.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -182,8 +182,8 @@ TEST_CASE("kiln registry verify warns about an entry without source_sha256 and p
   CHECK(j["warnings"].size() == 1);
 }
 
-TEST_CASE("the README's `kiln registry match` example prints what the README shows", "[registry][cli]") {
-  auto readme = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/README.md");
+TEST_CASE("the usage guide's `kiln registry match` example prints what the guide shows", "[registry][cli]") {
+  auto readme = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/docs/usage.md");
   REQUIRE(readme.is_ok());
   // Blocks of the form ```console / $ build/bin/kiln registry ... / output / ```.
   const std::string open = "```console\n$ build/bin/kiln registry ";

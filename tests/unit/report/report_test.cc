@@ -116,3 +116,14 @@ TEST_CASE("a campaign without programs still renders", "[report]") {
   CHECK(html.find("No best program yet.") != std::string::npos);
   CHECK(html.find("Nothing was promoted.") != std::string::npos);
 }
+
+TEST_CASE("a campaign with programs not evaluated says how many and why", "[report]") {
+  kiln::report::ReportInput in = sample();
+  const std::string quiet = render_html(in);
+  CHECK(quiet.find("id=\"not-evaluated\"") == std::string::npos);
+  in.best.campaign.not_evaluated = 4;
+  in.best.campaign.last_not_evaluated = "not evaluated: propose: LLM unavailable: Connection (dead after 3 attempts)";
+  const std::string html = render_html(in);
+  CHECK(html.find("<div id=\"not-evaluated\">4 program(s); latest: not evaluated: propose: LLM unavailable: "
+                  "Connection (dead after 3 attempts)</div>") != std::string::npos);
+}

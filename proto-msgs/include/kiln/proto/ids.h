@@ -7,6 +7,7 @@
 //   "<program_id>:compile-confirm", ":score-confirm"                    the steps of its confirmation
 //   "dead:<job_id>"                                                      the DeadLetter of a job
 //   "campaign:<campaign_id>:start"                                       a campaign's first score job
+//   "campaign:<campaign_id>:cancel"                                      `kiln cancel` of a campaign
 //   "ingest:<campaign_id>"                                               a campaign's ingest job
 #pragma once
 
@@ -76,6 +77,8 @@ std::optional<std::string_view> dead_letter_of(std::string_view id);
 
 // "campaign:<campaign_id>:start"
 std::string campaign_start(std::string_view campaign_id);
+// "campaign:<campaign_id>:cancel"
+std::string campaign_cancel(std::string_view campaign_id);
 // "ingest:<campaign_id>"
 std::string ingest(std::string_view campaign_id);
 

@@ -28,6 +28,7 @@ inline constexpr std::string_view kCampaignStart = "campaign.start";
 inline constexpr std::string_view kResult = "result";
 inline constexpr std::string_view kDead = "dead";
 inline constexpr std::string_view kPromoted = "promoted";
+inline constexpr std::string_view kCampaignCancel = "campaign.cancel";
 }  // namespace kind
 
 // Service names.
@@ -93,6 +94,18 @@ struct CampaignStart {
     v("submitted_at", submitted_at);
     v("target_speedup", target_speedup);
     v("patience", patience);
+  }
+};
+
+// `kiln cancel`: the campaign issues no more proposals; what is in flight finishes and is scored. A
+// "score" job with the id job_id::campaign_cancel(campaign_id), answered with the campaign's CampaignInfo.
+struct CampaignCancel {
+  std::string kind = std::string(kind::kCampaignCancel);
+  std::string campaign_id;
+  template <class V>
+  void fields(V& v) {
+    v("kind", kind);
+    v("campaign_id", campaign_id);
   }
 };
 
@@ -861,6 +874,8 @@ struct CampaignInfo {
   int64_t prompts = 0;  // strategy sections (meta-prompts) seen
   // Optional (v3).
   int64_t not_evaluated = 0;  // programs dead-lettered by a fault not theirs (no score; see DeadLetter)
+  // Optional (v4).
+  std::string last_not_evaluated;  // why the latest of those was not evaluated ("" = none)
   template <class V>
   void fields(V& v) {
     v("campaign_id", campaign_id);
@@ -890,6 +905,7 @@ struct CampaignInfo {
     v("completion_tokens", completion_tokens);
     v("prompts", prompts);
     v("not_evaluated", not_evaluated);
+    v("last_not_evaluated", last_not_evaluated);
   }
 };
 

@@ -74,8 +74,8 @@ class CampaignEngine {
   CampaignEngine(const CampaignEngine&) = delete;
   CampaignEngine& operator=(const CampaignEngine&) = delete;
 
-  // Handles one job of the "score" service; its payload's "kind" is campaign.start, result, dead or
-  // promoted. An error Status means nothing changed and nothing was recorded; its code says what went
+  // Handles one job of the "score" service; its payload's "kind" is campaign.start, campaign.cancel, result,
+  // dead or promoted. An error Status means nothing changed and nothing was recorded; its code says what went
   // wrong, as libraries say it: kInvalidArgument or kNotFound for bad input (undecodable, an unknown
   // campaign or program), kUnavailable for a busy database, kInternal for a broken archive. The handler
   // says whose fault that is (never the candidate's) and answers by messaging::outcome_for.
