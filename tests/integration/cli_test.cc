@@ -2,8 +2,8 @@
 // scaffolds a package that validates, and commands without a broker fail cleanly.
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -70,6 +70,25 @@ TEST_CASE("the bundled tasks validate", "[integration][cli]") {
     INFO(t << ": " << r.err);
     CHECK(r.exit_code == 0);
   }
+}
+
+TEST_CASE("the tuner refuses a task whose editable region is empty, an LLM campaign does not", "[integration][cli]") {
+  TempDir dir("kiln-cli");
+  const std::string from = source_dir() + "/tests/data/tasks/torch_cpu/";
+  const std::string to = dir.path() + "/empty_region/";
+  std::filesystem::create_directories(to);
+  for (const char* f : {"task.yaml", "reference.py"}) std::filesystem::copy_file(from + f, to + f);
+  std::ofstream(to + "kernel.cpp") << "#include <kiln/kernel_abi.h>\n// [EVOLVE_START]\n\n// [EVOLVE_END]\n";
+  auto tuner = kiln_cmd({"--broker", "tcp://127.0.0.1:1", "submit", to, "--budget", "1"});
+  INFO(tuner.err);
+  CHECK(tuner.exit_code != 0);
+  CHECK(lines(tuner.err) == 1);
+  CHECK(tuner.err.find("kernel.cpp: the editable region is empty") != std::string::npos);
+  // With a proposer that writes code the package is fine: the submit gets as far as the (missing) broker.
+  auto llm = kiln_cmd({"--broker", "tcp://127.0.0.1:1", "submit", to, "--budget", "1", "--proposer", "llm"}, 30);
+  CHECK(llm.exit_code != 0);
+  CHECK(llm.err.find("editable region") == std::string::npos);
+  CHECK(llm.err.find("broker") != std::string::npos);
 }
 
 TEST_CASE("commands that need a broker fail with one line when there is none", "[integration][cli]") {

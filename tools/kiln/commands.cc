@@ -100,6 +100,11 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
   if (!files.is_ok()) return invalid_argument(with_path(o.dir, files.status().message()));
   auto spec = task::parse_task(*files);
   if (!spec.is_ok()) return invalid_argument(with_path(o.dir, spec.status().message()));
+  if (o.proposer == "tuner" && task::kernel_regions_empty(*files, *spec)) {
+    return invalid_argument(with_path(o.dir, spec->kernel_file + ": the editable region is empty, so the tuner has "
+                                                                 "nothing to tune: --proposer llm or external writes "
+                                                                 "the kernel"));
+  }
   std::string tid = task::task_id(*files);
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());

@@ -2,6 +2,7 @@
 #include "kiln/task/task.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <utility>
 
@@ -84,6 +85,18 @@ Result<std::string> replace_region(std::string_view source, std::string_view con
 std::string region_text(std::string_view source, const Region& r) {
   if (r.begin > r.end || r.end > source.size()) return {};
   return std::string(source.substr(r.begin, r.end - r.begin));
+}
+
+bool kernel_regions_empty(const proto::FileMap& files, const TaskSpec& spec) {
+  const auto kernel = files.find(spec.kernel_file);
+  if (kernel == files.end()) return false;
+  auto bodies = region_bodies(kernel->second.data);
+  if (!bodies.is_ok()) return false;
+  for (const std::string& body : *bodies) {
+    for (char ch : body)
+      if (!std::isspace(static_cast<unsigned char>(ch))) return false;
+  }
+  return true;
 }
 
 Result<std::vector<std::string>> region_bodies(std::string_view source) {

@@ -99,6 +99,10 @@ Result<std::string> replace_region(std::string_view source, std::string_view con
 std::string region_text(std::string_view source, const Region& r);
 // The text of every region of `source`, in order.
 Result<std::vector<std::string>> region_bodies(std::string_view source);
+// Whether every editable region of the package's kernel holds only whitespace (and comments are code
+// here: a region with a comment is not empty). Such a program 0 has nothing to tune: only a proposer that
+// writes code (an LLM, an external agent) can start from it.
+bool kernel_regions_empty(const proto::FileMap& files, const TaskSpec& spec);
 
 // ------------------------------------------------------------------------- proposals
 //
