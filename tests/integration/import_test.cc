@@ -169,8 +169,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 // kiln-eval on the package with `source` as the candidate (correctness only): its exit code and stderr.
 ProcessResult evaluate(const TempDir& dir, const std::string& package, const std::string& source) {
   const std::string cpp = write(dir, "candidate.cpp", source), so = dir.path() + "/candidate.so";
-  const std::string cmd = "g++ -O2 -shared -fPIC -std=c++17 -I" + source_dir() + "/libs/core/include -o " + so +
-                          " " + cpp;
+  const std::string cmd =
+      "g++ -O2 -shared -fPIC -std=c++17 -I" + source_dir() + "/libs/core/include -o " + so + " " + cpp;
   REQUIRE(std::system(cmd.c_str()) == 0);
   return run_process({bin_dir() + "/kiln-eval", "--task", package, "--kernel", so, "--out", dir.path() + "/r.msgpack",
                       "--python", kPython, "--no-timing"},

@@ -76,8 +76,10 @@ std::string task_name(const std::string& problem) {
   for (char c : stem) {
     const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const bool ok = (l >= 'a' && l <= 'z') || (l >= '0' && l <= '9');
-    if (ok) name.push_back(l);
-    else if (!name.empty() && name.back() != '_') name.push_back('_');
+    if (ok)
+      name.push_back(l);
+    else if (!name.empty() && name.back() != '_')
+      name.push_back('_');
   }
   while (!name.empty() && name.back() == '_') name.pop_back();
   return name.empty() ? "imported" : name;
@@ -103,8 +105,8 @@ Status check_options(const ImportOptions& o) {
 Result<std::pair<std::string, std::vector<std::string>>> read_problem(const ImportOptions& o) {
   TempDir tmp("kiln-import");
   const std::string out = tmp.path() + "/result.json";
-  std::vector<std::string> args{o.python, "-I", "-c", kImportProblemScript, "--file", o.problem, "--out", out,
-                                "--name", task_name(o.problem), "--backend", o.backend};
+  std::vector<std::string> args{o.python, "-I", "-c",     kImportProblemScript, "--file",    o.problem,
+                                "--out",  out,  "--name", task_name(o.problem), "--backend", o.backend};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   std::string output;
   auto rc = run_capture(args, output);
@@ -159,7 +161,8 @@ std::string empty_kernel(const task::TaskSpec& spec, bool cuda) {
 }
 
 std::string instructions(const task::TaskSpec& spec, const ImportOptions& o, const std::vector<std::string>& notes) {
-  std::string s = "# " + spec.name + "\n\nImported by `kiln task import` from `" + fs::path(o.problem).filename().string() +
+  std::string s = "# " + spec.name + "\n\nImported by `kiln task import` from `" +
+                  fs::path(o.problem).filename().string() +
                   "` (KernelBench's format), kept as reference.py: the reference is its `Model`, run by PyTorch. "
                   "For each case Kiln sets the case's dims as the file's constants, builds "
                   "`Model(*get_init_inputs())` with torch's seed 0, gives it the parameters it draws, and the "
@@ -186,8 +189,7 @@ int cmd_task_import(const ImportOptions& o) {
     auto k = read_file(o.kernel);
     if (!k.is_ok()) return fail_line("--kernel " + o.kernel + ": " + k.status().message());
     if (auto r = task::find_regions(*k); !r.is_ok() || r->empty())
-      return fail_line("--kernel " + o.kernel + ": " +
-                       (r.is_ok() ? "no [EVOLVE_START] region" : r.status().message()));
+      return fail_line("--kernel " + o.kernel + ": " + (r.is_ok() ? "no [EVOLVE_START] region" : r.status().message()));
     kernel = *k;
   }
   auto source = read_file(o.problem);

@@ -26,8 +26,8 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const C
   if (options.profile_run) return invalid_argument("profiling runs are for the cuda backend");
   for (const auto& b : spec.baselines) {
     if (!detail::find_baseline(b) && !is_torch_baseline(b)) {
-      return invalid_argument("unknown baseline '" + b + "' (known: " + detail::known_baselines() + ", " +
-                              kTorchEager + ", " + kTorchCompile + ")");
+      return invalid_argument("unknown baseline '" + b + "' (known: " + detail::known_baselines() + ", " + kTorchEager +
+                              ", " + kTorchCompile + ")");
     }
   }
   KILN_RETURN_IF_ERROR(check_timing_options(options));

@@ -209,8 +209,7 @@ bool move_fd(int fd, int target) {
   }
   const char* argv[] = {k.interpreter.c_str(), "-I", "-c", kTorchRunnerScript, nullptr};
   ::execvp(argv[0], const_cast<char* const*>(argv));
-  load_failed(ctl, "cannot run the Python interpreter " + k.interpreter + ": " + std::strerror(errno),
-              kSetupFailed);
+  load_failed(ctl, "cannot run the Python interpreter " + k.interpreter + ": " + std::strerror(errno), kSetupFailed);
 }
 
 }  // namespace
@@ -256,8 +255,8 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
       }
       r->arena_fd_ = fd;
     }
-    void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0),
-                     fd, 0);
+    void* p =
+        ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0), fd, 0);
     if (p == MAP_FAILED)
       return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
                                 " bytes: " + std::strerror(errno));

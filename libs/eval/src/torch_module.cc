@@ -9,10 +9,8 @@ namespace {
 nlohmann::json tensors_json(const std::vector<task::TensorSpec>& tensors) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& t : tensors) {
-    list.push_back({{"name", t.name},
-                    {"param", t.param},
-                    {"dtype", std::string(task::dtype_name(t.dtype))},
-                    {"shape", t.shape}});
+    list.push_back(
+        {{"name", t.name}, {"param", t.param}, {"dtype", std::string(task::dtype_name(t.dtype))}, {"shape", t.shape}});
   }
   return list;
 }

@@ -26,8 +26,8 @@ Status check_rules(const proto::PromoteRequest& r, double min_speedup);
 //   - not measurably faster (kFailedPrecondition): the confirmation's 95 % interval lower bound must be
 //     above the upper bound of the best registered entry's interval (its point speedup when it has none).
 //     Two intervals that overlap are within noise of each other.
-Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::string& dir,
-                        const proto::PromoteRequest& r, const std::string& language, const std::string& source,
+Status check_not_a_copy(const std::vector<KernelEntry>& entries, const std::string& dir, const proto::PromoteRequest& r,
+                        const std::string& language, const std::string& source,
                         const std::map<std::string, int64_t>& shape);
 // The entry for `r` promoted as `id`, its source (sha256 `sha`) stored at `source_path`.
 KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, const std::string& language,

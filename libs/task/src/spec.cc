@@ -482,8 +482,8 @@ Status check_torch_use(const TaskSpec& spec) {
   }
   for (size_t i = 0; i < spec.baselines.size(); ++i) {
     if (spec.baselines[i].rfind("torch_", 0) == 0)
-      return invalid_argument(std::string(kTaskFile) + ": baselines[" + std::to_string(i) + "]: " +
-                              spec.baselines[i] + " runs the task's PyTorch module, but the package has no reference.py");
+      return invalid_argument(std::string(kTaskFile) + ": baselines[" + std::to_string(i) + "]: " + spec.baselines[i] +
+                              " runs the task's PyTorch module, but the package has no reference.py");
   }
   return Status::ok();
 }

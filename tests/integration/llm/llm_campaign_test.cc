@@ -244,8 +244,8 @@ TEST_CASE("kiln cancel stops a campaign's proposals and lets those in flight fin
   server.fallback = kernel_reply(kRegions[1]);
   server.hold_after(0);  // every proposal waits at the LLM until the cancel has been taken
   LlmKiln k(server);
-  auto sub = k.kiln(
-      {"submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "10", "--json"});
+  auto sub =
+      k.kiln({"submit", source_dir() + "/tests/data/tasks/fast_cpu", "--proposer", "llm", "--budget", "10", "--json"});
   REQUIRE(sub.exit_code == 0);
   const std::string cid = json::parse(sub.out)["campaign_id"];
   auto info = [&] {
@@ -257,7 +257,8 @@ TEST_CASE("kiln cancel stops a campaign's proposals and lets those in flight fin
   auto cancel = k.kiln({"cancel", cid});
   INFO("cancel: " << cancel.out << cancel.err);
   REQUIRE(cancel.exit_code == 0);
-  CHECK(cancel.out == "campaign " + cid + " cancelled: no new proposals; the 2 in flight finish and are scored first\n");
+  CHECK(cancel.out ==
+        "campaign " + cid + " cancelled: no new proposals; the 2 in flight finish and are scored first\n");
   server.release();
   json done;
   REQUIRE(eventually(

@@ -158,8 +158,7 @@ TEST_CASE("a correct kernel passes against a PyTorch reference and is timed agai
   CHECK(report.performance.cases[0].candidate.median_us > 0);
 }
 
-TEST_CASE("a wrong kernel fails against a PyTorch reference, on the parameters the candidate was given",
-          "[torch]") {
+TEST_CASE("a wrong kernel fails against a PyTorch reference, on the parameters the candidate was given", "[torch]") {
   if (!have_torch()) KILN_SKIP("python3 has no torch here");
   // Without the relu: differs wherever the product is negative.
   auto report = evaluate(linear_task(), "linear_no_relu", "s", options(false));
@@ -173,16 +172,18 @@ TEST_CASE("a PyTorch reference that fails is the evaluator's problem, with the m
   if (!have_torch()) KILN_SKIP("python3 has no torch here");
   std::string broken = kLinearModule;
   broken.replace(broken.find("return torch.relu"), 17, "return torch.nosuchop");
-  auto report = kiln::eval::evaluate(linear_task(kLinearYaml, broken),
-                                     kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
-                                     nullptr, options(false));
+  auto report =
+      kiln::eval::evaluate(linear_task(kLinearYaml, broken),
+                           kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
+                           nullptr, options(false));
   REQUIRE_FALSE(report.is_ok());
   CHECK_THAT(report.status().message(), Catch::Contains("nosuchop"));
 
   std::string unloadable = std::string("import no_such_module_here\n") + kLinearModule;
-  report = kiln::eval::evaluate(linear_task(kLinearYaml, unloadable),
-                                kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
-                                nullptr, options(false));
+  report =
+      kiln::eval::evaluate(linear_task(kLinearYaml, unloadable),
+                           kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
+                           nullptr, options(false));
   REQUIRE_FALSE(report.is_ok());
   CHECK_THAT(report.status().message(), Catch::Contains("no_such_module_here"));
 }
@@ -190,15 +191,15 @@ TEST_CASE("a PyTorch reference that fails is the evaluator's problem, with the m
 TEST_CASE("without a Python the PyTorch reference cannot be evaluated here, and says so", "[torch]") {
   EvalOptions o = options(false);
   o.python = "";
-  auto report = kiln::eval::evaluate(linear_task(),
-                                     kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
-                                     nullptr, o);
+  auto report = kiln::eval::evaluate(
+      linear_task(), kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr}, nullptr,
+      o);
   REQUIRE_FALSE(report.is_ok());
   CHECK_THAT(report.status().message(), Catch::Contains("tester.python"));
   o.python = "/no/such/python3";
-  report = kiln::eval::evaluate(linear_task(),
-                                kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
-                                nullptr, o);
+  report = kiln::eval::evaluate(
+      linear_task(), kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr}, nullptr,
+      o);
   REQUIRE_FALSE(report.is_ok());
   CHECK_THAT(report.status().message(), Catch::Contains("/no/such/python3"));
 }
@@ -216,8 +217,9 @@ TEST_CASE("torch_eager times the task's module beside a C reference", "[torch]")
   const std::string ref = build_kernel("linear_ref", linear_kernel("s > 0 ? s : 0"));
   auto lib = kiln::eval::KernelLibrary::open(ref);
   REQUIRE(lib.is_ok());
-  auto report = kiln::eval::evaluate(*spec, kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr},
-                                     lib->entry(), options(true));
+  auto report = kiln::eval::evaluate(
+      *spec, kiln::eval::Candidate{build_kernel("linear_ok", linear_kernel("s > 0 ? s : 0")), nullptr}, lib->entry(),
+      options(true));
   REQUIRE(report.is_ok());
   INFO(report->message);
   CHECK(report->status == status::kOk);

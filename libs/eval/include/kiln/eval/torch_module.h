@@ -20,10 +20,10 @@ inline constexpr const char* kTorchCompile = "torch_compile";
 bool is_torch_baseline(const std::string& name);
 
 struct TorchContestant {
-  std::string name;         // "reference", "torch_eager", "torch_compile"
-  bool compile = false;     // run through torch.compile
-  std::string device;       // "cpu" | "cuda"
-  int arena_shift = 0;      // cuda: how a staged tensor names its device arena (arena << shift | offset)
+  std::string name;      // "reference", "torch_eager", "torch_compile"
+  bool compile = false;  // run through torch.compile
+  std::string device;    // "cpu" | "cuda"
+  int arena_shift = 0;   // cuda: how a staged tensor names its device arena (arena << shift | offset)
 };
 
 // The runner kernel of the task's module for `who`, run by `interpreter`; an error when the task has no

@@ -58,7 +58,7 @@ struct TaskSpec {
   std::string torch_source;
   bool torch_reference() const { return reference_file == kTorchReferenceFile; }
   static constexpr const char* kTorchReferenceFile = "reference.py";
-  std::string instructions;    // instructions.md, may be empty
+  std::string instructions;  // instructions.md, may be empty
 };
 
 // Reads a package from a directory, or a .tar.gz or .zip of one, into memory (regular files only, bounded).
