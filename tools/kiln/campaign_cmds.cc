@@ -55,8 +55,9 @@ void print_queues(const proto::BrokerStatus& st) {
   // An evaluation worker that runs candidates unconfined, or refuses to run them, says so here.
   for (const auto& x : st.workers)
     if (!x.caps.confinement.empty() && x.caps.confinement != "confined")
-      std::printf("%s %s: %s\n", x.caps.confinement.rfind("UNCONFINED", 0) == 0 ? "WARNING:" : "refusing:",
-                  x.worker_id.c_str(), x.caps.confinement.c_str());
+      std::printf("%s %s: %s\n",
+                  x.caps.confinement.rfind("UNCONFINED", 0) == 0 ? "WARNING:" : "refusing:", x.worker_id.c_str(),
+                  x.caps.confinement.c_str());
 }
 
 json program_json(const proto::Program& p) {
@@ -149,8 +150,7 @@ void print_best(const Common& c, const std::string& campaign, const proto::BestP
       std::printf("       %-36s %s\n", (case_dims(k.dims) + ":").c_str(),
                   format_speedup(k.speedup, k.speedup_lo, k.speedup_hi).c_str());
   }
-  if (!best.programs.empty())
-    std::printf("\nbest program's evaluation:\n%s\n", best.programs[0].eval.eval_log.c_str());
+  if (!best.programs.empty()) std::printf("\nbest program's evaluation:\n%s\n", best.programs[0].eval.eval_log.c_str());
   std::printf("\n%s\n", report_hint(c, campaign).c_str());
 }
 
@@ -159,14 +159,14 @@ Result<std::string> job_result(messaging::Client& client, const std::string& job
   const double until = monotonic_s() + timeout_s;
   while (true) {
     KILN_ASSIGN_OR_RETURN(std::string body, client.request(std::string(proto::svc::kBroker), "job",
-                                                            proto::encode(proto::JobStatusQuery{job_id}), 5.0));
+                                                           proto::encode(proto::JobStatusQuery{job_id}), 5.0));
     auto js = proto::decode<proto::JobStatus>(body);
     if (!js.is_ok()) return js.status().with_context("the broker's job status");
     if (js->state == "done") return js->result.data;
     if (js->state == "failed" || js->state == "dead") return unavailable(js->error);
     if (monotonic_s() > until)
-      return unavailable("the scorer did not take the request within " + std::to_string(int(timeout_s)) +
-                         " s (job " + job_id + " is " + js->state + "; it takes effect when the scorer runs it)");
+      return unavailable("the scorer did not take the request within " + std::to_string(int(timeout_s)) + " s (job " +
+                         job_id + " is " + js->state + "; it takes effect when the scorer runs it)");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

@@ -72,10 +72,10 @@ std::string progress_line(const proto::CampaignInfo& info) {
   char buf[96];
   std::snprintf(buf, sizeof buf, " %lld/%lld best ", static_cast<long long>(info.scored),
                 static_cast<long long>(total));
-  std::string line = info.campaign_id + " [" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]" +
-                     buf + (info.best_speedup > 0 ? format_speedup(info.best_speedup, info.best_speedup_lo,
-                                                                   info.best_speedup_hi)
-                                                  : std::string("-"));
+  std::string line =
+      info.campaign_id + " [" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]" + buf +
+      (info.best_speedup > 0 ? format_speedup(info.best_speedup, info.best_speedup_lo, info.best_speedup_hi)
+                             : std::string("-"));
   if (info.not_evaluated > 0) line += " (" + std::to_string(info.not_evaluated) + " not evaluated)";
   return line + "  ";
 }
@@ -186,8 +186,7 @@ int campaigns_exit_code(const std::vector<proto::CampaignInfo>& campaigns) {
   int rc = 0;
   for (const auto& info : campaigns) {
     if (std::string problem = campaign_problem(info); !problem.empty()) {
-      std::fprintf(stderr, "kiln: campaign %s %s: %s\n", info.campaign_id.c_str(), info.state.c_str(),
-                   problem.c_str());
+      std::fprintf(stderr, "kiln: campaign %s %s: %s\n", info.campaign_id.c_str(), info.state.c_str(), problem.c_str());
       rc = kIncompleteExit;
     }
   }
@@ -210,8 +209,8 @@ int cmd_submit(const Common& c, const SubmitOptions& o) {
   if (!c.json) std::printf("submitted campaign %s\n", cid->c_str());
   std::fflush(stdout);
   int rc = wait_for_campaigns(c, {*cid}, o.timeout_s, c.json, [&] { return !stop->load(); });
-  const std::string goes_on = "campaign " + *cid + " goes on (kiln status " + *cid + "; kiln cancel " + *cid +
-                              " stops it)";
+  const std::string goes_on =
+      "campaign " + *cid + " goes on (kiln status " + *cid + "; kiln cancel " + *cid + " stops it)";
   if (rc == kInterruptedExit) {
     std::fprintf(stderr, "kiln: stopped waiting; %s\n", goes_on.c_str());
     return rc;

@@ -150,8 +150,8 @@ int run(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // "frobnicate" where a command belongs: CLI11 would only say that a subcommand is required.
-    if (const auto extra = app.remaining(); !app.get_subcommands().size() && !extra.empty() &&
-                                            dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    if (const auto extra = app.remaining();
+        !app.get_subcommands().size() && !extra.empty() && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
       std::fprintf(stderr, "kiln: unknown command '%s' (see kiln --help)\n", extra.front().c_str());
       return kUsageExit;
     }

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kAnyHost = "0.0.0.0";  // where every service's /metrics listens
-constexpr const char* kTcpListen = "0A";      // st of a listening socket in /proc/net/tcp
+constexpr const char* kTcpListen = "0A";     // st of a listening socket in /proc/net/tcp
 
 // "tcp://127.0.0.1:5555" -> {"127.0.0.1", 5555}; "tcp://*:5555" -> {"0.0.0.0", 5555}; port 0 for anything
 // else (ipc://, a host name): nothing to check.

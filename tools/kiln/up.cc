@@ -58,8 +58,7 @@ int show_demo_results(const Common& c, const std::vector<std::string>& ids, cons
       std::fprintf(stderr, "kiln: report of %s: %s\n", id.c_str(), path.status().message().c_str());
   }
   const std::string& registry = c.config.promoter.registry_dir;
-  std::printf("registry: %s/verified_kernels.json (kiln registry --dir %s list)\n", registry.c_str(),
-              registry.c_str());
+  std::printf("registry: %s/verified_kernels.json (kiln registry --dir %s list)\n", registry.c_str(), registry.c_str());
   std::fflush(stdout);
   const int incomplete = campaigns_exit_code(mine);
   return rc != 0 ? rc : incomplete;
