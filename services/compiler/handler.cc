@@ -159,8 +159,12 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
 
   // The reference is built first: what goes wrong with it is never the candidate's. A reference that does
   // not compile will not compile on the next attempt either; one that ran out of time may, on a less busy
-  // machine.
-  auto reference = build(backend, arch, files, spec.reference_file, files.at(spec.reference_file).data, {});
+  // machine. A PyTorch reference (reference.py) is not built: the tester's Python runs it.
+  proto::BuildInfo nothing_to_build;
+  nothing_to_build.ok = true;
+  auto reference = spec.torch_reference()
+                       ? Result<Build>(Build{nothing_to_build, "", false})
+                       : build(backend, arch, files, spec.reference_file, files.at(spec.reference_file).data, {});
   if (!reference.is_ok()) return end(messaging::worker_fault(reference.status().with_context("toolchain")));
   if (!reference->info.ok) {
     const std::string why = "the reference failed to build (a problem of the task, not of the candidate):\n" +

@@ -29,6 +29,7 @@
 #include "kiln/proto/ids.h"
 #include "kiln/sandbox/sandbox.h"
 #include "kiln/task/task.h"
+#include "kiln/tester/torch_python.h"
 
 namespace kiln::tester {
 namespace {
@@ -193,6 +194,7 @@ Result<TesterOptions> options_from_config(const config::TesterConfig& config) {
   o.profile_timeout_s = config.profile_timeout_s;
   o.sandbox_uid = static_cast<uint32_t>(config.sandbox_uid);
   o.allow_unconfined = config.allow_unconfined != 0;
+  o.python_config = config.python;
   return o;
 }
 
@@ -373,6 +375,12 @@ Result<std::unique_ptr<TestHandler>> TestHandler::create(TesterOptions options) 
   if (options.eval_binary.empty()) {
     KILN_ASSIGN_OR_RETURN(options.eval_binary, default_eval_binary(options.backend));
   }
+  if (options.python.empty() && options.python_missing.empty()) {
+    const TorchPython torch = find_torch_python(options.python_config);
+    options.python = torch.path;
+    options.python_torch_version = torch.version;
+    options.python_missing = torch.why_none;
+  }
   if (access(options.eval_binary.c_str(), X_OK) != 0) {
     return not_found(
         "tester: no evaluation child at " + options.eval_binary +
@@ -469,6 +477,12 @@ std::vector<std::string> TestHandler::eval_argv(const char* result_file, double 
                                    number(t.precision),
                                    "--report-key",
                                    kReportKeyFile};
+  if (!options_.python.empty()) {
+    argv.push_back("--python");
+    argv.push_back(options_.python);
+  } else {
+    argv.push_back("--no-torch-baselines");
+  }
   if (!device_lock_.empty()) {
     argv.push_back("--device-lock");
     argv.push_back(confined() ? policy_.lock_file_in_child(device_lock_) : device_lock_);
@@ -645,6 +659,17 @@ Result<proto::TestReport> TestHandler::evaluate(const proto::TestRequest& reques
     return failed_precondition("tester: the task's backend is " + std::string(proto::name(spec->backend)) +
                                ", this tester runs " + std::string(proto::name(options_.backend)));
   }
+
+  if (spec->torch_reference() && options_.python.empty()) {
+    return unavailable("tester: the task runs a PyTorch module (" + spec->reference_file +
+                       "), and this tester has no Python with torch: " + options_.python_missing);
+  }
+  // What the speedup is against: a PyTorch reference is what a user runs (eager mode).
+  if (spec->torch_reference()) metadata["reference"] = "torch_eager";
+  if (needs_torch(*spec) && !options_.python.empty()) metadata["torch"] = options_.python_torch_version;
+  // The torch baselines of a task with a C reference are left out where there is no torch: said, not hidden.
+  if (needs_torch(*spec) && options_.python.empty())
+    metadata["baselines_left_out"] = "torch_eager, torch_compile: " + options_.python_missing;
 
   // Fail closed: a candidate is never run unconfined unless the tester was told it may be.
   if (!confined() && options_.confine && !options_.allow_unconfined && !recheck_confinement()) {

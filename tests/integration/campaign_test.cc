@@ -427,6 +427,37 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   CHECK(text.out.find("geometric means over the benchmark cases") != std::string::npos);
 }
 
+TEST_CASE("a campaign on a task with a PyTorch reference states its speedup against PyTorch eager",
+          "[integration][torch]") {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) KILN_SKIP("/usr/bin/python3 has no torch");
+  // The tester finds /usr/bin/python3 itself (tester.python unset); the reference is reference.py, whose
+  // `scale` parameter the candidate gets as an input.
+  LocalKiln k(1);
+  auto r = k.kiln({"--json", "submit", source_dir() + "/tests/data/tasks/torch_cpu", "--budget", "2", "--wait",
+                   "--timeout", "240"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err << "\ntester log:\n" << k.log("tester"));
+  REQUIRE(r.exit_code == 0);
+  auto out = json::parse(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["state"] == "done");
+  CHECK(out[0]["scored"] == 3);  // program 0 + 2 proposals
+  CHECK(out[0]["best_speedup"].get<double>() > 0);
+
+  auto best = k.kiln({"--json", "best", out[0]["campaign_id"]});
+  REQUIRE(best.exit_code == 0);
+  INFO("kiln best: " << best.out);
+  const json listed = json::parse(best.out);
+  REQUIRE(listed["programs"].size() >= 1);
+  for (const auto& p : listed["programs"]) {
+    // Correct against the module, timed against it, and the measurement says what the reference was.
+    CHECK(p["perf_score"] == 5);
+    CHECK(p["eval_metadata"]["reference"] == "torch_eager");
+    CHECK_FALSE(p["eval_metadata"]["torch"].get<std::string>().empty());
+    REQUIRE(p["cases"].size() == 1);
+    CHECK(p["cases"][0]["speedup"].get<double>() > 0);
+  }
+}
+
 TEST_CASE("kiln report renders a real campaign that a headless browser shows without script errors",
           "[integration][report]") {
   const std::string chromium = "/usr/bin/chromium";

@@ -62,13 +62,21 @@ void print_queues(const proto::BrokerStatus& st) {
 
 json program_json(const proto::Program& p) {
   json cases = json::array();
-  for (const auto& k : p.eval.cases)
+  for (const auto& k : p.eval.cases) {
+    json baselines = json::array();
+    for (const auto& b : k.baselines)
+      baselines.push_back({{"name", b.name},
+                           {"median_us", b.stats.median_us},
+                           {"speedup", b.speedup},
+                           {"speedup_interval", {b.speedup_lo, b.speedup_hi}}});
     cases.push_back({{"dims", k.dims},
                      {"speedup", k.speedup},
                      {"speedup_interval", {k.speedup_lo, k.speedup_hi}},
                      {"median_us", k.median_us},
                      {"reference_median_us", k.reference_median_us},
-                     {"n", k.n}});
+                     {"n", k.n},
+                     {"baselines", baselines}});
+  }
   auto stat = [&](const char* key) {
     auto it = p.eval.runtime_stats.find(key);
     return it == p.eval.runtime_stats.end() ? -1.0 : it->second;

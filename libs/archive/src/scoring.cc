@@ -227,6 +227,7 @@ proto::EvalResult evaluate(const proto::ScoreResult& r) {
       cs.median_us = c.candidate.median_us;
       cs.reference_median_us = c.reference.median_us;
       cs.n = c.candidate.n;
+      cs.baselines = c.baselines;
       e.cases.push_back(std::move(cs));
     }
     auto stat = [&](auto value) { return stat_geomean(cases, value); };

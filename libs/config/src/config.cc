@@ -96,6 +96,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"tester.screen_by_best", &c.tester.screen_by_best},
       {"tester.profile_scope", &c.tester.profile_scope},
       {"tester.ncu", &c.tester.ncu},
+      {"tester.python", &c.tester.python},
       {"tester.profile_timeout_s", &c.tester.profile_timeout_s},
       {"tester.sandbox_uid", &c.tester.sandbox_uid},
       {"tester.allow_unconfined", &c.tester.allow_unconfined},

@@ -12,15 +12,25 @@
 #include <vector>
 
 #include "compare.h"
+#include "contestant.h"
 #include "draw.h"
+#include "gpu_context.h"
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/stats.h"
+#include "kiln/eval/torch_module.h"
 #include "runner_device.h"
 
 namespace kiln::cuda {
 namespace {
 
+using detail::Contestant;
+using detail::kPlacementSlack;
+using detail::kTensorAlignment;
+using detail::Layout;
+using detail::open_gpu;
+using detail::Placement;
+using detail::round_up;
 using eval::HostTensor;
 using eval::Runner;
 using eval::TensorSet;
@@ -41,13 +51,6 @@ constexpr int kOverheadCalls = 60;
 // (rmsnorm) against naive references of ~3 ms.)
 constexpr double kClockAllowanceUs = 20;
 constexpr double kClockAllowanceRel = 0.03;
-// The flush buffer is this many times the L2: one pass of writes evicts every line.
-constexpr size_t kFlushL2Multiple = 2;
-constexpr size_t kFallbackL2Bytes = 64u << 20;
-// Tensors start on this alignment in a contestant's device arena; between blocks of timing rounds they
-// move by a multiple of it, up to kPlacementSlack (other pages and memory channels for every contestant).
-constexpr size_t kTensorAlignment = 4096;
-constexpr size_t kPlacementSlack = 64 * kTensorAlignment;
 // Each contestant has up to this many device arenas (separate allocations, other physical memory); the
 // tensors move among them between blocks of rounds, so that where a contestant's memory happens to sit
 // shows in the interval as spread instead of as a fixed offset between contestants.
@@ -80,83 +83,11 @@ constexpr double kReproducibilityUs = 1.5;
 constexpr double kReproducibilityRel = 0.05;
 constexpr double kReproducibilityProportional = 0.0075;
 
-constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return eval::quantile_sorted(v, 0.5);
 }
-
-// The evaluator's own context on the device: its stream, the L2 flush buffer and the probe.
-struct Gpu {
-  Stream stream;
-  DeviceBuffer flush;
-  DeviceBuffer probe;
-  int flush_round = 0;
-
-  Status flush_l2() {
-    // cudaMemsetAsync writes every line of a buffer twice the L2: nothing a kernel reads survives it.
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), ++flush_round & 0xff, flush.bytes(), stream.get()));
-    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
-    return Status::ok();
-  }
-  // Work of this context issued right after a runner answered: it has to get the device, so a kernel
-  // the runner left running (its own synchronize skipped) either delays it or shares the device with it.
-  Status probe_device() {
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(probe.data(), 0, probe.bytes(), stream.get()));
-    KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
-    return Status::ok();
-  }
-};
-
-Result<std::unique_ptr<Gpu>> open_gpu(bool cold) {
-  auto g = std::make_unique<Gpu>();
-  KILN_ASSIGN_OR_RETURN(g->stream, Stream::create());
-  KILN_ASSIGN_OR_RETURN(g->probe, DeviceBuffer::allocate(256));
-  if (cold) {
-    int device = 0, l2 = 0;
-    KILN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-    const size_t l2_bytes = l2 > 0 ? static_cast<size_t>(l2) : kFallbackL2Bytes;
-    KILN_ASSIGN_OR_RETURN(g->flush, DeviceBuffer::allocate(kFlushL2Multiple * l2_bytes));
-  }
-  return g;
-}
-
-kiln_tensor descriptor(const HostTensor& shape_of, void* staged_data) {
-  kiln_tensor t{};
-  t.data = staged_data;
-  t.dtype = static_cast<int32_t>(shape_of.dtype());
-  t.ndim = static_cast<int32_t>(shape_of.shape().size());
-  for (size_t d = 0; d < shape_of.shape().size() && d < KILN_MAX_DIMS; ++d) t.shape[d] = shape_of.shape()[d];
-  return t;
-}
-
-// Where a contestant's tensors sit in the current block: which device arena, and how far into it.
-struct Placement {
-  size_t offset = 0;
-  size_t arena = 0;
-};
-
-// Where the tensors of one case sit: which of a contestant's device arenas, and where in it.
-struct Layout {
-  size_t arena = 0;
-  std::vector<size_t> in, out;               // offsets in the arena
-  std::vector<kiln_tensor> inputs, outputs;  // descriptors as the runner gets them (arena and offset)
-
-  Layout() = default;
-  Layout(const TensorSet& shapes, Placement p) : arena(p.arena) {
-    size_t offset = p.offset / kTensorAlignment * kTensorAlignment;
-    auto place = [&](const HostTensor& t, std::vector<size_t>& at, std::vector<kiln_tensor>& d) {
-      at.push_back(offset);
-      d.push_back(descriptor(t, encode_arena_offset(arena, offset)));
-      offset += round_up(std::max<size_t>(t.bytes(), 1), kTensorAlignment);
-    };
-    for (const auto& t : shapes.inputs) place(t, in, inputs);
-    for (const auto& t : shapes.outputs) place(t, out, outputs);
-  }
-};
 
 // How one call ended, on both clocks.
 struct RawCall {
@@ -170,57 +101,6 @@ struct Overhead {
   double wall_us = 0;
   double reported_us = 0;
 };
-
-// One contestant: its runner, the device arenas the evaluator owns and shares with that runner alone,
-// where its tensors are now, and its raw timed calls.
-struct Contestant {
-  std::string name;
-  std::unique_ptr<Runner> runner;
-  std::vector<DeviceBuffer> arenas;
-  Placement placement;
-  Layout layout;
-  std::vector<double> wall_us, reported_us;
-
-  char* at(size_t offset) const { return static_cast<char*>(arenas[layout.arena].data()) + offset; }
-
-  Status upload(const TensorSet& host) {
-    for (size_t i = 0; i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(at(layout.in[i]), host.inputs[i].data(), host.inputs[i].bytes(), cudaMemcpyHostToDevice));
-    }
-    for (size_t i = 0; i < host.outputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(at(layout.out[i]), host.outputs[i].data(), host.outputs[i].bytes(), cudaMemcpyHostToDevice));
-    }
-    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return Status::ok();
-  }
-  Status download(TensorSet& host, bool inputs_too) const {
-    for (size_t i = 0; inputs_too && i < host.inputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(host.inputs[i].data(), at(layout.in[i]), host.inputs[i].bytes(), cudaMemcpyDeviceToHost));
-    }
-    for (size_t i = 0; i < host.outputs.size(); ++i) {
-      KILN_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(host.outputs[i].data(), at(layout.out[i]), host.outputs[i].bytes(), cudaMemcpyDeviceToHost));
-    }
-    return Status::ok();
-  }
-};
-
-Status check_sgemm(const TensorSet& s) {
-  const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
-  if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
-  const HostTensor &a = s.inputs[0], &b = s.inputs[1], &c = s.outputs[0];
-  for (const HostTensor* t : {&a, &b, &c}) {
-    if (t->dtype() != task::DType::kF32 || t->shape().size() != 2) return invalid_argument(want);
-    if (t->shape()[0] > INT32_MAX || t->shape()[1] > INT32_MAX) return invalid_argument(want + ": too large");
-  }
-  if (a.shape()[1] != b.shape()[0] || c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
-    return invalid_argument(want + ": the shapes do not chain");
-  }
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -248,7 +128,7 @@ struct CudaDevice::State {
   const eval::EvalOptions& options;
   const eval::Scalars scalars;
   const bool cold;
-  std::unique_ptr<Gpu> gpu;
+  std::unique_ptr<detail::Gpu> gpu;
   std::vector<Contestant> all;  // candidate, reference, overhead, then the baselines
   size_t arenas = 1;            // device arenas per contestant
   // The case's timing tensors, drawn here by begin_timing(): the donor's inputs, and what every block
@@ -376,7 +256,15 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   std::vector<eval::RunnerKernel> kernels = {
       {"candidate", candidate.entry, candidate.library, nullptr, nullptr},
       {"reference", reference.entry, reference.library, nullptr, overhead_entry}};
-  for (const auto& b : spec.baselines) kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+  for (const auto& b : spec.baselines) {
+    if (!eval::is_torch_baseline(b)) {
+      kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
+                          eval::torch_kernel(spec, options.python, {b, b == eval::kTorchCompile, "cuda", kArenaShift}));
+    kernels.push_back(std::move(k));
+  }
   KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
   State& st = *s;
   using Clock = std::chrono::steady_clock;
@@ -552,7 +440,10 @@ Result<eval::Device::Call> CudaDevice::call(size_t who, CallKind kind) {
 }
 
 Status CudaDevice::check_case(const TensorSet& shapes) {
-  return contestants() > 2 ? check_sgemm(shapes) : Status::ok();  // the baselines are cuBLAS SGEMM
+  for (size_t who = 2; who < contestants(); ++who) {
+    if (name(who) == "cublas_sgemm") return check_sgemm(shapes);
+  }
+  return Status::ok();
 }
 
 // The donor and the first block's tensors are drawn here, never on the host: perturb() copies from the

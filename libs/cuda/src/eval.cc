@@ -11,6 +11,7 @@
 #include "kiln/cuda/nvml.h"
 #include "kiln/eval/device.h"
 #include "kiln/eval/device_lock.h"
+#include "kiln/eval/torch_module.h"
 #include "kiln/proto/ids.h"
 
 namespace kiln::cuda {
@@ -23,8 +24,10 @@ Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const e
   if (spec.backend != proto::Backend::kCuda)
     return invalid_argument("this evaluator runs the cuda backend, the task is " +
                             std::string(proto::name(spec.backend)));
+  if (spec.torch_reference())
+    return failed_precondition("the task's reference is a PyTorch module: this build runs those on the cpu backend only");
   for (const auto& b : spec.baselines) {
-    if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm)");
+    if (!is_known_baseline(b)) return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm, torch_eager, torch_compile)");
   }
   KILN_RETURN_IF_ERROR(eval::check_timing_options(options));
   // Starting (CUDA contexts, device arenas, runners) and tearing down use the device too: they hold its
@@ -69,7 +72,7 @@ std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + s
 
 }  // namespace
 
-bool is_known_baseline(const std::string& name) { return name == "cublas_sgemm"; }
+bool is_known_baseline(const std::string& name) { return name == "cublas_sgemm" || eval::is_torch_baseline(name); }
 
 proto::WorkerInfo cuda_worker_info() {
   proto::WorkerInfo w;

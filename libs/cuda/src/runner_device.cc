@@ -155,4 +155,18 @@ int cublas_sgemm_entry(const kiln_args* a) {
   return st == CUBLAS_STATUS_SUCCESS ? 0 : 3;
 }
 
+Status check_sgemm(const eval::TensorSet& s) {
+  const std::string want = "cublas_sgemm: expects fp32 inputs A[M,K], B[K,N] and output C[M,N]";
+  if (s.inputs.size() < 2 || s.outputs.empty()) return invalid_argument(want);
+  const eval::HostTensor &a = s.inputs[0], &b = s.inputs[1], &c = s.outputs[0];
+  for (const eval::HostTensor* t : {&a, &b, &c}) {
+    if (t->dtype() != task::DType::kF32 || t->shape().size() != 2) return invalid_argument(want);
+    if (t->shape()[0] > INT32_MAX || t->shape()[1] > INT32_MAX) return invalid_argument(want + ": too large");
+  }
+  if (a.shape()[1] != b.shape()[0] || c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
+    return invalid_argument(want + ": the shapes do not chain");
+  }
+  return Status::ok();
+}
+
 }  // namespace kiln::cuda

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/core/status.h"
+#include "kiln/eval/device.h"
 #include "kiln/eval/runner.h"
 #include "kiln/kernel_abi.h"
 
@@ -23,6 +25,8 @@ inline void* encode_arena_offset(size_t arena, size_t offset) {
 // overhead every call pays, measured and subtracted alike) and the cuBLAS SGEMM baseline.
 int overhead_entry(const kiln_args* args);
 int cublas_sgemm_entry(const kiln_args* args);
+// Whether a case's tensors are what cublas_sgemm_entry multiplies (fp32 A[M,K], B[K,N], C[M,N]).
+Status check_sgemm(const eval::TensorSet& s);
 
 // Whether KILN_LOG_ARENAS=1: the evaluator logs each contestant's runner and each runner where it mapped
 // its arenas (an offset between contestants that follows the mapping shows there).

@@ -9,6 +9,7 @@
 
 #include "baselines.h"
 #include "kiln/eval/host.h"
+#include "kiln/eval/torch_module.h"
 
 namespace kiln::eval {
 
@@ -99,16 +100,32 @@ CpuDevice::~CpuDevice() = default;
 Result<std::unique_ptr<CpuDevice>> CpuDevice::start(const task::TaskSpec& spec, const Candidate& candidate,
                                                     KernelEntry reference, const EvalOptions& options) {
   std::unique_ptr<CpuDevice> d(new CpuDevice(spec, options));
-  d->kernels_ = {{"candidate", candidate.entry, candidate.library, nullptr}, {"reference", reference, "", nullptr}};
-  for (const auto& b : spec.baselines) d->kernels_.push_back({b, nullptr, "", detail::find_baseline(b)});
+  d->kernels_ = {{"candidate", candidate.entry, candidate.library, nullptr, nullptr}};
+  if (spec.torch_reference()) {
+    KILN_ASSIGN_OR_RETURN(RunnerKernel k, torch_kernel(spec, options.python, {"reference", false, "cpu", 0}));
+    d->kernels_.push_back(std::move(k));
+  } else {
+    d->kernels_.push_back({"reference", reference, "", nullptr, nullptr});
+  }
+  for (const auto& b : spec.baselines) {
+    if (is_torch_baseline(b)) {
+      KILN_ASSIGN_OR_RETURN(RunnerKernel k, torch_kernel(spec, options.python, {b, b == kTorchCompile, "cpu", 0}));
+      d->kernels_.push_back(std::move(k));
+    } else {
+      d->kernels_.push_back({b, nullptr, "", detail::find_baseline(b), nullptr});
+    }
+  }
   KILN_ASSIGN_OR_RETURN(const size_t arena, arena_bytes_for(spec));
   // Timing blocks after the first run on fresh runner processes: an offset fixed for one process shows
   // as spread between blocks. The first block and the check after timing use the runners that ran
   // correctness, so call-count and time bombs still fire.
-  d->start_runners_ = [kernels = d->kernels_, arena, wipe = options.wipe_in_runners] {
-    return Runner::start(kernels, arena, wipe);
-  };
-  KILN_ASSIGN_OR_RETURN(d->runners_, d->start_runners_());
+  // A Python contestant (trusted: the reference or a baseline) keeps its process: starting one imports
+  // torch, seconds, and the offsets of one process are what it would show a user too.
+  std::vector<RunnerKernel> fresh;
+  for (const auto& k : d->kernels_)
+    if (!k.python) fresh.push_back(k);
+  d->start_runners_ = [fresh, arena, wipe = options.wipe_in_runners] { return Runner::start(fresh, arena, wipe); };
+  KILN_ASSIGN_OR_RETURN(d->runners_, Runner::start(d->kernels_, arena, options.wipe_in_runners));
   for (const auto& r : d->runners_) {
     d->names_.push_back(r->name());
     d->current_.push_back(r.get());
@@ -185,14 +202,16 @@ Result<Device::Call> CpuDevice::call(size_t who, CallKind kind) {
   c.rc = *rc;
   c.descriptors_changed = !s.invoker->descriptors_intact();
   // A thread the kernel left working after it returned ran on until the runner stopped: that CPU time is
-  // the call's too.
-  c.sample_us = us + runner.after_return_cpu_us();
+  // the call's too. A Python contestant (trusted code) is timed by its own clock around forward(): the
+  // wrapping of the arena's tensors and the copy into the output are Kiln's, not the module's.
+  c.sample_us = (runner.python() ? runner.reported_us() : us) + runner.after_return_cpu_us();
+  if (runner.python() && c.rc != 0) c.device_error = runner.device_error();
   return c;
 }
 
 Status CpuDevice::check_case(const TensorSet& shapes) {
   for (size_t i = 2; i < kernels_.size(); ++i) {
-    KILN_RETURN_IF_ERROR(kernels_[i].baseline->check(shapes.inputs, shapes.outputs));
+    if (kernels_[i].baseline) KILN_RETURN_IF_ERROR(kernels_[i].baseline->check(shapes.inputs, shapes.outputs));
   }
   return Status::ok();
 }
@@ -217,7 +236,8 @@ Result<Device::Block> CpuDevice::begin_block(uint64_t block) {
       }
     }
     generation_ = std::move(fresh);
-    for (size_t i = 0; i < generation_.size(); ++i) current_[i] = generation_[i].get();
+    for (size_t i = 0, next = 0; i < current_.size(); ++i)
+      current_[i] = runners_[i]->python() ? runners_[i].get() : generation_[next++].get();
     b.fresh = true;
   }
   // Other pages and cache sets for every contestant in every block.

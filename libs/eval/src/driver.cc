@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_log.h"
 #include "kiln/eval/detail/protocol.h"
 #include "kiln/eval/device.h"
 #include "kiln/eval/device_lock.h"
@@ -50,8 +51,6 @@ constexpr size_t kPreciseBlocks = 6;
 constexpr double kPreciseConfidence = 0.95;
 constexpr int kPreciseResamples = 400;
 constexpr double kPreciseSpacing = 1.0 / 6;
-// The log lists the candidate's median and placement for this many blocks at most.
-constexpr size_t kLoggedBlocks = 40;
 // Timed outputs are compared with the reference's after every one of a case's first rounds (a run cut
 // short by a loaded machine or by screening has few rounds, and a cheat must not get through them on the
 // luck of the draw), after the first round of every block on fresh processes (a cache the candidate filled
@@ -336,7 +335,7 @@ class Protocol {
     got.outputs = unfilled_like(shapes.outputs);
     expected.outputs = unfilled_like(shapes.outputs);
     std::vector<size_t> block_starts;
-    std::vector<std::string> placements[2];  // the candidate's and the reference's, per block (Device::placement)
+    detail::Placements placements;  // the candidate's and the reference's, per block (Device::placement)
     for (auto& g : block_groups_) g.clear();
     bool fresh_block = false;  // the current block runs on processes that have not been timed before
     auto start_block = [&](int64_t round) -> Result<bool> {
@@ -475,44 +474,8 @@ class Protocol {
     timing.timing_s = timing_s;
     const double samples_lo = timing.speedup_lo, samples_hi = timing.speedup_hi;
     const auto [cand, ref] = own_up(timing, samples, block_starts);
-    if (cand.slower_us > 0 || cand.faster_us > 0 || ref.slower_us > 0 || ref.faster_us > 0) {
-      std::fprintf(stderr,
-                   "%s: %s: interval widened for reproducibility and placement by +%.2f/-%.2f us (candidate), "
-                   "+%.2f/-%.2f us (reference), from the samples' own [%.4f, %.4f]\n",
-                   device_.log_prefix(), shape.c_str(), cand.slower_us, cand.faster_us, ref.slower_us, ref.faster_us,
-                   samples_lo, samples_hi);
-    }
-    // Which side moved, when two measurements of one kernel disagree, and whether its samples have one mode
-    // or two (a wide p10..p90 moves the median with the share of slow samples; bench/throughput/remeasure.sh).
-    const auto& c = timing.candidate;
-    const auto& r = timing.reference;
-    const detail::OrderMedians order = detail::candidate_medians_by_order(samples[kCandidate]);
-    const detail::BlockRange blocks_range = detail::block_median_range(samples[kCandidate], block_starts);
-    std::fprintf(stderr,
-                 "%s: %s: medians: candidate %.3f us, reference %.3f us; p10..p90: candidate %.3f..%.3f us (cv %.3f), "
-                 "reference %.3f..%.3f us (cv %.3f); candidate right after the reference %.3f us, after itself %.3f "
-                 "us; candidate's block medians %.3f..%.3f us\n",
-                 device_.log_prefix(), shape.c_str(), c.median_us, r.median_us, c.p10_us, c.p90_us, c.cv, r.p10_us,
-                 r.p90_us, r.cv, order.after_reference_us, order.after_itself_us, blocks_range.lo_us,
-                 blocks_range.hi_us);
-    // Each block's median and where the tensors sat, for the candidate and the reference: a kernel whose
-    // speed depends on where its tensors land shows it here as two groups of blocks, and an A/A offset
-    // shows which side it is on.
-    for (size_t who : {kCandidate, kReference}) {
-      std::string per_block;
-      const std::vector<double> medians = detail::block_medians(samples[who], block_starts);
-      const bool paired = medians.size() == placements[who].size();  // no block without samples was left out
-      for (size_t b = 0; b < medians.size() && b < kLoggedBlocks; ++b) {
-        char one[96];
-        const std::string& at = paired ? placements[who][b] : std::string();
-        std::snprintf(one, sizeof one, "%s%.1f%s%s%s", b == 0 ? "" : ", ", medians[b], at.empty() ? "" : " (",
-                      at.c_str(), at.empty() ? "" : ")");
-        per_block += one;
-      }
-      if (medians.size() > kLoggedBlocks) per_block += ", ...";
-      std::fprintf(stderr, "%s: %s: %s's blocks (median us): %s\n", device_.log_prefix(), shape.c_str(),
-                   device_.name(who).c_str(), per_block.c_str());
-    }
+    detail::log_widening(device_, shape, cand, ref, samples_lo, samples_hi);
+    detail::log_case_spread(device_, shape, timing, samples, block_starts, placements);
     return true;
   }
 

@@ -10,6 +10,7 @@
 #include "baselines.h"
 #include "cpu_device.h"
 #include "kiln/eval/device.h"
+#include "kiln/eval/torch_module.h"
 #include "kiln/proto/ids.h"
 
 namespace kiln::eval {
@@ -17,15 +18,16 @@ namespace {
 
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const Candidate& candidate,
                                              KernelEntry reference, const EvalOptions& options) {
-  if ((!candidate.entry && candidate.library.empty()) || !reference)
+  if ((!candidate.entry && candidate.library.empty()) || (!reference && !spec.torch_reference()))
     return invalid_argument("evaluate: missing kernel entry point");
   if (spec.backend != proto::Backend::kCpu)
     return invalid_argument("this evaluator runs the cpu backend, the task is " +
                             std::string(proto::name(spec.backend)));
   if (options.profile_run) return invalid_argument("profiling runs are for the cuda backend");
   for (const auto& b : spec.baselines) {
-    if (!detail::find_baseline(b)) {
-      return invalid_argument("unknown baseline '" + b + "' (known: " + detail::known_baselines() + ")");
+    if (!detail::find_baseline(b) && !is_torch_baseline(b)) {
+      return invalid_argument("unknown baseline '" + b + "' (known: " + detail::known_baselines() + ", " +
+                              kTorchEager + ", " + kTorchCompile + ")");
     }
   }
   KILN_RETURN_IF_ERROR(check_timing_options(options));
@@ -75,7 +77,9 @@ KernelLibrary& KernelLibrary::operator=(KernelLibrary&& other) noexcept {
   return *this;
 }
 
-bool is_known_baseline(const std::string& name) { return detail::find_baseline(name) != nullptr; }
+bool is_known_baseline(const std::string& name) {
+  return detail::find_baseline(name) != nullptr || is_torch_baseline(name);
+}
 
 Result<proto::TestReport> evaluate(const task::TaskSpec& spec, KernelEntry candidate, KernelEntry reference,
                                    const EvalOptions& options) {

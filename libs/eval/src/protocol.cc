@@ -247,6 +247,11 @@ proto::CaseTiming summarize_case(const task::Dims& dims, const std::vector<doubl
     bt.name = b.name;
     bt.stats = compute_stats(b.samples_us);
     bt.speedup = t.candidate.median_us > 0 ? bt.stats.median_us / t.candidate.median_us : 0;
+    if (b.samples_us.size() == candidate_us.size()) {
+      const SpeedupInterval iv = bootstrap_speedup(b.samples_us, candidate_us, bootstrap_seed, 2000, block_starts);
+      bt.speedup_lo = iv.lo;
+      bt.speedup_hi = iv.hi;
+    }
     t.baselines.push_back(std::move(bt));
   }
   t.warmup_iters = warmup_iters;

@@ -1,6 +1,7 @@
 #include "kiln/eval/runner.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -16,11 +17,15 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "baselines.h"
 #include "kiln/eval/detail/protocol.h"
 #include "kiln/eval/host.h"
 #include "kiln/sandbox/sandbox.h"
+#include "torch_runner_script.h"
 
 namespace kiln::eval {
 namespace {
@@ -46,6 +51,7 @@ struct Control {
   double reported_us = 0;
   alignas(64) std::atomic<uint32_t> state{kStarting};
   alignas(64) std::atomic<uint32_t> blob_state{kNoBlob};
+  alignas(64) std::atomic<uint32_t> guard{0};  // a Python runner: 1 once it made itself non-dumpable
   uint32_t blob_bytes = 0;
   unsigned char blob[kRunnerBlobBytes] = {};
   char error[kErrorBytes] = {};
@@ -138,6 +144,75 @@ void await_blob(Control* ctl) {
   }
 }
 
+// What a Python runner needs to find its way in the arena, added to its kernel's configuration.
+std::string python_config(const PythonKernel& k, const void* arena, size_t arena_bytes) {
+  nlohmann::json cfg = nlohmann::json::parse(k.config);
+  const Control* c = control(const_cast<void*>(arena));
+  const auto at = [c](const void* field) {
+    return static_cast<size_t>(static_cast<const char*>(field) - reinterpret_cast<const char*>(c));
+  };
+  cfg["layout"] = {
+      {"seq", at(&c->seq)},
+      {"done_seq", at(&c->done_seq)},
+      {"rc", at(&c->rc)},
+      {"reported_us", at(&c->reported_us)},
+      {"state", at(&c->state)},
+      {"blob_state", at(&c->blob_state)},
+      {"guard", at(&c->guard)},
+      {"blob_bytes", at(&c->blob_bytes)},
+      {"blob", at(&c->blob)},
+      {"error", at(&c->error)},
+      {"error_bytes", kErrorBytes},
+      {"n_inputs", at(&c->args.n_inputs)},
+      {"n_outputs", at(&c->args.n_outputs)},
+      {"inputs", at(&c->inputs)},
+      {"outputs", at(&c->outputs)},
+      {"tensor_size", sizeof(kiln_tensor)},
+      {"t_data", offsetof(kiln_tensor, data)},
+      {"t_dtype", offsetof(kiln_tensor, dtype)},
+      {"t_ndim", offsetof(kiln_tensor, ndim)},
+      {"t_shape", offsetof(kiln_tensor, shape)},
+      {"max_dims", KILN_MAX_DIMS},
+  };
+  cfg["arena_bytes"] = arena_bytes;
+  cfg["arena_base"] = reinterpret_cast<uintptr_t>(arena);
+  cfg["futex_nr"] = SYS_futex;
+  return cfg.dump();
+}
+
+// `fd` moved to `target`, open across exec.
+bool move_fd(int fd, int target) {
+  if (fd == target) return ::fcntl(fd, F_SETFD, 0) == 0;
+  return ::dup2(fd, target) == target;
+}
+
+// A Python runner: confined like every runner, then the interpreter runs torch_runner.py with the arena as
+// fd 3 and the configuration as fd 4 (a sealed memfd), and nothing else open.
+[[noreturn]] void python_runner_main(Control* ctl, int arena_fd, const PythonKernel& k, const std::string& config) {
+  const int cfd = ::memfd_create("kiln-runner-config", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (cfd < 0) load_failed(ctl, std::string("memfd_create: ") + std::strerror(errno), kSetupFailed);
+  for (size_t done = 0; done < config.size();) {
+    const ssize_t n = ::write(cfd, config.data() + done, config.size() - done);
+    if (n <= 0) load_failed(ctl, "writing the runner's configuration failed", kSetupFailed);
+    done += static_cast<size_t>(n);
+  }
+  ::lseek(cfd, 0, SEEK_SET);
+  ::fcntl(cfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  // Out of the way of 3 and 4 first, so that neither lands on the other.
+  const int high_arena = ::fcntl(arena_fd, F_DUPFD_CLOEXEC, 64);
+  const int high_config = ::fcntl(cfd, F_DUPFD_CLOEXEC, 64);
+  if (high_arena < 0 || high_config < 0 || !move_fd(high_arena, 3) || !move_fd(high_config, 4))
+    load_failed(ctl, std::string("runner descriptors: ") + std::strerror(errno), kSetupFailed);
+  ::syscall(SYS_close_range, 5u, ~0u, 0u);
+  if (!k.allow_processes) {
+    if (auto st = sandbox::confine_current_process(); !st.is_ok()) load_failed(ctl, st.message(), kSetupFailed);
+  }
+  const char* argv[] = {k.interpreter.c_str(), "-I", "-c", kTorchRunnerScript, nullptr};
+  ::execvp(argv[0], const_cast<char* const*>(argv));
+  load_failed(ctl, "cannot run the Python interpreter " + k.interpreter + ": " + std::strerror(errno),
+              kSetupFailed);
+}
+
 }  // namespace
 
 Status check_runner_limits(const task::TaskSpec& spec) {
@@ -168,8 +243,21 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
     r->name_ = k.name;
     r->on_device_ = device != nullptr;
     r->arena_bytes_ = std::max(arena_bytes, kDataOffset);
-    // An anonymous shared mapping: shared with the runner forked below, with no file anyone can open.
-    void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    r->python_ = k.python != nullptr;
+    // An anonymous shared mapping: shared with the runner forked below, with no file anyone can open. A
+    // Python runner maps it again after exec: a memfd, close-on-exec here, that only that runner gets.
+    int fd = -1;
+    if (r->python_) {
+      fd = ::memfd_create("kiln-arena", MFD_CLOEXEC);
+      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(r->arena_bytes_)) != 0) {
+        if (fd >= 0) ::close(fd);
+        return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
+                                  " bytes: " + std::strerror(errno));
+      }
+      r->arena_fd_ = fd;
+    }
+    void* p = ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0),
+                     fd, 0);
     if (p == MAP_FAILED)
       return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
                                 " bytes: " + std::strerror(errno));
@@ -178,7 +266,14 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
     runners.push_back(std::move(r));
   }
   const pid_t parent = ::getpid();
-  for (size_t i = 0; i < runners.size(); ++i) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < runners.size(); ++i)
+    if (runners[i]->python_) order.push_back(i);
+  for (size_t i = 0; i < runners.size(); ++i)
+    if (!runners[i]->python_) order.push_back(i);
+  for (size_t i : order) {
+    const std::string config =
+        kernels[i].python ? python_config(*kernels[i].python, runners[i]->arena_, runners[i]->arena_bytes_) : "";
     const pid_t pid = ::fork();
     if (pid < 0) return unavailable(std::string("fork (runner): ") + std::strerror(errno));
     if (pid == 0) {
@@ -188,10 +283,16 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
       for (size_t j = 0; j < runners.size(); ++j)
         if (j != i) ::munmap(runners[j]->arena_, runners[j]->arena_bytes_);
       for (const auto& [ptr, n] : wipe) explicit_bzero(ptr, n);
+      if (kernels[i].python)
+        python_runner_main(control(runners[i]->arena_), runners[i]->arena_fd_, *kernels[i].python, config);
       ::syscall(SYS_close_range, 3u, ~0u, 0u);
       runner_main(control(runners[i]->arena_), kernels[i], device);
     }
     runners[i]->pid_ = pid;
+    if (runners[i]->python_) {
+      ::close(std::exchange(runners[i]->arena_fd_, -1));
+      runners[i]->await_guard();
+    }
     runners[i]->has_second_ = kernels[i].second != nullptr;
     runners[i]->has_cpu_clock_ = ::clock_getcpuclockid(pid, &runners[i]->cpu_clock_) == 0;
   }
@@ -225,7 +326,22 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
   return runners;
 }
 
+void Runner::await_guard() {
+  Control* ctl = control(arena_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ctl->guard.load(std::memory_order_acquire) == 0 && ctl->state.load(std::memory_order_acquire) == kStarting) {
+    if (!check_alive().is_ok()) return;  // start() reports the death
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::strncpy(ctl->error, "the Python runner did not start within 30 s", kErrorBytes - 1);
+      ctl->state.store(kSetupFailed, std::memory_order_release);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 Runner::~Runner() {
+  if (arena_fd_ >= 0) ::close(arena_fd_);
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);

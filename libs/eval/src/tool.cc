@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,12 +24,15 @@ constexpr int kExitNoReport = 3;
 
 struct Args {
   std::string task_dir, kernel, reference, out, report_key;
+  bool no_torch_baselines = false;
   EvalOptions eval;
 };
 
 void print_usage(const char* name) {
   std::fprintf(stderr,
-               "usage: %s --task DIR --kernel K.so --reference R.so --out RESULT.msgpack [--report-key FILE]\n"
+               "usage: %s --task DIR --kernel K.so [--reference R.so] --out RESULT.msgpack [--report-key FILE]\n"
+               "       [--python INTERPRETER]   (a Python with torch, for a task with a PyTorch module)\n"
+               "       [--no-torch-baselines]   (leave out the task's torch_eager and torch_compile baselines)\n"
                "       [--mode cold|warm] [--min-samples N] [--min-time S] [--max-time S]\n"
                "       [--max-noise X] [--warmup N] [--screen-below SPEEDUP] [--precision P] [--settle-calls N]\n"
                "       [--device-lock FILE]\n"
@@ -42,6 +46,10 @@ Result<Args> parse_args(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--no-timing") {
       a.eval.measure = false;
+      continue;
+    }
+    if (flag == "--no-torch-baselines") {
+      a.no_torch_baselines = true;
       continue;
     }
     if (flag == "--profile") {
@@ -75,6 +83,8 @@ Result<Args> parse_args(int argc, char** argv) {
       a.out = value;
     else if (flag == "--report-key")
       a.report_key = value;
+    else if (flag == "--python")
+      a.eval.python = value;
     else if (flag == "--device-lock")
       a.eval.device_lock = value;
     else if (flag == "--mode")
@@ -98,8 +108,8 @@ Result<Args> parse_args(int argc, char** argv) {
     else
       return invalid_argument("unknown flag " + flag);
   }
-  if (a.task_dir.empty() || a.kernel.empty() || a.reference.empty() || a.out.empty())
-    return invalid_argument("--task, --kernel, --reference and --out are required");
+  if (a.task_dir.empty() || a.kernel.empty() || a.out.empty())
+    return invalid_argument("--task, --kernel and --out are required");
   if (!(a.eval.timing.precision >= 0 && a.eval.timing.precision < 1))
     return invalid_argument("--precision: expected 0 <= P < 1 (0: off), got " +
                             std::to_string(a.eval.timing.precision));
@@ -125,7 +135,14 @@ proto::TestReport run(Args& args, const EvalTool& tool) {
   if (!spec.is_ok()) return fail("task: " + spec.status().message());
   Candidate reference{args.reference, nullptr};
   std::optional<KernelLibrary> reference_lib;
-  if (tool.load_reference_here) {
+  if (args.no_torch_baselines) {
+    auto& b = spec->baselines;
+    b.erase(std::remove_if(b.begin(), b.end(), [](const std::string& n) { return n.rfind("torch_", 0) == 0; }),
+            b.end());
+  }
+  if (!spec->torch_reference() && args.reference.empty())
+    return fail("the task's reference is " + spec->reference_file + ": --reference is required");
+  if (tool.load_reference_here && !spec->torch_reference()) {
     auto lib = KernelLibrary::open(args.reference);
     if (!lib.is_ok()) return fail("cannot load the reference: " + lib.status().message());
     reference_lib.emplace(std::move(lib).value());

@@ -79,6 +79,18 @@ std::string child(const std::string& path, std::string_view key) {
 }
 std::string item(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
+// A state_dict key: identifiers joined by dots ("layers.0.weight": a digit segment is a list index).
+bool is_state_key(std::string_view s) {
+  if (s.empty() || s.size() > 128 || s.front() == '.' || s.back() == '.') return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    (c == '.' && s[i - 1] != '.');
+    if (!ok) return false;
+  }
+  return true;
+}
+
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   for (char c : s)
@@ -244,7 +256,7 @@ std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& pa
   std::vector<TensorSpec> out;
   for (size_t i = 0; i < n.size(); ++i) {
     std::string p = item(path, i);
-    auto m = is_input ? entries(n[i], p, {"name", "dtype", "shape", "init"}, {"name", "dtype", "shape"})
+    auto m = is_input ? entries(n[i], p, {"name", "dtype", "shape", "init", "param"}, {"name", "dtype", "shape"})
                       : entries(n[i], p, {"name", "dtype", "shape"}, {"name", "dtype", "shape"});
     TensorSpec t;
     t.name = get_string(*find(m, "name"), child(p, "name"));
@@ -269,6 +281,11 @@ std::vector<TensorSpec> parse_tensors(const YAML::Node& n, const std::string& pa
       }
     }
     if (const YAML::Node* init = find(m, "init")) parse_init(*init, child(p, "init"), t);
+    if (const YAML::Node* param = find(m, "param")) {
+      t.param = get_string(*param, child(p, "param"));
+      if (!is_state_key(t.param))
+        fail(child(p, "param"), "expected a state_dict key of the module (\"conv.weight\"), got " + quote(t.param));
+    }
     out.push_back(std::move(t));
   }
   return out;
@@ -454,6 +471,22 @@ size_t dtype_bytes(DType d) {
 
 namespace {
 std::atomic<uint64_t> parses{0};
+
+// What needs reference.py has one: inputs that stand for module state, the torch baselines.
+Status check_torch_use(const TaskSpec& spec) {
+  if (!spec.torch_source.empty()) return Status::ok();
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    if (!spec.inputs[i].param.empty())
+      return invalid_argument(std::string(kTaskFile) + ": inputs[" + std::to_string(i) +
+                              "].param: names a module parameter, but the package has no reference.py");
+  }
+  for (size_t i = 0; i < spec.baselines.size(); ++i) {
+    if (spec.baselines[i].rfind("torch_", 0) == 0)
+      return invalid_argument(std::string(kTaskFile) + ": baselines[" + std::to_string(i) + "]: " +
+                              spec.baselines[i] + " runs the task's PyTorch module, but the package has no reference.py");
+  }
+  return Status::ok();
+}
 }  // namespace
 
 uint64_t parse_count() { return parses.load(std::memory_order_relaxed); }
@@ -480,9 +513,16 @@ Result<TaskSpec> parse_task(const proto::FileMap& files) {
   const std::string ext = "." + std::string(proto::source_extension(spec.backend));
   spec.reference_file = "reference" + ext;
   spec.kernel_file = "kernel" + ext;
+  const auto torch = files.find(TaskSpec::kTorchReferenceFile);
+  if (torch != files.end()) {
+    spec.torch_source = torch->second.data;
+    if (!files.count(spec.reference_file)) spec.reference_file = TaskSpec::kTorchReferenceFile;
+  }
   for (const std::string& f : {spec.reference_file, spec.kernel_file})
     if (!files.count(f))
-      return invalid_argument(f + ": missing (required for backend " + std::string(proto::name(spec.backend)) + ")");
+      return invalid_argument(f + ": missing (required for backend " + std::string(proto::name(spec.backend)) +
+                              (f == spec.reference_file ? "; or a PyTorch reference.py" : "") + ")");
+  KILN_RETURN_IF_ERROR(check_torch_use(spec));
 
   auto regions = find_regions(files.at(spec.kernel_file).data);
   if (!regions.is_ok()) return invalid_argument(spec.kernel_file + ": " + regions.status().message());

@@ -407,11 +407,17 @@ struct BaselineTiming {
   std::string name;
   Stats stats;
   double speedup = 0;  // baseline median / candidate median
+  // Optional (schema 4): the speedup's 95 % interval from the paired samples, as for the reference (not
+  // widened for reproducibility). 0 from an older evaluator.
+  double speedup_lo = 0;
+  double speedup_hi = 0;
   template <class V>
   void fields(V& v) {
     v("name", name);
     v("stats", stats);
     v("speedup", speedup);
+    v("speedup_lo", speedup_lo);
+    v("speedup_hi", speedup_hi);
   }
 };
 
@@ -698,6 +704,9 @@ struct CaseSpeedup {
   double median_us = 0;  // candidate
   double reference_median_us = 0;
   int64_t n = 0;  // candidate samples
+  // Optional (v5): the task's baselines timed in the same run (torch_eager, cublas_sgemm ...), each with
+  // the candidate's speedup over it and its interval.
+  std::vector<BaselineTiming> baselines;
   template <class V>
   void fields(V& v) {
     v("dims", dims);
@@ -707,6 +716,7 @@ struct CaseSpeedup {
     v("median_us", median_us);
     v("reference_median_us", reference_median_us);
     v("n", n);
+    v("baselines", baselines);
   }
 };
 

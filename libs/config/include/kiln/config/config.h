@@ -105,6 +105,9 @@ struct TesterConfig {
   // Which of them: "contenders" (first measurements that can still overtake the campaign's best) or "all".
   std::string profile_scope = "contenders";
   std::string ncu = "/usr/local/cuda/bin/ncu";
+  // The Python with torch that runs a task's PyTorch module (reference.py): a path; "" for the first of
+  // /usr/bin/python3 and python3 on PATH that imports torch; "off" for none (such tasks are then refused).
+  std::string python;
   double profile_timeout_s = 120;
   // Candidates run confined (docs/threat-model.md): as root, slot k's children run as uid and gid
   // sandbox_uid + k; otherwise in a user namespace of the tester's own ids.

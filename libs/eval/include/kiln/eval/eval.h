@@ -65,6 +65,9 @@ struct EvalOptions {
   // The device's lock file (device_lock.h): timing holds it exclusively, every other use of the device
   // shared, so evaluation slots that share a device never measure while another uses it. Empty: no lock.
   std::string device_lock;
+  // The Python interpreter (with torch) that runs the task's PyTorch module, when it has one
+  // (kiln/eval/torch_module.h); empty: none here, and such a task cannot be evaluated.
+  std::string python;
   // Memory of this process (a report key) that the runners zero in their copy before loading a kernel.
   std::vector<std::pair<void*, size_t>> wipe_in_runners;
 };

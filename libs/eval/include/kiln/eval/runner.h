@@ -57,15 +57,29 @@ size_t tensor_bytes(const kiln_tensor& t);
 inline constexpr size_t kRunnerBlobBytes = 256;
 inline constexpr int kRunnerMaxTensors = 16;
 
+// A contestant written in Python (a PyTorch module: kiln/eval/torch_module.h). Its runner process execs
+// `interpreter` (confined first, as every runner is) and runs libs/eval/python/torch_runner.py, which
+// answers the same doorbells on the same arena, handed over as a file descriptor with `config` (JSON; the
+// runner adds the arena's layout to it). Such a runner is always trusted code: the task's reference or
+// a baseline, never the candidate.
+struct PythonKernel {
+  std::string interpreter;
+  std::string config;
+  // torch.compile runs compilers in processes of their own: such a runner is not denied process
+  // creation (it stays inside the evaluator's sandbox, and non-dumpable).
+  bool allow_processes = false;
+};
+
 struct RunnerKernel {
   std::string name;                            // "candidate", "reference", a baseline's name
   KernelEntry entry = nullptr;                 // a function of this process (the trusted reference, tests) ...
   std::string library;                         // ... or a shared object the runner loads once confined ...
-  const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline
+  const detail::Baseline* baseline = nullptr;  // ... or a vendor baseline ...
   // A second entry, a function of this process (never the candidate's code), that a call staged with
   // `second_entry` runs instead: the CUDA device's call-overhead probe, in the reference's runner rather
   // than in a process (and a CUDA context) of its own.
   KernelEntry second = nullptr;
+  std::shared_ptr<const PythonKernel> python;  // ... or a PyTorch module, instead of all of the above
 };
 
 // How a runner call ended when it did not return: the runner process died or could not load its kernel.
@@ -77,7 +91,9 @@ struct RunnerDeath {
 class Runner {
  public:
   // Forks one runner per kernel, each with an arena of `arena_bytes`, and waits until every one has
-  // loaded its kernel and stopped. `wipe` lists memory of this process the runners must not keep (they
+  // loaded its kernel and stopped. Python runners go first: each has made itself non-dumpable before any
+  // other runner exists (a process is dumpable right after exec, and another process of the same user
+  // could open its memory then). `wipe` lists memory of this process the runners must not keep (they
   // zero their copy before loading anything). Must be called before this process runs any kernel.
   //
   // With a `device`, each runner first runs device->init(); `after_fork` runs here once every runner is
@@ -97,6 +113,8 @@ class Runner {
 
   // Hands the runner what its RunnerDevice::attach needs (at most kRunnerBlobBytes).
   Status publish(const void* blob, size_t bytes);
+  // Whether this runner runs a Python kernel (its call's time is the one it reports: reported_us()).
+  bool python() const { return python_; }
   // The device error of the last call, as the runner wrote it (untrusted text, bounded), and the time it
   // reported for it (RunnerDevice::call).
   std::string device_error() const;
@@ -132,6 +150,8 @@ class Runner {
   };
   Runner() = default;
   Status died(int wait_status);
+  // A Python runner just forked: waits until it is no longer dumpable, or failed, or died.
+  void await_guard();
   Status check_alive();
 
   double cpu_now_us() const;
@@ -149,6 +169,8 @@ class Runner {
   size_t placement_ = 0;
   bool stopped_ = false;
   bool on_device_ = false;
+  bool python_ = false;
+  int arena_fd_ = -1;  // a Python runner's arena (a memfd), kept open until the runner has mapped it
   bool dead_ = false;
   RunnerDeath death_;
   std::vector<Slot> in_slots_, out_slots_;

@@ -28,6 +28,10 @@ struct TensorSpec {
   std::vector<std::string> shape;  // each a dim name ("B") or an integer literal ("4")
   InitKind init = InitKind::kNormal;
   double init_a = 0, init_b = 1;  // uniform(a,b) / int(a,b) bounds
+  // An input that stands for a parameter or buffer of the task's PyTorch module (reference.py): its
+  // state_dict key ("conv.weight"). The module runs with the values Kiln draws for it (`init`), and the
+  // candidate gets them as an ordinary input. Empty: an argument of forward(), in file order.
+  std::string param;
 };
 
 using Dims = std::map<std::string, int64_t>;  // one case: dim name -> size
@@ -47,7 +51,13 @@ struct TaskSpec {
   std::vector<std::pair<std::string, std::vector<std::string>>> params;  // in file order
   std::vector<std::string> baselines;
   std::string kernel_file;     // kernel.cu | kernel.cpp
-  std::string reference_file;  // reference.cu | reference.cpp
+  std::string reference_file;  // reference.cu | reference.cpp, or reference.py (a PyTorch module)
+  // reference.py's text when the package has one (KernelBench's format: class Model, get_inputs(),
+  // get_init_inputs()): the reference when there is no C reference, and what the torch_eager and
+  // torch_compile baselines run.
+  std::string torch_source;
+  bool torch_reference() const { return reference_file == kTorchReferenceFile; }
+  static constexpr const char* kTorchReferenceFile = "reference.py";
   std::string instructions;    // instructions.md, may be empty
 };
 

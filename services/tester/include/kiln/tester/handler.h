@@ -77,6 +77,12 @@ struct TesterOptions {
   // Where confinement cannot be set up: false refuses to evaluate (the job goes back with the reason);
   // true runs candidates unconfined, saying so in every verdict's log. For development only.
   bool allow_unconfined = false;
+  // tester.python as configured, and the interpreter with torch found from it when the tester starts
+  // (torch_python.h); empty `python`: tasks with a PyTorch module are refused here, and go to another tester.
+  std::string python_config;
+  std::string python;
+  std::string python_missing;  // why there is none
+  std::string python_torch_version;
 };
 
 // tester.* from the config. Fails for a backend other than cpu or cuda.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# On a GPU host with torch, from build-gpu/kit.tar.xz holding the service binaries (make_gpu_kit.sh
+# services): `kiln up` with one CUDA tester whose Python has torch, a tuner campaign on each bundled CUDA
+# task, and for each campaign's best program its speedup against the task's reference and against every
+# baseline the task names (torch_eager on all five, cublas_sgemm on sgemm), each with its 95 % interval,
+# all measured by Kiln's protocol in the same runs. Writes $OUT/vs_torch.json (and the logs).
+#   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK ...]
+set -u
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+budget=${1:-6}
+shift || true
+tasks=("$@")
+[ ${#tasks[@]} -gt 0 ] || tasks=(cuda_reduce_sum cuda_rmsnorm cuda_sgemm cuda_softmax cuda_transpose)
+python=${PYTHON:-python3}
+tar xJf build-gpu/kit.tar.xz
+export LD_LIBRARY_PATH=$PWD/.gpu-rt/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+state=$(mktemp -d)
+cat > "$state/kiln.yaml" <<YAML
+broker: {bind: "tcp://127.0.0.1:25555", events_bind: "tcp://127.0.0.1:25556", metrics_port: 0}
+ingest: {metrics_port: 0}
+llm_bridge: {metrics_port: 0}
+compiler: {metrics_port: 0, cuda_arch: sm_90}
+tester: {backend: cuda, metrics_port: 0, python: "$python", profile: "off", timing: {min_time_s: 0.3, max_time_s: 3}}
+scorer: {metrics_port: 0}
+promoter: {metrics_port: 0, registry_dir: $state/registry}
+up: {compilers: 4, testers: 1}
+YAML
+kiln="build-gpu/bin/kiln --config $state/kiln.yaml"
+$kiln up --state-dir "$state/state" > "$out/up.log" 2>&1 &
+up=$!
+sleep 5
+start=$(date +%s)
+ids=()
+for t in "${tasks[@]}"; do
+  cid=$($kiln --json submit "configs/tasks/$t" --budget "$budget" 2>> "$out/submit.err" |
+        python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
+  ids+=("$cid")
+done
+for cid in "${ids[@]}"; do
+  for _ in $(seq 1 500); do
+    state_now=$($kiln --json best "$cid" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['campaign']['state'])" 2>/dev/null)
+    [ "$state_now" = done ] && break
+    sleep 2
+  done
+  $kiln --json best "$cid" > "$out/best_$cid.json"
+done
+echo "campaigns done after $(( $(date +%s) - start )) s"
+python3 - "$out" "${ids[@]}" <<'PY'
+import json, sys
+out, ids = sys.argv[1], sys.argv[2:]
+rows = []
+for cid in ids:
+    d = json.load(open("%s/best_%s.json" % (out, cid)))
+    progs = [p for p in d["programs"] if p["status"] == "ok" or p.get("perf_score") == 5]
+    if not progs:
+        rows.append({"campaign": cid, "task": d["campaign"].get("task"), "best": None}); continue
+    best = max(progs, key=lambda p: p["speedup"])
+    case = best["cases"][0]
+    row = {"campaign": cid, "task": best["task"]["name"], "program": best["id"], "params": best["params"],
+           "dims": case["dims"], "candidate_median_us": case["median_us"],
+           "reference_median_us": case["reference_median_us"],
+           "speedup_vs_reference": case["speedup"], "interval_vs_reference": case["speedup_interval"],
+           "baselines": case.get("baselines", []), "eval_metadata": best.get("eval_metadata", {})}
+    rows.append(row)
+    line = "%-16s best %-20s %9.1f us  vs reference %.2fx [%.2f, %.2f]" % (
+        row["task"], best["id"].split("/")[-1], case["median_us"], case["speedup"], *case["speedup_interval"])
+    for b in row["baselines"]:
+        line += "  vs %s (%.1f us) %.2fx [%.2f, %.2f]" % (b["name"], b["median_us"], b["speedup"], *b["speedup_interval"])
+    print(line)
+json.dump(rows, open("%s/vs_torch.json" % out, "w"), indent=2)
+PY
+kill "$up"; wait "$up" 2>/dev/null
+cp "$state"/state/logs/tester*.log "$out/" 2>/dev/null
