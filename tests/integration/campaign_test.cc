@@ -476,6 +476,7 @@ TEST_CASE("kiln report renders a real campaign that a headless browser shows wit
   // The page is written where asked, kept under build/ for a person to look at.
   const std::string out_dir = bin_dir() + "/../report";
   const std::string page = out_dir + "/campaign-report.html";
+  std::filesystem::create_directories(out_dir);  // kiln writes the page, it creates no folder for it
   auto written = k.kiln({"report", cid, "-o", page});
   INFO("kiln report: " << written.out << written.err);
   REQUIRE(written.exit_code == 0);
