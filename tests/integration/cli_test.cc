@@ -209,7 +209,7 @@ TEST_CASE("a wrong path is named once", "[integration][cli]") {
   }
 }
 
-TEST_CASE("--json is taken before or after the subcommand, with the same output", "[integration][cli]") {
+TEST_CASE("the --json flag is taken before or after the subcommand, with the same output", "[integration][cli]") {
   TempDir dir("kiln-cli-json");
   const std::string task = source_dir() + "/tests/data/tasks/fast_cpu";
   auto before = kiln_cmd({"--json", "task", "validate", task});

@@ -247,7 +247,7 @@ TEST_CASE("a cross-entropy keeps its int64 targets in range and evaluates", "[in
   CHECK_THAT(r.err, Catch::Contains("ok: correct"));
 }
 
-TEST_CASE("--set changes the problem's constants and so the benchmark case", "[integration][import]") {
+TEST_CASE("the --set flag changes the problem's constants and so the benchmark case", "[integration][import]") {
   REQUIRE_TORCH();
   TempDir dir("kiln-import");
   const std::string problem = write(dir, "linear.py", kLinear);

@@ -127,7 +127,8 @@ TEST_CASE("the good CPU package loads and validates", "[task]") {
 }
 
 TEST_CASE("broken fixture packages fail with one precise line", "[task]") {
-  CHECK(error_of(load("broken_missing_file")) == "reference.cpp: missing (required for backend cpu)");
+  CHECK(error_of(load("broken_missing_file")) ==
+        "reference.cpp: missing (required for backend cpu; or a PyTorch reference.py)");
   CHECK(error_of(load("broken_bad_yaml")).starts_with("task.yaml: line 4: "));
   CHECK(error_of(load("broken_unknown_key")) == "task.yaml: warmup: unknown key");
   CHECK(error_of(load("broken_no_evolve")) == "kernel.cpp: no [EVOLVE_START] ... [EVOLVE_END] region");
@@ -258,7 +259,7 @@ TEST_CASE("task.yaml validation names the key path", "[task]") {
   empty_yaml["task.yaml"].data = "";
   CHECK(error_of(empty_yaml) == "task.yaml: expected a map of keys at the top level, got nothing");
   FileMap cuda = good_with_yaml_edit("backend: cpu", "backend: cuda");
-  CHECK(error_of(cuda) == "reference.cu: missing (required for backend cuda)");
+  CHECK(error_of(cuda) == "reference.cu: missing (required for backend cuda; or a PyTorch reference.py)");
   FileMap unbalanced = load("good_cpu");
   std::string& k = unbalanced["kernel.cpp"].data;
   k.erase(k.find("  // [EVOLVE_END]"));

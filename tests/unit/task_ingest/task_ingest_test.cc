@@ -91,7 +91,7 @@ TEST_CASE("broken packages fail the job with the validation line and no follow-u
     const char* error;
   };
   for (const Case& c :
-       {Case{"broken_missing_file", "reference.cpp: missing (required for backend cpu)"},
+       {Case{"broken_missing_file", "reference.cpp: missing (required for backend cpu; or a PyTorch reference.py)"},
         Case{"broken_unknown_key", "task.yaml: warmup: unknown key"},
         Case{"broken_no_evolve", "kernel.cpp: no [EVOLVE_START] ... [EVOLVE_END] region"},
         Case{"broken_bad_dim_value", "task.yaml: correctness.cases[1].H: expected a positive integer, got \"abc\""}}) {
