@@ -619,6 +619,20 @@ TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only 
   CHECK(wrong.error.rfind("test: ", 0) == 0);
 }
 
+TEST_CASE("a tester without torch gives a PyTorch-reference job back with the reason, never scores it", "[tester]") {
+  Fixture f;
+  TesterOptions o = quick_options();
+  o.python_config = "off";
+  auto handler = make(o);
+  auto torch = f.request(f.build("correct"));
+  torch.files.erase("reference.cpp");
+  torch.files["reference.py"] = kiln::proto::Bytes{"import torch\n"};
+  const std::string why = given_back(*handler, torch);
+  INFO(why);
+  CHECK(why.find("the task runs a PyTorch module (reference.py)") != std::string::npos);
+  CHECK(why.find("tester.python is off") != std::string::npos);
+}
+
 TEST_CASE("bad requests and unsupported setups are refused", "[tester]") {
   auto handler = make();
   kiln::proto::Job junk;
