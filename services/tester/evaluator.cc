@@ -11,6 +11,7 @@
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
 #include "kiln/core/time.h"
+#include "kiln/eval/torch_module.h"
 #include "kiln/eval/device_lock.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/tester/torch_python.h"
@@ -156,9 +157,9 @@ Result<proto::TestReport> Evaluator::evaluate(const TestJob& job) {
   const task::TaskSpec& spec = job.spec();
   // What the speedup is against: a PyTorch reference is what a user runs (eager mode).
   if (spec.torch_reference()) run.metadata["reference"] = "torch_eager";
-  if (needs_torch(spec) && !options_.python.empty()) run.metadata["torch"] = options_.python_torch_version;
+  if (eval::uses_torch(spec) && !options_.python.empty()) run.metadata["torch"] = options_.python_torch_version;
   // The torch baselines of a task with a C reference are left out where there is no torch: said, not hidden.
-  if (needs_torch(spec) && options_.python.empty())
+  if (eval::uses_torch(spec) && options_.python.empty())
     run.metadata["baselines_left_out"] = "torch_eager, torch_compile: " + options_.python_missing;
   // A confirmation is measured in full; a first measurement may be screened. The bar is the highest of this
   // tester's (the promotion bar at most), the campaign's (its best when the candidate was proposed) and the

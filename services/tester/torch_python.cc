@@ -56,11 +56,4 @@ TorchPython find_torch_python(const std::string& configured) {
   return last;
 }
 
-bool needs_torch(const task::TaskSpec& spec) {
-  if (spec.torch_reference()) return true;
-  for (const auto& b : spec.baselines)
-    if (b.rfind("torch_", 0) == 0) return true;
-  return false;
-}
-
 }  // namespace kiln::tester

@@ -13,6 +13,7 @@
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
 #include "kiln/core/time.h"
+#include "kiln/eval/torch_module.h"
 #include "kiln/proto/codec.h"
 
 namespace kiln::eval {
@@ -137,8 +138,7 @@ proto::TestReport run(Args& args, const EvalTool& tool) {
   std::optional<KernelLibrary> reference_lib;
   if (args.no_torch_baselines) {
     auto& b = spec->baselines;
-    b.erase(std::remove_if(b.begin(), b.end(), [](const std::string& n) { return n.rfind("torch_", 0) == 0; }),
-            b.end());
+    b.erase(std::remove_if(b.begin(), b.end(), is_torch_baseline), b.end());
   }
   if (!spec->torch_reference() && args.reference.empty())
     return fail("the task's reference is " + spec->reference_file + ": --reference is required");

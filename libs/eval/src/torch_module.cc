@@ -31,6 +31,13 @@ nlohmann::json cases_json(const task::TaskSpec& spec) {
 
 bool is_torch_baseline(const std::string& name) { return name == kTorchEager || name == kTorchCompile; }
 
+bool uses_torch(const task::TaskSpec& spec) {
+  if (spec.torch_reference()) return true;
+  for (const auto& b : spec.baselines)
+    if (is_torch_baseline(b)) return true;
+  return false;
+}
+
 Result<RunnerKernel> torch_kernel(const task::TaskSpec& spec, const std::string& interpreter,
                                   const TorchContestant& who) {
   if (spec.torch_source.empty()) return invalid_argument(who.name + ": the task has no PyTorch module (reference.py)");

@@ -18,6 +18,8 @@ namespace kiln::eval {
 inline constexpr const char* kTorchEager = "torch_eager";
 inline constexpr const char* kTorchCompile = "torch_compile";
 bool is_torch_baseline(const std::string& name);
+// Whether evaluating `spec` runs its PyTorch module: as the reference, or as a torch_* baseline.
+bool uses_torch(const task::TaskSpec& spec);
 
 struct TorchContestant {
   std::string name;      // "reference", "torch_eager", "torch_compile"

@@ -4,8 +4,6 @@
 
 #include <string>
 
-#include "kiln/task/task.h"
-
 namespace kiln::tester {
 
 struct TorchPython {
@@ -17,8 +15,5 @@ struct TorchPython {
 // `configured` (tester.python): a path, or "" for the first of /usr/bin/python3 and python3 on PATH that
 // imports torch, or "off" for none.
 TorchPython find_torch_python(const std::string& configured);
-
-// Whether evaluating `spec` runs its PyTorch module (its reference, or a torch_* baseline).
-bool needs_torch(const task::TaskSpec& spec);
 
 }  // namespace kiln::tester
