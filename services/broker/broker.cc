@@ -11,6 +11,7 @@
 #include "kiln/broker/commands.h"
 #include "kiln/broker/job_queue.h"
 #include "kiln/broker/job_table.h"
+#include "kiln/broker/retention.h"
 #include "kiln/core/time.h"
 #include "kiln/messaging/curve.h"
 #include "kiln/messaging/frames.h"
@@ -39,6 +40,7 @@ struct Broker::Impl final : Outbox, QueueListener {
   BrokerOptions opt;
   BrokerMetrics metrics;
   JobQueue queue;
+  TableRetention retention;
   Commands commands;
   std::unique_ptr<zmq::socket_t> router;
   std::unique_ptr<zmq::socket_t> pub;
@@ -58,6 +60,7 @@ struct Broker::Impl final : Outbox, QueueListener {
         opt(std::move(o)),
         metrics(*registry),
         queue(std::move(table), opt, metrics, monotonic_s),
+        retention(queue.table(), opt.retention, opt.retention_interval_s, metrics),
         commands(opt, queue, metrics, *this) {
     queue.set_listener(this);
   }
@@ -186,6 +189,7 @@ struct Broker::Impl final : Outbox, QueueListener {
     commands.flush_logs();
     queue.flush_logs();
     queue.check_timers();
+    retention.tick(monotonic_s(), wall_time_s());
     commands.expire_requests();
     for (const auto& id : queue.heartbeats_due()) send(id, proto::cmd::kHeartbeat, proto::encode(proto::Heartbeat{}));
   }

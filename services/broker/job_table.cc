@@ -1,6 +1,9 @@
 #include "kiln/broker/job_table.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/core/time.h"
 
@@ -38,7 +41,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   timeout_s  REAL NOT NULL DEFAULT 0,
   avoid_worker TEXT NOT NULL DEFAULT '',
   created_at REAL NOT NULL,
-  updated_at REAL NOT NULL
+  updated_at REAL NOT NULL,
+  priority   INTEGER NOT NULL DEFAULT 0,
+  campaign   TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(state) WHERE state IN ('queued', 'leased');
 CREATE TABLE IF NOT EXISTS blobs (
@@ -47,20 +52,51 @@ CREATE TABLE IF NOT EXISTS blobs (
   created_at REAL NOT NULL
 );
 )sql";
+// Made after the columns the migrations add exist.
+constexpr std::string_view kEndedIndex =
+    "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs(updated_at) WHERE state IN ('done', 'failed', 'dead')";
+constexpr std::string_view kEnded = "state IN ('done', 'failed', 'dead')";
+// After a checkpoint the WAL file is cut back to this, rather than staying as large as its busiest moment.
+constexpr int64_t kWalLimitBytes = 4 << 20;
+
+Result<int64_t> pragma_int(store::Database& db, const std::string& sql) {
+  KILN_ASSIGN_OR_RETURN(auto st, db.prepare(sql));
+  KILN_ASSIGN_OR_RETURN(bool row, st.step());
+  return row ? st.column_int(0) : 0;
+}
+
+// Tables made before a column existed gain it.
+Status add_column_if_missing(store::Database& db, const std::string& column, const std::string& definition) {
+  KILN_ASSIGN_OR_RETURN(int64_t n,
+                        pragma_int(db, "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name='" + column + "'"));
+  if (n > 0) return Status::ok();
+  return db.exec("ALTER TABLE jobs ADD COLUMN " + column + " " + definition);
+}
+
+// Freed pages go back to the file system only in auto_vacuum=INCREMENTAL mode, which a file takes when it
+// is rewritten (VACUUM): switching to WAL has written the header of a new file already, so a new file is
+// rewritten at once (empty: instant), and a file of an older broker once, here.
+Status ensure_incremental_vacuum(store::Database& db, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(int64_t mode, pragma_int(db, "PRAGMA auto_vacuum"));
+  if (mode == 2) return Status::ok();
+  KILN_ASSIGN_OR_RETURN(int64_t tables, pragma_int(db, "SELECT COUNT(*) FROM sqlite_master"));
+  if (tables > 0) spdlog::info("job table {}: converting to incremental vacuum (once; the file is rewritten)", path);
+  KILN_RETURN_IF_ERROR(db.exec("PRAGMA auto_vacuum = INCREMENTAL"));
+  return db.exec("VACUUM").with_context("converting to incremental vacuum");
+}
+
 }  // namespace
 
 Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
   auto db = store::Database::open(path);
   if (!db.is_ok()) return db.status();
+  KILN_RETURN_IF_ERROR(ensure_incremental_vacuum(*db, path));
+  KILN_RETURN_IF_ERROR(db->exec("PRAGMA journal_size_limit = " + std::to_string(kWalLimitBytes)));
   KILN_RETURN_IF_ERROR(db->exec(kSchema));
-  // Tables made before jobs could name a worker to avoid gain the column.
-  {
-    KILN_ASSIGN_OR_RETURN(auto cols,
-                          db->prepare("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name='avoid_worker'"));
-    KILN_ASSIGN_OR_RETURN(bool row, cols.step());
-    if (row && cols.column_int(0) == 0)
-      KILN_RETURN_IF_ERROR(db->exec("ALTER TABLE jobs ADD COLUMN avoid_worker TEXT NOT NULL DEFAULT ''"));
-  }
+  KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "avoid_worker", "TEXT NOT NULL DEFAULT ''"));
+  KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "priority", "INTEGER NOT NULL DEFAULT 0"));
+  KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "campaign", "TEXT NOT NULL DEFAULT ''"));
+  KILN_RETURN_IF_ERROR(db->exec(kEndedIndex));
   if (max_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(auto page, db->prepare("PRAGMA page_size"));
     KILN_ASSIGN_OR_RETURN(bool row, page.step());
@@ -73,8 +109,8 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
 
 Result<std::vector<JobRow>> JobTable::load_active() {
   KILN_ASSIGN_OR_RETURN(
-      auto st, db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker FROM jobs "
-                           "WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
+      auto st, db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker, priority, "
+                           "campaign FROM jobs WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
   std::vector<JobRow> rows;
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -88,6 +124,8 @@ Result<std::vector<JobRow>> JobTable::load_active() {
     r.timeout_s = st.column_double(5);
     r.created_at = st.column_double(6);
     r.avoid_worker = st.column_text(7);
+    r.priority = st.column_int(8);
+    r.campaign = st.column_text(9);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -97,8 +135,8 @@ Result<bool> JobTable::insert(const JobRow& row) {
   KILN_RETURN_IF_ERROR(check_write("insert"));
   KILN_ASSIGN_OR_RETURN(
       auto st,
-      db_.prepare("INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at) "
-                  "VALUES(?,?,'queued',?,?,?,?,?)"));
+      db_.prepare("INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
+                  "priority, campaign) VALUES(?,?,'queued',?,?,?,?,?,?,?)"));
   double now = wall_time_s();
   st.bind(1, row.id)
       .bind(2, row.service)
@@ -106,7 +144,9 @@ Result<bool> JobTable::insert(const JobRow& row) {
       .bind_blob(4, row.payload)
       .bind(5, row.timeout_s)
       .bind(6, row.created_at > 0 ? row.created_at : now)
-      .bind(7, now);
+      .bind(7, now)
+      .bind(8, row.priority)
+      .bind(9, row.campaign);
   KILN_RETURN_IF_ERROR(st.run());
   return db_.changes() > 0;
 }
@@ -132,6 +172,18 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
   store::Transaction tx(db_);
   KILN_RETURN_IF_ERROR(tx.begin_status());
   double now = wall_time_s();
+  // Follow-ups inherit the scheduling of the job whose result made them.
+  int64_t priority = 0;
+  std::string campaign;
+  {
+    KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT priority, campaign FROM jobs WHERE id=?"));
+    st.bind(1, id);
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (row) {
+      priority = st.column_int(0);
+      campaign = st.column_text(1);
+    }
+  }
   {
     KILN_ASSIGN_OR_RETURN(
         auto st, db_.prepare("UPDATE jobs SET state=?, result=?, error=?, payload=NULL, updated_at=? WHERE id=?"));
@@ -144,7 +196,7 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
         auto ins,
         db_.prepare(
             "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
-            "avoid_worker) VALUES(?,?,'queued',1,?,?,?,?,?)"));
+            "avoid_worker, priority, campaign) VALUES(?,?,'queued',1,?,?,?,?,?,?,?)"));
     for (const auto& f : next) {
       ins.bind(1, f.job_id)
           .bind(2, f.service)
@@ -152,7 +204,9 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
           .bind(4, f.timeout_s)
           .bind(5, now)
           .bind(6, now)
-          .bind(7, f.avoid_worker);
+          .bind(7, f.avoid_worker)
+          .bind(8, priority)
+          .bind(9, campaign);
       KILN_RETURN_IF_ERROR(ins.run());
       if (db_.changes() > 0) {
         JobRow r;
@@ -162,6 +216,8 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
         r.timeout_s = f.timeout_s;
         r.created_at = now;
         r.avoid_worker = f.avoid_worker;
+        r.priority = priority;
+        r.campaign = campaign;
         inserted.push_back(std::move(r));
       }
     }
@@ -185,6 +241,37 @@ Result<JobRow> JobTable::get(const std::string& id, std::string* result) {
   if (result) *result = st.column_blob(4);
   r.created_at = st.column_double(5);
   return r;
+}
+
+Result<int64_t> JobTable::prune_finished(double ended_before, int64_t keep_newest, int64_t batch) {
+  double cutoff = ended_before;
+  if (keep_newest > 0) {
+    // The end time of the newest job beyond the ones kept: it and everything that ended before it go.
+    KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT updated_at FROM jobs WHERE " + std::string(kEnded) +
+                                               " ORDER BY updated_at DESC LIMIT 1 OFFSET ?"));
+    st.bind(1, keep_newest);
+    KILN_ASSIGN_OR_RETURN(bool row, st.step());
+    if (row) cutoff = std::max(cutoff, std::nextafter(st.column_double(0), 1e300));
+  }
+  if (cutoff <= 0 || batch <= 0) return int64_t{0};
+  KILN_RETURN_IF_ERROR(check_write("prune"));
+  KILN_ASSIGN_OR_RETURN(auto del, db_.prepare("DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE " +
+                                              std::string(kEnded) + " AND updated_at < ? ORDER BY updated_at LIMIT ?)"));
+  del.bind(1, cutoff).bind(2, batch);
+  KILN_RETURN_IF_ERROR(del.run());
+  const int64_t deleted = db_.changes();
+  if (deleted > 0) KILN_RETURN_IF_ERROR(release_free_pages());
+  return deleted;
+}
+
+Status JobTable::release_free_pages() { return db_.exec("PRAGMA incremental_vacuum"); }
+
+Result<TableStorage> JobTable::storage() {
+  TableStorage s;
+  KILN_ASSIGN_OR_RETURN(s.page_bytes, pragma_int(db_, "PRAGMA page_size"));
+  KILN_ASSIGN_OR_RETURN(s.pages, pragma_int(db_, "PRAGMA page_count"));
+  KILN_ASSIGN_OR_RETURN(s.free_pages, pragma_int(db_, "PRAGMA freelist_count"));
+  return s;
 }
 
 Result<std::map<std::string, std::map<std::string, int64_t>>> JobTable::counts() {

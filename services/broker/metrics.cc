@@ -128,6 +128,16 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& registry) {
     bytes_in_[name] = &bytes.Add({{"direction", "in"}, {"command", name}});
     bytes_out_[name] = &bytes.Add({{"direction", "out"}, {"command", name}});
   }
+  pruned_total_ = &BuildCounter()
+                       .Name("kiln_broker_jobs_pruned_total")
+                       .Help("Ended jobs deleted from the job table by retention")
+                       .Register(registry)
+                       .Add({});
+  table_bytes_ = &BuildGauge()
+                      .Name("kiln_broker_table_bytes")
+                      .Help("Size of the job table's file (without its WAL), as of the last retention pass")
+                      .Register(registry)
+                      .Add({});
   blob_bytes_ = &BuildCounter()
                      .Name("kiln_broker_blob_bytes_total")
                      .Help("Blob-store requests and their replies (a part of kiln_broker_bytes_total)")
@@ -149,6 +159,10 @@ void BrokerMetrics::bytes_sent(std::string_view command, size_t bytes) {
   counters_.bytes_out += static_cast<int64_t>(bytes);
   if (auto it = bytes_out_.find(command); it != bytes_out_.end()) it->second->Increment(static_cast<double>(bytes));
 }
+
+void BrokerMetrics::jobs_pruned(int64_t n) { pruned_total_->Increment(static_cast<double>(n)); }
+
+void BrokerMetrics::set_table_bytes(int64_t bytes) { table_bytes_->Set(static_cast<double>(bytes)); }
 
 void BrokerMetrics::blob_bytes(size_t bytes) {
   counters_.blob_bytes += static_cast<int64_t>(bytes);

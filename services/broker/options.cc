@@ -18,6 +18,9 @@ BrokerOptions options_from_config(const config::BrokerConfig& bc, const std::str
   opt.heartbeat_liveness = static_cast<int>(bc.heartbeat_liveness);
   opt.max_message_bytes = bc.max_message_bytes;
   opt.max_table_bytes = bc.max_table_mb << 20;
+  opt.retention.finished_max_age_s = bc.retention_days * 24 * 3600;
+  opt.retention.finished_max_jobs = bc.retention_max_jobs;
+  opt.retention_interval_s = bc.retention_interval_s;
   opt.lease_timeout_s = bc.lease_timeout_s;
   opt.external_bind = bc.external_bind;
   opt.allowlist_path = under_state_dir(state_dir, bc.external_allowlist);

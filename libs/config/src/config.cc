@@ -50,6 +50,9 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"broker.max_message_bytes", &c.broker.max_message_bytes},
       {"broker.max_table_mb", &c.broker.max_table_mb},
       {"broker.blob_store", &c.broker.blob_store},
+      {"broker.retention_days", &c.broker.retention_days},
+      {"broker.retention_max_jobs", &c.broker.retention_max_jobs},
+      {"broker.retention_interval_s", &c.broker.retention_interval_s},
       {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
       {"broker.metrics_port", &c.broker.metrics_port},
       {"broker.external_bind", &c.broker.external_bind},
@@ -386,6 +389,9 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.at_least("broker.max_message_bytes", b.max_message_bytes, kMinMessageBytes);
   v.at_least("broker.max_table_mb", b.max_table_mb, int64_t{0});
   v.flag("broker.blob_store", b.blob_store);
+  v.non_negative("broker.retention_days", b.retention_days);
+  v.at_least("broker.retention_max_jobs", b.retention_max_jobs, int64_t{0});
+  v.non_negative("broker.retention_interval_s", b.retention_interval_s);
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);

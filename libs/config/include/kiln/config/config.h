@@ -22,6 +22,11 @@ struct BrokerConfig {
   int64_t max_message_bytes = 64ll << 20;
   int64_t max_table_mb = 0;  // bound on the job table's file; 0: none (the disk is the bound)
   int64_t blob_store = 1;    // 1: jobs name task packages and built references by blob; 0: they carry them
+  // Retention of ended jobs (done, failed, dead): kept this many days and at most this many (0: no limit);
+  // a pass every retention_interval_s (0: never) deletes the rest and gives the space back.
+  double retention_days = 7;
+  int64_t retention_max_jobs = 100000;
+  double retention_interval_s = 60;
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
       {"default", 60},
       {"compile", 180},

@@ -28,6 +28,28 @@ struct JobRow {
   double created_at = 0;  // wall clock
   std::string error;
   std::string avoid_worker;  // FollowUp::avoid_worker
+  // Scheduling (job_queue.h): higher priorities are handed out first; within one, campaigns take turns.
+  // Follow-ups inherit both from the job whose result made them.
+  int64_t priority = 0;
+  std::string campaign;  // empty: the jobs of no campaign, one group of their own
+};
+
+// How much the table keeps of the jobs that ended (done, failed, dead). Their rows are what makes a late
+// duplicate of an old job id a no-op (idempotent submit), so they are kept far longer than any retry or
+// redelivery can take; past that, what is left of them (a result, an error) is history the scorer's
+// archive keeps anyway.
+struct RetentionOptions {
+  double finished_max_age_s = 7 * 24 * 3600.0;  // 0: no age limit
+  int64_t finished_max_jobs = 100000;           // the newest ones kept; 0: no count limit
+  int64_t prune_batch = 5000;                   // rows deleted per pass, so one pass never stalls the broker
+};
+
+// The file's pages (PRAGMA page_count, freelist_count): its size without the WAL.
+struct TableStorage {
+  int64_t page_bytes = 0;
+  int64_t pages = 0;
+  int64_t free_pages = 0;
+  int64_t bytes() const { return page_bytes * pages; }
 };
 
 class JobTable {
@@ -51,6 +73,15 @@ class JobTable {
   Result<std::vector<JobRow>> complete(const std::string& id, JobState final_state, const std::string& result,
                                        const std::string& error, const std::vector<proto::FollowUp>& next);
   Result<JobRow> get(const std::string& id, std::string* result = nullptr);
+  // Deletes up to `batch` ended jobs (done, failed, dead) that ended before `ended_before` (wall clock; 0:
+  // no age limit) or are older than the newest `keep_newest` ended ones (0: no count limit), oldest first,
+  // then gives their pages back to the file system. Returns how many rows it deleted. Queued and leased
+  // jobs are never touched.
+  Result<int64_t> prune_finished(double ended_before, int64_t keep_newest, int64_t batch);
+  // Gives the file's free pages back (incremental vacuum); a table opened before auto_vacuum existed was
+  // converted once by open().
+  Status release_free_pages();
+  Result<TableStorage> storage();
   // Counts by service and state, for status queries.
   Result<std::map<std::string, std::map<std::string, int64_t>>> counts();
 

@@ -107,6 +107,9 @@ class BrokerMetrics {
   // takes writes. set_store_writable returns the previous state.
   void store_write_failed(std::string_view op);
   bool set_store_writable(bool writable);
+  // Retention (retention.h): ended jobs deleted, and the file's size after the pass.
+  void jobs_pruned(int64_t n);
+  void set_table_bytes(int64_t bytes);
 
   // External bridges.
   void bridge_message(const std::string& bridge);
@@ -124,6 +127,8 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Counter>* rejected_total_;
   prometheus::Family<prometheus::Counter>* store_failures_total_;
   prometheus::Gauge* store_writable_;
+  prometheus::Counter* pruned_total_;
+  prometheus::Gauge* table_bytes_;
   prometheus::Family<prometheus::Counter>* disconnects_total_;
   prometheus::Family<prometheus::Counter>* duplicates_total_;
   prometheus::Family<prometheus::Histogram>* duration_;

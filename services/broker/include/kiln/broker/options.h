@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/broker/job_table.h"
 #include "kiln/config/config.h"
 #include "kiln/core/status.h"
 #include "kiln/log/rate_limit.h"
@@ -30,6 +31,9 @@ struct BrokerOptions {
   // (counted in kiln_broker_disconnects_total only).
   int64_t max_message_bytes = 64ll << 20;
   int64_t max_table_bytes = 0;  // bound on the job table's file; 0: none
+  // Ended jobs kept in the table (job_table.h), and how often retention runs (0: never).
+  RetentionOptions retention;
+  double retention_interval_s = 60;
   // Workers registered at once (each READY from a new connection is one). Past it a READY is refused with
   // a reason, so a peer opening connections in a loop cannot grow the broker's state without bound.
   size_t max_workers = 4096;
