@@ -9,6 +9,7 @@
 #include "kiln/broker/bridge_auth.h"
 #include "kiln/broker/queries.h"
 #include "kiln/core/time.h"
+#include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 
 namespace kiln::broker {
@@ -218,6 +219,20 @@ void Commands::on_result(const Envelope& env) {
   (void)queue_.complete(job_id, final_state, res->payload.data, res->error, res->next);  // a failure requeues it
 }
 
+namespace {
+// Why a SUBMIT's scheduling fields are refused ("" when they are fine): the campaign becomes a group in a
+// queue, so it is bounded like the ids it names.
+std::string bad_scheduling(const proto::Submit& sub) {
+  if (sub.priority < proto::kMinPriority || sub.priority > proto::kMaxPriority)
+    return "priority " + std::to_string(sub.priority) + " is outside " + std::to_string(proto::kMinPriority) + ".." +
+           std::to_string(proto::kMaxPriority);
+  if (!sub.campaign.empty() && !proto::is_campaign_id(sub.campaign))
+    return "the campaign is not a campaign id (1-" + std::to_string(proto::kMaxCampaignIdChars) +
+           " characters of [A-Za-z0-9_.-])";
+  return "";
+}
+}  // namespace
+
 void Commands::on_submit(const Envelope& env) {
   auto sub = proto::decode<proto::Submit>(env.body);
   proto::Ack a;
@@ -232,6 +247,11 @@ void Commands::on_submit(const Envelope& env) {
     return ack(env.identity, a);
   }
   a.job_id = sub->job_id;
+  if (std::string why = bad_scheduling(*sub); !why.empty()) {
+    a.error = why;
+    reject(env.identity, Rejection::kBadSubmit, "bad SUBMIT: " + a.error);
+    return ack(env.identity, a);
+  }
   if (Status st = queue_.admit_service(sub->service); !st.is_ok()) {
     a.error = st.message();
     reject(env.identity, rejection_for_service(st), "bad SUBMIT: " + a.error);
@@ -242,6 +262,8 @@ void Commands::on_submit(const Envelope& env) {
   row.service = sub->service;
   row.payload = std::move(sub->payload.data);
   row.timeout_s = sub->timeout_s;
+  row.priority = sub->priority;
+  row.campaign = sub->campaign;
   auto inserted = queue_.submit(std::move(row));
   if (!inserted.is_ok()) {
     a.error = "the broker cannot write its job table (" + inserted.status().message() + "); retry later";

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <utility>
 
 #include "kiln/core/strings.h"
@@ -50,6 +51,8 @@ size_t JobQueue::resume(std::vector<JobRow> active) {
     j.attempt = row.attempt;
     j.timeout_s = row.timeout_s;
     j.avoid_worker = std::move(row.avoid_worker);
+    j.priority = row.priority;
+    j.campaign = std::move(row.campaign);
     enqueue(std::move(j));
   }
   return leased;
@@ -109,7 +112,7 @@ bool JobQueue::evict_unserved_service(const std::string& for_service) {
   const std::string why = "no worker served '" + victim->first + "'; its queue was dropped to admit another (at most " +
                           std::to_string(kMaxServices) + " services besides the known ones)";
   const std::string label = service_label(victim->first);
-  std::deque<std::string> queued = std::move(victim->second.queued);
+  std::vector<std::string> queued = victim->second.queued.take_all();
   for (const auto& id : queued) {
     auto jit = jobs_.find(id);
     if (jit == jobs_.end()) continue;
@@ -178,7 +181,7 @@ void JobQueue::enqueue(LiveJob job) {
   job.leased = false;
   job.worker.clear();
   ServiceQueue& q = services_[job.service];
-  q.queued.push_back(job.id);
+  q.queued.push(job.id, job.priority, job.campaign);
   q.touched = ++activity_;
   std::string service = job.service;
   jobs_[job.id] = std::move(job);
@@ -193,6 +196,8 @@ void JobQueue::enqueue_row(JobRow r) {
   j.attempt = r.attempt;
   j.timeout_s = r.timeout_s;
   j.avoid_worker = std::move(r.avoid_worker);
+  j.priority = r.priority;
+  j.campaign = std::move(r.campaign);
   publish(j, "queued");
   enqueue(std::move(j));
 }
@@ -361,14 +366,12 @@ void JobQueue::dispatch() {
         Worker& w = workers_.at(identity);
         if (static_cast<int>(w.leased.size()) >= w.slots) continue;
         // The first queued job this worker may take (jobs whose entry is gone are dropped on the way).
-        size_t pick = 0;
-        for (; pick < q.queued.size() && pick < kDispatchScan; ++pick) {
-          auto it = jobs_.find(q.queued[pick]);
-          if (it == jobs_.end() || may_take(it->second, w, q)) break;
-        }
-        if (pick == q.queued.size() || pick == kDispatchScan) continue;
-        std::string job_id = q.queued[pick];
-        q.queued.erase(q.queued.begin() + static_cast<std::ptrdiff_t>(pick));
+        std::optional<std::string> picked = q.queued.take(kDispatchScan, [&](const std::string& id) {
+          auto it = jobs_.find(id);
+          return it == jobs_.end() || may_take(it->second, w, q);
+        });
+        if (!picked) continue;
+        std::string job_id = std::move(*picked);
         auto jit = jobs_.find(job_id);
         if (jit == jobs_.end()) {
           progress = true;

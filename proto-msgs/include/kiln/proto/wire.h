@@ -157,14 +157,22 @@ struct Submit {
   std::string job_id;  // client-chosen; resubmitting the same id is a no-op
   Bytes payload;
   double timeout_s = 0;
+  // Scheduling: the broker hands out higher priorities first and, within one, lets campaigns take turns;
+  // the job's follow-ups inherit both. Brokers that predate them ignore them (every job FIFO).
+  int64_t priority = 0;  // kMinPriority..kMaxPriority
+  std::string campaign;  // a campaign id (ids.h is_campaign_id) or empty
   template <class V>
   void fields(V& v) {
     v("service", service);
     v("job_id", job_id);
     v("payload", payload);
     v("timeout_s", timeout_s);
+    v("priority", priority);
+    v("campaign", campaign);
   }
 };
+inline constexpr int64_t kMinPriority = -1000;
+inline constexpr int64_t kMaxPriority = 1000;
 
 struct Ack {
   std::string job_id;

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/broker/fair_queue.h"
 #include "kiln/broker/job_table.h"
 #include "kiln/broker/metrics.h"
 #include "kiln/broker/options.h"
@@ -40,6 +41,8 @@ struct LiveJob {
   double enqueued_mono = 0;
   double leased_mono = 0;
   std::string avoid_worker;  // a worker id not to lease it to while the service has another worker
+  int64_t priority = 0;      // JobRow::priority, campaign: its place in its service's FairQueue
+  std::string campaign;
 };
 
 // A registered worker: what it serves, its credit and the leases it holds, and when it was last heard
@@ -58,7 +61,7 @@ struct Worker {
 };
 
 struct ServiceQueue {
-  std::deque<std::string> queued;  // job ids, FIFO
+  FairQueue queued;  // job ids, in hand-out order (fair_queue.h)
   std::vector<std::string> workers;
   size_t rr = 0;
   bool served = false;   // a worker has registered for it: it has series of its own from then on
@@ -121,7 +124,8 @@ class JobQueue {
   // Inserts and queues a new job. False: a job with that id exists (a duplicate, counted). An error: the
   // table cannot take writes (counted and logged; the job is not queued).
   Result<bool> submit(JobRow row);
-  // Leases queued jobs to the workers of their service within their credit, round robin.
+  // Leases queued jobs to the workers of their service within their credit, workers in round robin, jobs
+  // in their queue's order (fair_queue.h: priority, then campaigns in turn, then FIFO).
   void dispatch();
 
   // A RESULT from `identity` for (job_id, attempt). kEnded: it answers the lease this worker holds; the
