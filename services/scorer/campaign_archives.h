@@ -1,5 +1,7 @@
-// Each campaign's archive (kiln/archive/archive.h) in memory, rebuilt from the programs table in scoring
-// order on first use, so a restarted scorer makes the same choices it would have made.
+// Each running campaign's archive (kiln/archive/archive.h) in memory, rebuilt from the programs table in
+// scoring order on first use, so a restarted scorer makes the same choices it would have made. A campaign
+// that ended leaves memory (release): what is resident grows with the campaigns running, not with history;
+// a query about an ended campaign builds its archive for the answer and drops it.
 #pragma once
 
 #include <map>
@@ -21,10 +23,20 @@ class CampaignArchives {
   Result<archive::Archive*> get(const std::string& campaign_id);
   // Dropped whenever a transaction fails, so the in-memory view never runs ahead of what was committed.
   void clear() { archives_.clear(); }
+  // Drops one campaign's archive (it ended).
+  void release(const std::string& campaign_id) { archives_.erase(campaign_id); }
+  bool holds(const std::string& campaign_id) const { return archives_.count(campaign_id) > 0; }
+  // The cells a campaign's archive fills, kept in memory only while the campaign runs.
+  Result<int64_t> cells_filled(const CampaignRow& c);
+  // Resident archives, and the programs they hold.
+  size_t resident() const { return archives_.size(); }
+  size_t resident_programs() const;
 
  private:
   CampaignStore& store_;
   const EngineOptions& options_;
+  Result<std::unique_ptr<archive::Archive>> build(const std::string& campaign_id);
+
   std::map<std::string, std::unique_ptr<archive::Archive>> archives_;
 };
 

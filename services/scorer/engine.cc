@@ -64,6 +64,16 @@ struct CampaignEngine::Impl {
     return tx.commit();
   }
 
+  // What a campaign keeps in memory lives as long as it runs: dropped once the job that ended it commits
+  // (or a late job of an ended campaign brought it back).
+  void release_if_ended(const std::string& campaign_id) {
+    if (campaign_id.empty() || (!archives.holds(campaign_id) && !specs.holds(campaign_id))) return;
+    auto running = store.count("SELECT COUNT(*) FROM campaigns WHERE id = ? AND state = 'running'", campaign_id);
+    if (!running.is_ok() || *running > 0) return;  // unreadable: kept, as if running, until the next job
+    archives.release(campaign_id);
+    specs.release(campaign_id);
+  }
+
   // A job that fails changes nothing and is not recorded, so it gets the same answer if it comes again.
   Result<Handled> handle_job(std::string_view job_id, std::string_view payload) {
     Handled out;
@@ -84,6 +94,7 @@ struct CampaignEngine::Impl {
       specs.clear();
       return st;
     }
+    release_if_ended(fx.campaign_id);
     out.duplicate = fx.duplicate;
     return out;
   }
@@ -125,6 +136,11 @@ Result<proto::BestPrograms> CampaignEngine::best(const proto::CampaignQuery& que
 Result<std::map<std::string, double>> CampaignEngine::best_speedup_by_task() {
   std::lock_guard lock(impl_->mu);
   return impl_->queries.best_speedup_by_task();
+}
+
+CampaignEngine::Residency CampaignEngine::resident() {
+  std::lock_guard lock(impl_->mu);
+  return Residency{impl_->archives.resident(), impl_->archives.resident_programs(), impl_->specs.resident()};
 }
 
 Result<int64_t> CampaignEngine::duplicates_ignored() {

@@ -30,7 +30,7 @@ Result<proto::CampaignList> Queries::campaigns(const proto::CampaignQuery& query
   if (!query.campaign_id.empty()) {
     ids.push_back(query.campaign_id);
   } else {
-    KILN_ASSIGN_OR_RETURN(ids, campaign_ids());
+    KILN_ASSIGN_OR_RETURN(ids, campaign_ids(query.recent, &list.not_listed));
   }
   for (const auto& id : ids) {
     KILN_ASSIGN_OR_RETURN(auto row, store_.load_campaign(id));
@@ -69,8 +69,7 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
   info.prompt_tokens = c.prompt_tokens;
   info.completion_tokens = c.completion_tokens;
   KILN_ASSIGN_OR_RETURN(info.prompts, store_.count("SELECT COUNT(*) FROM prompts WHERE campaign_id = ?", c.id));
-  KILN_ASSIGN_OR_RETURN(archive::Archive * archive, archives_.get(c.id));
-  info.cells_filled = static_cast<int64_t>(archive->cells_filled());
+  KILN_ASSIGN_OR_RETURN(info.cells_filled, archives_.cells_filled(c));
   KILN_ASSIGN_OR_RETURN(info.scored,
                         store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ? AND state = 'scored'", c.id));
   KILN_ASSIGN_OR_RETURN(info.correct, store_.count("SELECT COUNT(*) FROM programs WHERE campaign_id = ?"
@@ -116,8 +115,19 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
   return info;
 }
 
-Result<std::vector<std::string>> Queries::campaign_ids() {
-  KILN_ASSIGN_OR_RETURN(auto st, store_.db().prepare("SELECT id FROM campaigns ORDER BY started_at, id"));
+Result<std::vector<std::string>> Queries::campaign_ids(int64_t recent, int64_t* not_listed) {
+  *not_listed = 0;
+  if (recent > 0) {
+    KILN_ASSIGN_OR_RETURN(int64_t ended, store_.count("SELECT COUNT(*) FROM campaigns WHERE state != ?",
+                                                      std::string(kRunning)));
+    *not_listed = std::max<int64_t>(0, ended - recent);
+  }
+  // The ended campaigns listed are the `recent` that finished last; all of them when recent is 0.
+  KILN_ASSIGN_OR_RETURN(
+      auto st, store_.db().prepare("SELECT id FROM campaigns WHERE state = ?1 OR ?2 <= 0 OR id IN (SELECT id FROM "
+                                   "campaigns WHERE state != ?1 ORDER BY finished_at DESC, id DESC LIMIT ?2) "
+                                   "ORDER BY started_at, id"));
+  st.bind(1, kRunning).bind(2, recent);
   std::vector<std::string> ids;
   KILN_RETURN_IF_ERROR(st.for_each([&](const store::Statement& row) {
     ids.push_back(row.column_text(0));

@@ -18,7 +18,8 @@ class Queries {
  public:
   Queries(CampaignStore& store, CampaignArchives& archives) : store_(store), archives_(archives) {}
 
-  // One campaign, or every campaign by start time when the query names none.
+  // One campaign, or every campaign by start time when the query names none (with `recent`, the running
+  // ones and the `recent` that ended last, and how many more there are).
   Result<proto::CampaignList> campaigns(const proto::CampaignQuery& query);
   Result<proto::CampaignInfo> campaign(const std::string& campaign_id);  // kNotFound if unknown
   Result<proto::BestPrograms> best(const proto::CampaignQuery& query);   // kNotFound if unknown
@@ -33,7 +34,9 @@ class Queries {
   Result<int64_t> duplicates_ignored();
 
  private:
-  Result<std::vector<std::string>> campaign_ids();
+  // Every campaign id by start time; with recent > 0, the running ones and the `recent` ended last, and
+  // how many ended ones that leaves out.
+  Result<std::vector<std::string>> campaign_ids(int64_t recent, int64_t* not_listed);
   Result<std::map<std::string, double>> template_results(const std::string& campaign_id, const std::string& code);
 
   CampaignStore& store_;

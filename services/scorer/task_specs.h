@@ -22,6 +22,10 @@ class TaskSpecs {
   void keep(const std::string& campaign_id, task::TaskSpec spec);
   // Dropped whenever a transaction fails: a start that rolled back may come again with other files.
   void clear() { specs_.clear(); }
+  // Drops one campaign's spec (it ended; a late job parses it again).
+  void release(const std::string& campaign_id) { specs_.erase(campaign_id); }
+  bool holds(const std::string& campaign_id) const { return specs_.count(campaign_id) > 0; }
+  size_t resident() const { return specs_.size(); }
 
  private:
   std::map<std::string, std::shared_ptr<const task::TaskSpec>> specs_;  // by campaign id

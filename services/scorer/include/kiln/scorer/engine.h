@@ -91,6 +91,16 @@ class CampaignEngine {
   // Results ignored as duplicates, over all campaigns.
   Result<int64_t> duplicates_ignored();
 
+  // What the engine keeps in memory: the archives of running campaigns (and the programs in them) and
+  // their parsed task specs. A campaign's leave when it ends, so this follows the campaigns running, not
+  // the history.
+  struct Residency {
+    size_t archives = 0;
+    size_t programs = 0;
+    size_t specs = 0;
+  };
+  Residency resident();
+
  private:
   struct Impl;
   explicit CampaignEngine(std::unique_ptr<Impl> impl);
