@@ -181,25 +181,27 @@ Result<std::string> job_result(messaging::Client& client, const std::string& job
 
 }  // namespace
 
-int cmd_status(const Common& c, const std::string& campaign) {
+int cmd_status(const Common& c, const StatusOptions& o) {
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
   auto body = client.request("broker", "status", "", 5.0);
   if (!body.is_ok()) return fail(body.status().message());
   auto st = proto::decode<proto::BrokerStatus>(*body);
   if (!st.is_ok()) return fail("bad status reply: " + st.status().message());
-  auto campaigns = fetch_campaigns(client);
-  std::vector<proto::CampaignInfo> shown;
-  if (campaigns.is_ok())
-    for (auto& info : *campaigns)
-      if (campaign.empty() || info.campaign_id == campaign) shown.push_back(info);
-  if (!campaign.empty() && campaigns.is_ok() && shown.empty()) return fail(unknown_campaign(campaign));
+  int64_t not_listed = 0;
+  Result<std::vector<proto::CampaignInfo>> campaigns =
+      !o.campaign.empty() ? fetch_campaigns(client, {o.campaign})
+                          : fetch_recent_campaigns(client, o.all ? 0 : o.recent, &not_listed);
+  if (!o.campaign.empty() && campaigns.is_ok() && campaigns->empty()) return fail(unknown_campaign(o.campaign));
+  const std::vector<proto::CampaignInfo> none;
+  const std::vector<proto::CampaignInfo>& shown = campaigns.is_ok() ? *campaigns : none;
   if (c.json) {
     json cs = json::array();
     for (const auto& info : shown) cs.push_back(to_json(info));
     json out{{"queues", queues_json(*st)},
              {"workers", workers_json(*st)},
              {"campaigns", cs},
+             {"campaigns_not_listed", not_listed},
              {"rejected_frames", st->rejected_frames}};
     if (!campaigns.is_ok()) out["campaigns_error"] = campaigns.status().message();
     std::printf("%s\n", out.dump(2).c_str());
@@ -208,10 +210,14 @@ int cmd_status(const Common& c, const std::string& campaign) {
   print_queues(*st);
   if (!campaigns.is_ok()) {
     std::printf("\ncampaigns: unavailable (%s)\n", campaigns.status().message().c_str());
-  } else if (!shown.empty()) {
-    print_results_table(shown);
-    std::printf("%s\n", report_hint(c, campaign.empty() ? std::string("<campaign>") : campaign).c_str());
+    return 0;
   }
+  if (!shown.empty()) print_results_table(shown);
+  if (not_listed > 0)
+    std::printf("%lld older campaign(s) not listed: kiln status --all, or kiln status CAMPAIGN\n\n",
+                static_cast<long long>(not_listed));
+  if (!shown.empty())
+    std::printf("%s\n", report_hint(c, o.campaign.empty() ? std::string("<campaign>") : o.campaign).c_str());
   return 0;
 }
 

@@ -1,6 +1,8 @@
 #include "campaign_views.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "commands.h"
 #include "kiln/proto/codec.h"
@@ -20,9 +22,11 @@ std::string one_line(const std::string& text) {
   return line;
 }
 
-Result<proto::CampaignList> query_campaigns(messaging::Client& client, const std::string& campaign_id) {
+Result<proto::CampaignList> query_campaigns(messaging::Client& client, const std::string& campaign_id,
+                                            int64_t recent = 0) {
   proto::CampaignQuery query;
   query.campaign_id = campaign_id;
+  query.recent = recent;
   KILN_ASSIGN_OR_RETURN(std::string body,
                         client.request(std::string(proto::svc::kScore), "campaigns", proto::encode(query), 5.0));
   auto list = proto::decode<proto::CampaignList>(body);
@@ -35,6 +39,38 @@ Result<proto::CampaignList> query_campaigns(messaging::Client& client, const std
 Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client) {
   KILN_ASSIGN_OR_RETURN(proto::CampaignList list, query_campaigns(client, ""));
   return std::move(list.campaigns);
+}
+
+Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client,
+                                                         const std::vector<std::string>& ids) {
+  std::vector<proto::CampaignInfo> out;
+  for (const auto& id : ids) {
+    KILN_ASSIGN_OR_RETURN(std::optional<proto::CampaignInfo> info, find_campaign(client, id));
+    if (info) out.push_back(std::move(*info));
+  }
+  return out;
+}
+
+Result<std::vector<proto::CampaignInfo>> fetch_recent_campaigns(messaging::Client& client, int64_t recent,
+                                                                int64_t* not_listed) {
+  KILN_ASSIGN_OR_RETURN(proto::CampaignList list, query_campaigns(client, "", recent));
+  *not_listed = list.not_listed + keep_recent(list.campaigns, recent);
+  return std::move(list.campaigns);
+}
+
+int64_t keep_recent(std::vector<proto::CampaignInfo>& campaigns, int64_t recent) {
+  if (recent <= 0) return 0;
+  std::vector<const proto::CampaignInfo*> ended;
+  for (const auto& c : campaigns)
+    if (c.state != "running") ended.push_back(&c);
+  if (static_cast<int64_t>(ended.size()) <= recent) return 0;
+  // The newest `recent` by end time stay; the rest go.
+  std::stable_sort(ended.begin(), ended.end(),
+                   [](const auto* a, const auto* b) { return a->finished_at > b->finished_at; });
+  std::set<std::string> dropped;
+  for (size_t i = static_cast<size_t>(recent); i < ended.size(); ++i) dropped.insert(ended[i]->campaign_id);
+  std::erase_if(campaigns, [&](const proto::CampaignInfo& c) { return dropped.count(c.campaign_id) > 0; });
+  return static_cast<int64_t>(dropped.size());
 }
 
 // The scorer lists only campaigns it knows, so an unknown id is an empty list, not an error to parse.

@@ -17,6 +17,15 @@ namespace kiln::cli {
 
 // Every campaign the scorer knows.
 Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client);
+// The campaigns named (one query each, so the cost does not grow with the history); those the scorer
+// does not know are left out.
+Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client, const std::vector<std::string>& ids);
+// The running campaigns and the `recent` that ended last (every one when recent is 0), by start time, and
+// in `not_listed` how many ended ones that leaves out. The same from a scorer that lists every campaign.
+Result<std::vector<proto::CampaignInfo>> fetch_recent_campaigns(messaging::Client& client, int64_t recent,
+                                                                int64_t* not_listed);
+// Keeps the running campaigns and the `recent` ended last (recent > 0), in their order: how many it drops.
+int64_t keep_recent(std::vector<proto::CampaignInfo>& campaigns, int64_t recent);
 // One campaign; nullopt when the scorer does not know it.
 Result<std::optional<proto::CampaignInfo>> find_campaign(messaging::Client& client, const std::string& campaign_id);
 // The line for a campaign id the scorer does not know.

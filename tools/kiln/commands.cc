@@ -127,6 +127,8 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
   req.target_speedup = o.target_speedup;
   req.patience = o.patience;
   proto::Submit sub{std::string(proto::svc::kIngest), proto::job_id::ingest(cid), proto::Bytes{proto::encode(req)}, 0};
+  sub.priority = o.priority;
+  sub.campaign = cid;  // every job of the campaign follows from this one and keeps both
   auto ack = client.submit(sub, 10.0);
   if (!ack.is_ok()) return ack.status();
   if (!ack->accepted) return invalid_argument("broker refused the submission: " + ack->error);
@@ -152,7 +154,7 @@ int wait_for_campaigns(const Common& c, const std::vector<std::string>& ids, dou
         return fail("campaign " + id + " was refused: " + why);
       }
     }
-    auto all = fetch_campaigns(client);
+    auto all = fetch_campaigns(client, ids);
     size_t done = 0;
     std::string line;
     if (all.is_ok()) {

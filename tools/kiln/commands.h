@@ -44,10 +44,19 @@ struct SubmitOptions {
   // drawn from it, so two runs under one id try the same sets; an id in use names that campaign, and
   // submitting it again changes nothing.
   std::string campaign_id;
+  // The broker hands out the jobs of a higher priority first (docs/operations.md); 0 by default.
+  int64_t priority = 0;
 };
 
 int cmd_submit(const Common& c, const SubmitOptions& o);
-int cmd_status(const Common& c, const std::string& campaign);
+// `kiln status`: queues, workers, and the running campaigns with the `recent` that ended last (all of them
+// with `all`, or the one named).
+struct StatusOptions {
+  std::string campaign;
+  bool all = false;
+  int64_t recent = 10;
+};
+int cmd_status(const Common& c, const StatusOptions& o);
 int cmd_best(const Common& c, const std::string& campaign, int top = 5);
 // `kiln cancel CAMPAIGN`: the scorer proposes no more for it; what is in flight finishes.
 int cmd_cancel(const Common& c, const std::string& campaign);

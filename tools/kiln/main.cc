@@ -92,9 +92,18 @@ int run(int argc, char** argv) {
                       "parameter sets follows it; an id in use names that campaign (submitting the same task "
                       "again changes nothing, another task is refused)");
 
+  sub_cmd->add_option("--priority", sub.priority,
+                      "the campaign's jobs go before those of lower priorities at every stage (default 0; "
+                      "campaigns of one priority take turns)")
+      ->check(CLI::Range(kiln::proto::kMinPriority, kiln::proto::kMaxPriority));
+
   std::string campaign;
-  auto* status_cmd = app.add_subcommand("status", "queues, workers and campaigns");
-  status_cmd->add_option("campaign", campaign, "one campaign id");
+  StatusOptions status;
+  auto* status_cmd = app.add_subcommand("status", "queues, workers and campaigns: the running ones and the last ended");
+  status_cmd->add_option("campaign", status.campaign, "one campaign id");
+  status_cmd->add_flag("--all", status.all, "every campaign ever run, not only the running and recent ones");
+  status_cmd->add_option("--recent", status.recent, "how many ended campaigns to list (default 10)")
+      ->check(at_least(0));
   auto* best_cmd = app.add_subcommand("best", "the best kernels of a campaign with their evidence");
   best_cmd->add_option("campaign", campaign, "campaign id")->required();
   int best_top = 5;
@@ -167,7 +176,7 @@ int run(int argc, char** argv) {
     return cmd_up(common, up);
   }
   if (*sub_cmd) return cmd_submit(common, sub);
-  if (*status_cmd) return cmd_status(common, campaign);
+  if (*status_cmd) return cmd_status(common, status);
   if (*best_cmd) return cmd_best(common, campaign, best_top);
   if (*cancel_cmd) return cmd_cancel(common, campaign);
   if (*report_cmd) return cmd_report(common, campaign, report_out);

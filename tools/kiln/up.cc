@@ -41,12 +41,9 @@ std::string demo_registry_dir(const config::KilnConfig& cfg, const std::string& 
 int show_demo_results(const Common& c, const std::vector<std::string>& ids, const std::string& state, int rc) {
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
-  auto all = fetch_campaigns(client);
-  if (!all.is_ok()) return fail(all.status().message());
-  std::vector<proto::CampaignInfo> mine;
-  for (auto& info : *all)
-    if (std::find(ids.begin(), ids.end(), info.campaign_id) != ids.end()) mine.push_back(info);
-  print_results_table(mine);
+  auto mine = fetch_campaigns(client, ids);
+  if (!mine.is_ok()) return fail(mine.status().message());
+  print_results_table(*mine);
   // One report per campaign, next to the state it was read from.
   const std::string reports = state + "/reports";
   if (auto st = make_dirs(reports); !st.is_ok()) return fail(st.message());
@@ -60,7 +57,7 @@ int show_demo_results(const Common& c, const std::vector<std::string>& ids, cons
   const std::string& registry = c.config.promoter.registry_dir;
   std::printf("registry: %s/verified_kernels.json (kiln registry --dir %s list)\n", registry.c_str(), registry.c_str());
   std::fflush(stdout);
-  const int incomplete = campaigns_exit_code(mine);
+  const int incomplete = campaigns_exit_code(*mine);
   return rc != 0 ? rc : incomplete;
 }
 

@@ -60,6 +60,9 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   CHECK(file.broker.max_message_bytes == defaults.broker.max_message_bytes);
   CHECK(file.broker.max_table_mb == defaults.broker.max_table_mb);
   CHECK(file.broker.blob_store == defaults.broker.blob_store);
+  CHECK(file.broker.retention_days == defaults.broker.retention_days);
+  CHECK(file.broker.retention_max_jobs == defaults.broker.retention_max_jobs);
+  CHECK(file.broker.retention_interval_s == defaults.broker.retention_interval_s);
   CHECK(file.broker.lease_timeout_s == defaults.broker.lease_timeout_s);
   CHECK(file.compiler.nvcc == defaults.compiler.nvcc);
   CHECK(file.tester.timing.max_noise == defaults.tester.timing.max_noise);
@@ -87,7 +90,7 @@ TEST_CASE("configs/kiln.yaml lists every key with its default", "[config]") {
   // Every key of KilnConfig appears in the file (and nothing else, or parsing would have failed).
   std::vector<std::string> leaves;
   flatten(YAML::Load(*text), "", leaves);
-  CHECK(leaves.size() == 95);
+  CHECK(leaves.size() == 98);
   for (const std::string& leaf : leaves) {
     // Each leaf has a working environment override of the same name.
     std::string name = "KILN_";

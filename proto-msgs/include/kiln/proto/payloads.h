@@ -740,10 +740,14 @@ struct Program {
 struct CampaignQuery {
   std::string campaign_id;  // empty = all
   int64_t top = 5;
+  // Without a campaign id: the running campaigns and only the `recent` that ended last (0 = every one).
+  // Scorers that predate it list every campaign.
+  int64_t recent = 0;
   template <class V>
   void fields(V& v) {
     v("campaign_id", campaign_id);
     v("top", top);
+    v("recent", recent);
   }
 };
 
@@ -813,10 +817,12 @@ struct CampaignInfo {
 };
 
 struct CampaignList {
-  std::vector<CampaignInfo> campaigns;
+  std::vector<CampaignInfo> campaigns;  // by start time
+  int64_t not_listed = 0;               // ended campaigns left out by CampaignQuery::recent
   template <class V>
   void fields(V& v) {
     v("campaigns", campaigns);
+    v("not_listed", not_listed);
   }
 };
 
