@@ -5,13 +5,17 @@
 #include <catch2/catch.hpp>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "kiln/broker/broker.h"
 #include "kiln/broker/fair_queue.h"
 #include "kiln/broker/job_queue.h"
 #include "kiln/core/files.h"
+#include "kiln/messaging/client.h"
 
 using namespace kiln;
 using broker::FairQueue;
@@ -72,6 +76,29 @@ struct Fixture {
     REQUIRE(queue->end_lease("iw", id, 1) == broker::JobQueue::LeaseEnd::kEnded);
     REQUIRE(queue->complete(id, broker::JobState::kDone, "", "", next).is_ok());
     return id;
+  }
+};
+
+// A broker on loopback, for what a SUBMIT carries.
+struct RunningBroker {
+  TempDir dir{"kiln-scheduling-broker"};
+  zmq::context_t ctx{1};
+  std::unique_ptr<broker::Broker> broker;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  RunningBroker() {
+    broker::BrokerOptions opt;
+    opt.bind = "tcp://127.0.0.1:*";
+    opt.db_path = dir.path() + "/broker.db";
+    auto b = broker::Broker::create(ctx, opt, std::make_shared<prometheus::Registry>());
+    REQUIRE(b.is_ok());
+    broker = std::move(b).value();
+    thread = std::thread([this] { broker->run(stop); });
+  }
+  ~RunningBroker() {
+    stop = true;
+    thread.join();
   }
 };
 
@@ -148,4 +175,40 @@ TEST_CASE("job queue: a campaign submitted with a priority goes first, and so do
   CHECK(f.run_next({{"compile", "u:next", {"n"}, 0, ""}}) == "u:start");
   CHECK(f.run_next() == "u:next");
   CHECK(f.run_next() == "a1");
+}
+
+TEST_CASE("broker: a SUBMIT's priority and campaign reach the job table, and out-of-range ones are refused",
+          "[broker][scheduling]") {
+  RunningBroker b;
+  messaging::Client client(b.ctx, b.broker->endpoint());
+  proto::Submit sub{"compile", "ingest:c9", proto::Bytes{"x"}, 0};
+  sub.priority = 7;
+  sub.campaign = "c9";
+  auto ack = client.submit(sub, 10.0);
+  REQUIRE(ack.is_ok());
+  CHECK(ack->accepted);
+
+  sub.job_id = "too-high";
+  sub.priority = proto::kMaxPriority + 1;
+  auto high = client.submit(sub, 10.0);
+  REQUIRE(high.is_ok());
+  CHECK_FALSE(high->accepted);
+  CHECK(high->error == "priority 1001 is outside -1000..1000");
+
+  sub.job_id = "bad-campaign";
+  sub.priority = 0;
+  sub.campaign = "a:b";
+  auto bad = client.submit(sub, 10.0);
+  REQUIRE(bad.is_ok());
+  CHECK_FALSE(bad->accepted);
+  CHECK(bad->error.find("the campaign is not a campaign id") == 0);
+
+  auto table = broker::JobTable::open(b.dir.path() + "/broker.db");
+  REQUIRE(table.is_ok());
+  auto active = table->load_active();
+  REQUIRE(active.is_ok());
+  REQUIRE(active->size() == 1);
+  CHECK(active->front().id == "ingest:c9");
+  CHECK(active->front().priority == 7);
+  CHECK(active->front().campaign == "c9");
 }
