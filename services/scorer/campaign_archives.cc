@@ -30,10 +30,22 @@ Result<int64_t> CampaignArchives::cells_filled(const CampaignRow& c) {
   } else if (c.state == kRunning) {
     KILN_ASSIGN_OR_RETURN(archive, get(c.id));
   } else {
+    KILN_ASSIGN_OR_RETURN(std::optional<int64_t> saved, store_.saved_cells_filled(c.id));
+    if (saved) return *saved;
     KILN_ASSIGN_OR_RETURN(transient, build(c.id));
     archive = transient.get();
+    // Saved, so the next query reads it: rebuilding an archive analyses every program's code again.
+    KILN_RETURN_IF_ERROR(store_.save_cells_filled(c.id, static_cast<int64_t>(archive->cells_filled())));
   }
   return static_cast<int64_t>(archive->cells_filled());
+}
+
+void CampaignArchives::release(const std::string& campaign_id) {
+  auto it = archives_.find(campaign_id);
+  if (it == archives_.end()) return;
+  // Not saved (a busy database): the first query about the campaign builds it once and saves it.
+  (void)store_.save_cells_filled(campaign_id, static_cast<int64_t>(it->second->cells_filled()));
+  archives_.erase(it);
 }
 
 size_t CampaignArchives::resident_programs() const {

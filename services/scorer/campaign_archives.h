@@ -23,10 +23,11 @@ class CampaignArchives {
   Result<archive::Archive*> get(const std::string& campaign_id);
   // Dropped whenever a transaction fails, so the in-memory view never runs ahead of what was committed.
   void clear() { archives_.clear(); }
-  // Drops one campaign's archive (it ended).
-  void release(const std::string& campaign_id) { archives_.erase(campaign_id); }
+  // Drops one campaign's archive (it ended), saving what queries read of it.
+  void release(const std::string& campaign_id);
   bool holds(const std::string& campaign_id) const { return archives_.count(campaign_id) > 0; }
-  // The cells a campaign's archive fills, kept in memory only while the campaign runs.
+  // The cells a campaign's archive fills: from memory while it runs, else as saved when it ended (an
+  // archive of an older scorer is built once for it, and the figure saved).
   Result<int64_t> cells_filled(const CampaignRow& c);
   // Resident archives, and the programs they hold.
   size_t resident() const { return archives_.size(); }

@@ -141,6 +141,20 @@ Status CampaignStore::save_control(const CampaignRow& c) {
   return st.run();
 }
 
+Result<std::optional<int64_t>> CampaignStore::saved_cells_filled(const std::string& campaign_id) {
+  KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT cells_filled FROM campaign_summary WHERE campaign_id = ?"));
+  st.bind(1, campaign_id);
+  KILN_ASSIGN_OR_RETURN(bool row, st.step());
+  return row ? std::optional<int64_t>(st.column_int(0)) : std::nullopt;
+}
+
+Status CampaignStore::save_cells_filled(const std::string& campaign_id, int64_t cells) {
+  KILN_ASSIGN_OR_RETURN(auto st,
+                        db_.prepare("INSERT OR REPLACE INTO campaign_summary(campaign_id, cells_filled) VALUES (?, ?)"));
+  st.bind(1, campaign_id).bind(2, cells);
+  return st.run();
+}
+
 Status CampaignStore::save_proposed(const CampaignRow& c) {
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("UPDATE campaigns SET proposed = ? WHERE id = ?"));
   st.bind(1, c.proposed).bind(2, c.id);

@@ -95,6 +95,10 @@ class CampaignStore {
   // Counts a repeated result or start against the campaign (c.duplicates).
   Status add_duplicate(CampaignRow& c);
 
+  // The cells an ended campaign's archive filled, as saved when it ended (nullopt: not saved).
+  Result<std::optional<int64_t>> saved_cells_filled(const std::string& campaign_id);
+  Status save_cells_filled(const std::string& campaign_id, int64_t cells);
+
   // ------------------------------------------------------------------------- programs
   Result<std::optional<ProgramRow>> load_program(const std::string& id);
   // A new program, pending until it is scored or ends unevaluated.

@@ -97,6 +97,12 @@ CREATE TABLE IF NOT EXISTS prompts (
   seq         INTEGER NOT NULL,                  -- order of first appearance
   PRIMARY KEY (campaign_id, id)
 );
+-- What an ended campaign's archive looked like, so a query about it need not rebuild the archive (a table
+-- of its own, so older archives gain it without a rewrite and older scorers ignore it).
+CREATE TABLE IF NOT EXISTS campaign_summary (
+  campaign_id  TEXT PRIMARY KEY,
+  cells_filled INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS processed_jobs (
   job_id       TEXT PRIMARY KEY,
   kind         TEXT NOT NULL,
