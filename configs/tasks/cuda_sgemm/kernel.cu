@@ -78,46 +78,97 @@ struct SgemmShape {
   static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * static_cast<int>(sizeof(float));
 };
 
+// A's slice (BM x BK) into as[kk][r]: 8 threads copy 8 consecutive k of a row (one 32-byte sector), the
+// block kThreads / 8 rows at a time. kFull: the slice is inside A (no bound checks).
+template <class S, bool kFull>
+__device__ __forceinline__ void sgemm_load_a(const float* __restrict__ a, float* as, int row0, int k0, int m, int k) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if constexpr (S::kThreads % 8 == 0 && S::kBM % (S::kThreads / 8) == 0) {
+    constexpr int kRows = S::kThreads / 8, kPasses = S::kBM / kRows;
+    const int r0 = tid / 8, kk0 = tid % 8;
+    const long long first = static_cast<long long>(row0 + r0) * k + k0 + kk0, stride = static_cast<long long>(kRows) * k;
+    float* dst = as + kk0 * S::kLdA + r0;
+#pragma unroll
+    for (int h = 0; h < S::kBK / 8; ++h) {
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const long long off = first + p * stride + h * 8;
+        const bool ok = kFull || (row0 + r0 + p * kRows < m && k0 + kk0 + h * 8 < k);
+        cp_async4(dst + h * 8 * S::kLdA + p * kRows, ok ? a + off : a, ok);
+      }
+    }
+  } else {  // any other shape: element by element
+    constexpr int kA = S::kBM * S::kBK;
+#pragma unroll 4
+    for (int i = 0; i < (kA + S::kThreads - 1) / S::kThreads; ++i) {
+      const int e = tid + i * S::kThreads;
+      if (kA % S::kThreads == 0 || e < kA) {
+        const int kk = e % 8 + e / (8 * S::kBM) * 8, r = e / 8 % S::kBM;
+        const bool ok = row0 + r < m && k0 + kk < k;
+        cp_async4(as + kk * S::kLdA + r, ok ? a + static_cast<long long>(row0 + r) * k + k0 + kk : a, ok);
+      }
+    }
+  }
+}
+
+// B's slice (BK x BN) into bs[kk][c]: float4 copies when B's rows are 16-byte aligned (vec_b: n % 4 == 0, so a
+// float4 is all inside or all outside), the block kThreads / (BN / 4) rows at a time; else element by element.
+template <class S, bool kFull>
+__device__ __forceinline__ void sgemm_load_b(const float* __restrict__ b, float* bs, int col0, int k0, int n, int k,
+                                             bool vec_b) {
+  const int tid = static_cast<int>(threadIdx.x);
+  constexpr int kRow4 = S::kBN / 4;
+  if constexpr (S::kThreads % kRow4 == 0) {
+    if (vec_b) {
+      constexpr int kRows = S::kThreads / kRow4, kPasses = (S::kBK + kRows - 1) / kRows;
+      const int kk0 = tid / kRow4, cc = tid % kRow4 * 4;
+      const long long first = static_cast<long long>(k0 + kk0) * n + col0 + cc, stride = static_cast<long long>(kRows) * n;
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        if (S::kBK % kRows == 0 || kk0 + p * kRows < S::kBK) {
+          const bool ok = kFull || (k0 + kk0 + p * kRows < k && col0 + cc < n);
+          cp_async16(bs + (kk0 + p * kRows) * S::kBN + cc, ok ? b + first + p * stride : b, ok);
+        }
+      }
+      return;
+    }
+  }
+  if (vec_b) {  // float4 copies, any shape
+    constexpr int kB4 = S::kBK * kRow4;
+#pragma unroll 4
+    for (int i = 0; i < (kB4 + S::kThreads - 1) / S::kThreads; ++i) {
+      const int e = tid + i * S::kThreads;
+      if (kB4 % S::kThreads == 0 || e < kB4) {
+        const int kk = e / kRow4, cc = e % kRow4 * 4;
+        const bool ok = k0 + kk < k && col0 + cc < n;
+        cp_async16(bs + kk * S::kBN + cc, ok ? b + static_cast<long long>(k0 + kk) * n + col0 + cc : b, ok);
+      }
+    }
+    return;
+  }
+  constexpr int kB = S::kBK * S::kBN;
+#pragma unroll 4
+  for (int i = 0; i < (kB + S::kThreads - 1) / S::kThreads; ++i) {
+    const int e = tid + i * S::kThreads;
+    if (kB % S::kThreads == 0 || e < kB) {
+      const int kk = e / S::kBN, cc = e % S::kBN;
+      const bool ok = k0 + kk < k && col0 + cc < n;
+      cp_async4(bs + kk * S::kBN + cc, ok ? b + static_cast<long long>(k0 + kk) * n + col0 + cc : b, ok);
+    }
+  }
+}
+
+// One slice of K into one stage; slices wholly inside A and B skip the bound checks.
 template <class S>
 __device__ __forceinline__ void sgemm_load_tile(const float* __restrict__ a, const float* __restrict__ b, float* as,
                                                 float* bs, int row0, int col0, int k0, int m, int n, int k,
-                                                bool vec_b) {
-  // A: 8 consecutive k of a row per 8 threads (one 32-byte sector), stored transposed: as[kk][r].
-  constexpr int kA = S::kBM * S::kBK;
-#pragma unroll
-  for (int i = 0; i < (kA + S::kThreads - 1) / S::kThreads; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + i * S::kThreads;
-    if (kA % S::kThreads == 0 || e < kA) {
-      const int kk = e % 8 + e / (8 * S::kBM) * 8, r = e / 8 % S::kBM;
-      const int gr = row0 + r, gk = k0 + kk;
-      const bool ok = gr < m && gk < k;
-      cp_async4(as + kk * S::kLdA + r, ok ? a + static_cast<long long>(gr) * k + gk : a, ok);
-    }
-  }
-  if (vec_b) {  // rows of B are 16-byte aligned: float4 copies (n % 4 == 0, so a float4 is all in or all out)
-    constexpr int kB4 = S::kBK * S::kBN / 4;
-#pragma unroll
-    for (int i = 0; i < (kB4 + S::kThreads - 1) / S::kThreads; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * S::kThreads;
-      if (kB4 % S::kThreads == 0 || e < kB4) {
-        const int kk = e / (S::kBN / 4), cc = e % (S::kBN / 4) * 4;
-        const int gk = k0 + kk, gc = col0 + cc;
-        const bool ok = gk < k && gc < n;
-        cp_async16(bs + kk * S::kBN + cc, ok ? b + static_cast<long long>(gk) * n + gc : b, ok);
-      }
-    }
+                                                bool vec_b, bool block_inside) {
+  if (block_inside && k0 + S::kBK <= k) {
+    sgemm_load_a<S, true>(a, as, row0, k0, m, k);
+    sgemm_load_b<S, true>(b, bs, col0, k0, n, k, vec_b);
   } else {
-    constexpr int kB = S::kBK * S::kBN;
-#pragma unroll 4
-    for (int i = 0; i < (kB + S::kThreads - 1) / S::kThreads; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * S::kThreads;
-      if (kB % S::kThreads == 0 || e < kB) {
-        const int kk = e / S::kBN, cc = e % S::kBN;
-        const int gk = k0 + kk, gc = col0 + cc;
-        const bool ok = gk < k && gc < n;
-        cp_async4(bs + kk * S::kBN + cc, ok ? b + static_cast<long long>(gk) * n + gc : b, ok);
-      }
-    }
+    sgemm_load_a<S, false>(a, as, row0, k0, m, k);
+    sgemm_load_b<S, false>(b, bs, col0, k0, n, k, vec_b);
   }
 }
 
@@ -188,12 +239,13 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   const int row0 = static_cast<int>(blockIdx.y) * S::kBM, col0 = static_cast<int>(blockIdx.x) * S::kBN;
   const int frag_a = wm * S::kWarpM + tm * 4, frag_b = wn * S::kWarpN + tn * 4;
   const int tiles = (k + S::kBK - 1) / S::kBK;
+  const bool inside = row0 + S::kBM <= m && col0 + S::kBN <= n;
 
   // Tile t lives in stage t % STAGES; STAGES - 1 tiles are in flight while one is computed.
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < tiles)
-      sgemm_load_tile<S>(a, b, as + s * S::kStageA, bs + s * S::kStageB, row0, col0, s * S::kBK, m, n, k, vec_b);
+      sgemm_load_tile<S>(a, b, as + s * S::kStageA, bs + s * S::kStageB, row0, col0, s * S::kBK, m, n, k, vec_b, inside);
     cp_async_commit();
   }
   float acc[S::kTM][S::kTN];
@@ -202,17 +254,18 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 #pragma unroll
     for (int j = 0; j < S::kTN; ++j) acc[i][j] = 0.f;
   }
+  int read = 0, write = S::kStages - 1;  // the stages of tile t and of tile t + STAGES - 1
   for (int t = 0; t < tiles; ++t) {
     cp_async_wait<S::kStages - 2>();  // this thread's copies of tile t have landed
     __syncthreads();                  // everyone's have, and nobody still reads the stage refilled below
     const int next = t + S::kStages - 1;
-    if (next < tiles) {
-      const int s = next % S::kStages;
-      sgemm_load_tile<S>(a, b, as + s * S::kStageA, bs + s * S::kStageB, row0, col0, next * S::kBK, m, n, k, vec_b);
-    }
+    if (next < tiles)
+      sgemm_load_tile<S>(a, b, as + write * S::kStageA, bs + write * S::kStageB, row0, col0, next * S::kBK, m, n, k,
+                         vec_b, inside);
     cp_async_commit();  // an empty group at the end keeps the count that the wait relies on
-    const int s = t % S::kStages;
-    sgemm_compute_tile<S>(as + s * S::kStageA + frag_a, bs + s * S::kStageB + frag_b, acc);
+    sgemm_compute_tile<S>(as + read * S::kStageA + frag_a, bs + read * S::kStageB + frag_b, acc);
+    read = read + 1 == S::kStages ? 0 : read + 1;
+    write = write + 1 == S::kStages ? 0 : write + 1;
   }
   sgemm_store<S>(c, acc, row0 + frag_a, col0 + frag_b, m, n, vec_c);
 }
