@@ -23,7 +23,7 @@ for combo in "${combos[@]}"; do
   tag=$(tr ' =' '_-' <<<"$combo")
   defs=()
   for kv in $combo; do defs+=("-D$kv"); done
-  if ! g++ -std=c++20 -O1 -g -fsanitize="$sanitize" -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas \
+  if ! "${CXX:-g++}" -std=c++20 -O1 -g -fsanitize="$sanitize" -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas \
       -Wno-unused-parameter "${defs[@]}" -I"$out" -I"$root/libs/core/include" -o "$out/emu_$tag" \
       "$here/sgemm_emu.cc" -pthread >"$out/build_$tag.log" 2>&1; then
     echo "FAIL build $combo (see $out/build_$tag.log)"; fail=1; continue
