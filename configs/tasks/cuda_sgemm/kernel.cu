@@ -226,13 +226,21 @@ __device__ __forceinline__ void sgemm_store(float* __restrict__ c, const float (
   }
 }
 
+// The block's dynamic shared memory. Declared in a namespace so that its symbol is mangled, as it is when the
+// file is compiled inside another namespace (a batch of variants): the PTX is then the same either way.
+namespace sgemm_shared {
+__device__ __forceinline__ float* base() {
+  extern __shared__ float4 sgemm_smem[];
+  return reinterpret_cast<float*>(sgemm_smem);
+}
+}  // namespace sgemm_shared
+
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     sgemm_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m, int n, int k,
                  bool vec_b, bool vec_c) {
-  extern __shared__ float4 sgemm_smem[];
-  float* as = reinterpret_cast<float*>(sgemm_smem);  // [STAGES][BK][BM + 4]
-  float* bs = as + S::kStages * S::kStageA;          // [STAGES][BK][BN]
+  float* as = sgemm_shared::base();          // [STAGES][BK][BM + 4]
+  float* bs = as + S::kStages * S::kStageA;  // [STAGES][BK][BN]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int tm = lane / 8, tn = lane % 8;
