@@ -8,7 +8,8 @@
 #   OUT=/tmp/sgemm bench/sgemm/run.sh "BM=128 BN=128 BK=8 TM=16 TN=8 STAGES=3"
 #
 # Environment: NVCC (/usr/local/cuda/bin/nvcc), ARCH (sm_90), SANITIZE (1; 0 skips memcheck), REPS (20),
-# SIZE (4096), JOBS (parallel builds, nproc). Writes $OUT/results.jsonl (one JSON line per combination:
+# SIZE (4096), JOBS (parallel builds, nproc), MEMCHECK_JOBS (memcheck runs at once, 8).
+# Writes $OUT/results.jsonl (one JSON line per combination:
 # params, correct, max_err, kernel_us, cublas_us, ratio = cublas_us / kernel_us, regs, spills),
 # $OUT/summary.txt (sorted by ratio), $OUT/build/*.log (ptxas -v per combination), $OUT/gpu.txt.
 set -euo pipefail
@@ -53,7 +54,29 @@ build_one() {
 export -f build_one
 printf '%s\n' "${combos[@]}" | xargs -d '\n' -P "$jobs" -n 1 bash -c 'build_one "$1"' _
 
-sanitizer=$(dirname "$NVCC")/compute-sanitizer
+# compute-sanitizer memcheck on the small shapes, several combinations at once (correctness only, no timing).
+export SANITIZER=${SANITIZER:-$(dirname "$NVCC")/compute-sanitizer}
+memcheck_one() {
+  local combo=$1 tag
+  tag=$(tr ' =' '_-' <<<"$combo")
+  [ -x "$BUILD/sgemm_$tag" ] || return 0
+  if timeout 300 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUILD/sgemm_$tag" --small-only --params "$combo" \
+       >"$BUILD/memcheck_$tag.log" 2>&1; then
+    echo "memcheck ok $combo"
+  else
+    echo "MEMCHECK FAILED $combo (see $BUILD/memcheck_$tag.log)"
+    touch "$BUILD/memcheck_failed_$tag"
+  fi
+}
+export -f memcheck_one
+rm -f "$BUILD"/memcheck_failed_*
+if [ "$sanitize" = 1 ] && [ -x "$SANITIZER" ]; then
+  printf '%s\n' "${combos[@]}" | xargs -d '\n' -P "${MEMCHECK_JOBS:-8}" -n 1 bash -c 'memcheck_one "$1"' _
+elif [ "$sanitize" = 1 ]; then
+  echo "no $SANITIZER: memcheck skipped"
+fi
+
+# Correctness and timing, one combination at a time (the GPU to itself).
 : >"$out/results.jsonl"
 for combo in "${combos[@]}"; do
   tag=$(tr ' =' '_-' <<<"$combo")
@@ -62,17 +85,13 @@ for combo in "${combos[@]}"; do
     echo "{\"params\": \"$combo\", \"correct\": false, \"why\": \"build failed\"}" | tee -a "$out/results.jsonl"
     continue
   fi
+  if [ -e "$BUILD/memcheck_failed_$tag" ]; then
+    echo "{\"params\": \"$combo\", \"correct\": false, \"why\": \"compute-sanitizer memcheck\"}" | tee -a "$out/results.jsonl"
+    continue
+  fi
   regs=$(grep -o 'Used [0-9]* registers' "$BUILD/$tag.log" | head -1 | grep -o '[0-9]*' || echo -1)
   spills=$(grep -o '[0-9]* bytes spill stores' "$BUILD/$tag.log" | head -1 | grep -o '^[0-9]*' || echo -1)
-  if [ "$sanitize" = 1 ] && [ -x "$sanitizer" ]; then
-    if ! "$sanitizer" --tool memcheck --error-exitcode 9 "$bin" --small-only --params "$combo" \
-         >"$BUILD/memcheck_$tag.log" 2>&1; then
-      echo "MEMCHECK FAILED $combo (see $BUILD/memcheck_$tag.log)"
-      echo "{\"params\": \"$combo\", \"correct\": false, \"why\": \"compute-sanitizer memcheck\"}" >>"$out/results.jsonl"
-      continue
-    fi
-  fi
-  line=$("$bin" --params "$combo" --regs "$regs" --spills "$spills" --reps "$reps" --size "$size" \
+  line=$(timeout 120 "$bin" --params "$combo" --regs "$regs" --spills "$spills" --reps "$reps" --size "$size" \
            2>>"$BUILD/run_$tag.log" || true)
   [ -n "$line" ] || line="{\"params\": \"$combo\", \"correct\": false, \"why\": \"sgemm_check failed: $(tail -1 "$BUILD/run_$tag.log" | tr -d '"\\')\"}"
   echo "$line" | tee -a "$out/results.jsonl"
