@@ -21,7 +21,7 @@ problems = []
 overheads = []
 for f in sorted(glob.glob(out + "/best_*.json")):
     d = json.load(open(f))
-    progs = d["programs"]
+    progs = [p for p in d["programs"] if p["status"] != "no_code"]  # no_code: the tuner's space was spent
     for p in progs:
         m = p.get("eval_metadata", {})
         if "eval_start_s" in m:
@@ -58,3 +58,5 @@ for r in problems:
 print(json.dumps(summary, indent=1))
 json.dump({"summary": summary, "problems": problems}, open(out + "/kernelbench_h200.json", "w"), indent=2)
 PY
+# Everything in one file too (a host that hands back few files gets them all).
+tar czf "$out/campaigns.tar.gz" -C "$out" $(cd "$out" && ls best_*.json vs_torch.json kernelbench_h200.json 2>/dev/null)

@@ -16,7 +16,8 @@ namespace {
 // the last row (every other row right), 2 writes exp() without dividing.
 std::string softmax_candidate(int bug) {
   return R"(#include "kiln/kernel_abi.h"
-#define BUG )" + std::to_string(bug) +
+#define BUG )" +
+         std::to_string(bug) +
          R"(
 __global__ void sm(const float* x, float* y, long long rows, long long cols) {
   long long r = blockIdx.x;

@@ -41,7 +41,8 @@ Result<std::vector<eval::RunnerKernel>> runner_kernels(const task::TaskSpec& spe
                                                        const eval::Candidate& reference, const std::string& python) {
   std::vector<eval::RunnerKernel> kernels = {{"candidate", candidate.entry, candidate.library, nullptr, nullptr}};
   if (spec.torch_reference()) {
-    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k, eval::torch_kernel(spec, python, {"reference", false, "cuda", kArenaShift}));
+    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
+                          eval::torch_kernel(spec, python, {"reference", false, "cuda", kArenaShift}));
     kernels.push_back(std::move(k));
   } else {
     kernels.push_back({"reference", reference.entry, reference.library, nullptr, overhead_entry});

@@ -105,7 +105,7 @@ struct CudaDevice::State {
   // The call-overhead probe's runner, where the reference is a PyTorch module (a Python process's
   // clock gap is not a C runner's); without it the probe is the C reference runner's second entry.
   Contestant probe;
-  size_t arenas = 1;            // device arenas per contestant
+  size_t arenas = 1;  // device arenas per contestant
   // The case's timing tensors, drawn here by begin_timing(): the donor's inputs, and what every block
   // loads (load_block): inputs as perturbed so far, poisoned outputs.
   std::vector<DeviceBuffer> donor;
