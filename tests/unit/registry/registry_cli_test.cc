@@ -149,9 +149,13 @@ TEST_CASE("kiln registry match exits non-zero with one line when nothing fits", 
     CHECK(r.out.empty());
     CHECK(r.err == c.err);
   }
-  // An empty or absent registry says so.
+  // An empty registry says so; an absent folder is named as such.
   Run r =
       kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kiln: no registry at " + dir.path() + "/none: no such folder\n");
+  fs::create_directories(dir.path() + "/none");
+  r = kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
   CHECK(r.exit_code == 1);
   CHECK(r.err == "kiln: no rmsnorm fp16 kernel: " + dir.path() + "/none/verified_kernels.json has no kernels yet\n");
   // --json still prints a document on failure.
