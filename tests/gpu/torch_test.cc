@@ -43,6 +43,32 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 )";
 }
 
+// softmax_candidate(0) that, at load time, makes the CUDA event timer of its own process report 1 ns: its
+// runner's events then claim what the evaluator's clock denies.
+std::string lying_softmax() {
+  std::string code = softmax_candidate(0);
+  code += R"(
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <cstdint>
+#include <cstring>
+extern "C" cudaError_t tiny_elapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1e-6f; return cudaSuccess; }
+__attribute__((constructor)) static void patch() {
+  void* target = dlsym(RTLD_DEFAULT, "cudaEventElapsedTime");
+  if (!target) return;
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* start = (unsigned char*)((uintptr_t)target & ~(uintptr_t)(page - 1));
+  if (mprotect(start, 2 * page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return;
+  auto* t = (unsigned char*)target;
+  const uint64_t d = (uint64_t)(void*)&tiny_elapsed;
+  t[0] = 0x48; t[1] = 0xB8; std::memcpy(t + 2, &d, 8); t[10] = 0xFF; t[11] = 0xE0;
+  mprotect(start, 2 * page, PROT_READ | PROT_EXEC);
+}
+)";
+  return code;
+}
+
 bool has_torch(const kiln::proto::TestReport& r) {
   auto it = r.metadata.find("torch");
   return it != r.metadata.end() && !it->second.empty();
@@ -88,4 +114,23 @@ TEST_CASE("a PyTorch reference on the GPU: wrong kernels fail, a correct one pas
     INFO("bug " << bug << ": " << summary(r));
     CHECK(r.status == "mismatch");
   }
+}
+
+TEST_CASE("a PyTorch reference on the GPU: a candidate's forged event times are disbelieved", "[gpu]") {
+  KILN_REQUIRE_GPU_TESTS();
+  Rig rig(240, /*min_time_s=*/0.3);
+  auto r = rig.try_evaluate("kernelbench/kb_softmax_cuda", lying_softmax());
+  if (!r.is_ok() && r.status().message().find("no Python with torch") != std::string::npos) {
+    kiln::testing::skip_test("no Python with torch here (KILN_TEST_PYTHON names one)");
+  }
+  REQUIRE(r.is_ok());
+  INFO(summary(*r));
+  // One thread per row is far slower than PyTorch: on the evaluator's clock it stays so. A Python runner's
+  // clock gap (the interpreter's steps) would have hidden the lie; the C probe's does not.
+  REQUIRE(r->status == "ok");
+  CHECK(r->performance.method == "host_clock");
+  REQUIRE(r->performance.cases.size() == 1);
+  const auto& c = r->performance.cases[0];
+  WARN("forged events beside PyTorch: " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
+  CHECK(c.speedup_hi < 1.0);
 }
