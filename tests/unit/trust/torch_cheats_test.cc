@@ -10,14 +10,20 @@
 // ("kiln-probe ..."), so that a probe that found nothing to attack (no reference runner in sight) fails
 // the test instead of passing it vacuously.
 #include <catch2/catch.hpp>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "harness.h"
+#include "kiln/testing/loopback_listener.h"
 #include "kiln/testing/skip.h"
 #include "kiln/testing/torch.h"
+#include "torch_probes.h"
 
 using kiln::trust::Harness;
 using kiln::trust::kHonestBody;
+using kiln::trust::promotable;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
 namespace status = kiln::proto::test_status;
@@ -100,6 +106,31 @@ Verdict run(const std::string& name, const std::string& body, const std::string&
   return v;
 }
 
+// The "kiln-probe ..." lines the candidate printed.
+std::vector<std::string> probe_lines(const Verdict& v) {
+  std::vector<std::string> lines;
+  std::istringstream in(v.child.stderr_text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("kiln-probe ", 0) == 0) lines.push_back(line);
+  return lines;
+}
+
+// The probes found the reference runner, made `attempts` attempts on it, and every one was refused.
+void check_all_refused(const Verdict& v, size_t attempts) {
+  const std::vector<std::string> lines = probe_lines(v);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  INFO(all);
+  size_t refused = 0;
+  for (const auto& l : lines) {
+    CHECK(l.find(": GOT") == std::string::npos);
+    if (l.find(": refused (") != std::string::npos) ++refused;
+  }
+  CHECK(all.find("kiln-probe reference runner: -1") == std::string::npos);
+  CHECK(all.find("kiln-probe reference runner: ") != std::string::npos);
+  CHECK(refused == attempts);
+}
+
 }  // namespace
 
 TEST_CASE("an honest candidate passes against a PyTorch reference, with a speedup", "[trust][torch][serial]") {
@@ -114,4 +145,202 @@ TEST_CASE("an honest candidate passes against a PyTorch reference, with a speedu
   CHECK(c.reference.median_us > 0);
   CHECK(c.candidate.median_us > 0);
   CHECK(c.speedup > 1.0);
+}
+
+// ---- The reference runner: its memory, its arena and its signals are out of the candidate's reach. ----
+
+TEST_CASE("a candidate that reads the reference's outputs out of the reference runner gets nothing", "[trust][torch]") {
+  // It writes only what it reads from the Python runner (its memory map, its arena's memfd, /proc/<pid>/mem,
+  // process_vm_readv, ptrace, pidfd_getfd, map_files): the runner made itself non-dumpable before the
+  // candidate's runner existed, and the candidate's runner may not ptrace or read another process's memory.
+  // Every read refused, the outputs stay poisoned.
+  Verdict v = run("torch_reach_in",
+                  "static bool first = true;\n"
+                  "steal(y, static_cast<size_t>(n) * sizeof(float), first);\n"
+                  "first = false;",
+                  std::string(kiln::trust::kProbeCommon) + kiln::trust::kReachIn);
+  INFO(v.message);
+  CHECK(v.status == status::kNonFinite);
+  CHECK(v.message.find("non-finite outputs where the reference is finite") != std::string::npos);
+  check_all_refused(v, 9);
+}
+
+TEST_CASE("a candidate cannot stop or kill the reference runner", "[trust][torch]") {
+  // Stopped, the reference would hang the evaluation or be slow in its timed calls; killed, there would
+  // be nothing to compare with. Every signal is refused (the runner may signal only itself) and the
+  // candidate, honest besides, passes: had one got through, the evaluation would have failed.
+  Verdict v = run("torch_signals",
+                  "static bool tried = false;\n"
+                  "if (!tried) { tried = true; signal_reference(); }\n" +
+                      kHonestBody,
+                  std::string(kiln::trust::kProbeCommon) + kiln::trust::kSignals);
+  INFO(v.message);
+  CHECK(v.status == status::kOk);
+  CHECK(v.report.correctness.passed);
+  check_all_refused(v, 7);
+}
+
+TEST_CASE("no other runner's arena is mapped in a candidate's process, in any timing block", "[trust][torch]") {
+  // The reference runner (Python: started once, its process kept for every block) shares an arena with the
+  // evaluator; every timing block after the first runs the candidate in a process forked from the
+  // evaluator. Were that arena mapped in the fork, the candidate would find the reference's inputs and
+  // outputs of the round in its own address space and could serve the reference's answer instead of
+  // computing it. This candidate does so wherever it can, and computes otherwise.
+  Verdict v = run("torch_arena_in_self",
+                  "if (from_other_arena(a, y, n)) return 0;\n" + kHonestBody,
+                  std::string(kiln::trust::kProbeCommon) + kiln::trust::kArenaInSelf, quick());
+  INFO(v.message);
+  CHECK(v.status == status::kOk);
+  const std::vector<std::string> lines = probe_lines(v);
+  std::string all;
+  std::set<std::string> runners;
+  for (const auto& l : lines) {
+    all += l + "\n";
+    if (l.find(" other arenas mapped here") != std::string::npos) runners.insert(l.substr(0, l.find(':')));
+  }
+  INFO(all);
+  CHECK(all.find("served a call from another arena") == std::string::npos);
+  CHECK(all.find(": 0 other arenas mapped here") != std::string::npos);
+  for (const auto& l : lines) CHECK(l.find(": 0 other arenas mapped here") != std::string::npos);
+  // The runner of correctness and the first block, and at least one forked for a later block.
+  CHECK(runners.size() >= 2);
+}
+
+// ---- Caches: the poisoned outputs and the moving inputs catch them as with a C reference. ----
+
+TEST_CASE("reusing the previous call's result is caught on the next seed", "[trust][torch]") {
+  // The second call of a case and seed gets the same inputs as the first, and is served from the first's
+  // result; the first call of the next seed gets new inputs, and the old result.
+  Verdict v = run("torch_previous_result",
+                  "if (n == last_n) { std::memcpy(y, last, n * sizeof(float)); return 0; }\n" + kHonestBody +
+                      "\nif (n <= kMax) { std::memcpy(last, y, n * sizeof(float)); last_n = n; }",
+                  "constexpr int64_t kMax = 1 << 16; static float last[kMax]; static int64_t last_n = -1;");
+  INFO(v.message);
+  CHECK(v.status == status::kMismatch);
+  REQUIRE_FALSE(v.report.correctness.first_mismatches.empty());
+  CHECK(v.report.correctness.first_mismatches[0].find("seed 1") != std::string::npos);
+}
+
+TEST_CASE("a candidate correct on the first seed only is caught on the second", "[trust][torch]") {
+  // Honest on the first two calls of every size (the first seed's), off by a little after them.
+  Verdict v = run("torch_first_seed",
+                  "int& calls = per_size[n];\n"
+                  "if (++calls > 2) { for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha + w[i] + 0.01f; return 0; }\n" +
+                      kHonestBody,
+                  "#include <map>\nstatic std::map<int64_t, int> per_size;");
+  INFO(v.message);
+  CHECK(v.status == status::kMismatch);
+  REQUIRE_FALSE(v.report.correctness.first_mismatches.empty());
+  CHECK(v.report.correctness.first_mismatches[0].find("seed 1") != std::string::npos);
+}
+
+TEST_CASE("results cached by input address are caught by the comparison of timed rounds", "[trust][torch]") {
+  // Right on every correctness call (new inputs at new places) and then served from the cache while timed,
+  // where the inputs stay put but move a block before every round.
+  Verdict v =
+      run("torch_address_cache",
+          "if (x == cx && w == cw && n == cn && n <= kMax) { std::memcpy(y, cache, n * sizeof(float)); return 0; }\n" +
+              kHonestBody +
+              "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cw = w; cn = n; }",
+          "constexpr int64_t kMax = 1 << 16; static float cache[kMax];\n"
+          "static const float* cx = nullptr; static const float* cw = nullptr; static int64_t cn = -1;",
+          quick());
+  INFO(v.message);
+  CHECK(v.status == status::kMismatch);
+  CHECK(v.report.correctness.mismatches > 0);
+  CHECK_FALSE(promotable(v));
+}
+
+// ---- Writes outside the outputs. ----
+
+TEST_CASE("writing into the arena in front of the output is caught as a modified input", "[trust][torch]") {
+  // The page before the output holds the end of the last input: the candidate zeroes it (scratch space,
+  // it hopes, outside every tensor).
+  Verdict v = run("torch_arena_write",
+                  kHonestBody + "\nstd::memset(reinterpret_cast<char*>(y) - 4096, 0, 4096);");
+  INFO(v.message);
+  CHECK(v.status == status::kInputModified);
+  CHECK(v.message.find("input 'w' was modified") != std::string::npos);
+}
+
+TEST_CASE("redirecting the output descriptor elsewhere in the arena is caught", "[trust][torch]") {
+  // The result is written to a place of the candidate's choosing (scratch past the output) and the output
+  // descriptor pointed at it, so that the evaluator might read it from there.
+  Verdict v = run("torch_descriptor",
+                  "float* elsewhere = y + ((n + 1023) / 1024) * 1024;\n"
+                  "for (int64_t i = 0; i < n; ++i) elsewhere[i] = x[i] * alpha + w[i];\n"
+                  "const_cast<kiln_tensor*>(a->outputs)[0].data = elsewhere;");
+  INFO(v.message);
+  CHECK(v.status == status::kWrongShape);
+}
+
+// ---- The clock. ----
+
+TEST_CASE("a candidate that sleeps or spins only while timed is timed with it", "[trust][torch][serial]") {
+  // Honest throughout; after the 16 calls of correctness it waits 5 ms in every call, asleep on odd calls
+  // and spinning on the clock on even ones. Both are on the clock: the speedup is far below 1, never a
+  // promotion.
+  Verdict v = run("torch_sleeps_when_timed",
+                  kHonestBody +
+                      "\nif (++calls > 16) {\n"
+                      "  if (calls % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));\n"
+                      "  else for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);\n"
+                      "            std::chrono::steady_clock::now() < until;) {}\n"
+                      "}",
+                  "#include <chrono>\n#include <thread>\nstatic int calls = 0;", quick());
+  INFO(v.message);
+  CHECK(v.status == status::kOk);
+  REQUIRE(v.report.performance.cases.size() == 1);
+  CHECK(v.report.performance.cases[0].candidate.median_us >= 5000);
+  CHECK(v.report.performance.cases[0].speedup < 1);
+  CHECK_FALSE(promotable(v));
+}
+
+// ---- The machine: processes, the network and files outside the scratch directory. ----
+
+TEST_CASE("a candidate cannot fork, reach the network or write outside its scratch directory", "[trust][torch]") {
+  kiln::testing::LoopbackListener listener;
+  REQUIRE(listener.port > 0);
+  kiln::TempDir outside("kiln-trust-outside");
+  const std::string planted = outside.path() + "/planted", registry = outside.path() + "/registry.db";
+  REQUIRE(kiln::write_file_atomic(registry, "entries").is_ok());
+  // Each attempt that works makes the candidate wrong; the verdict ok says none did.
+  Verdict v = run("torch_machine",
+                  "static bool tried = false;\n"
+                  "if (!tried) {\n"
+                  "  tried = true;\n"
+                  "  const pid_t pid = fork();\n"
+                  "  if (pid == 0) _exit(0);\n"
+                  "  wrong |= note(\"fork\", pid > 0, errno);\n"
+                  "  const int s = socket(AF_INET, SOCK_STREAM, 0);\n"
+                  "  sockaddr_in addr{}; addr.sin_family = AF_INET; addr.sin_port = htons(" +
+                      std::to_string(listener.port) +
+                      ");\n"
+                      "  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
+                      "  wrong |= note(\"connect to 127.0.0.1\", s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&addr), "
+                      "sizeof addr) == 0, errno);\n"
+                      "  int fd = open(\"" +
+                      planted +
+                      "\", O_CREAT | O_WRONLY, 0644);\n"
+                      "  wrong |= note(\"a new file outside the scratch directory\", fd >= 0, errno);\n"
+                      "  fd = open(\"" +
+                      registry +
+                      "\", O_WRONLY | O_APPEND);\n"
+                      "  wrong |= note(\"the registry for writing\", fd >= 0, errno);\n"
+                      "}\n"
+                      "if (wrong) { for (int64_t i = 0; i < n; ++i) y[i] = 0.f; return 0; }\n" +
+                      kHonestBody,
+                  std::string(kiln::trust::kProbeCommon) +
+                      "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n"
+                      "static bool wrong = false;\n");
+  INFO(v.message);
+  const std::string all = v.child.stderr_text;
+  INFO(all);
+  if (v.child.filesystem_isolation != "readonly_root")
+    KILN_SKIP("mount namespaces are not permitted here: writes outside the scratch dir are not prevented");
+  CHECK(v.status == status::kOk);
+  CHECK(all.find(": GOT") == std::string::npos);
+  CHECK(probe_lines(v).size() == 4);
+  CHECK_FALSE(kiln::read_file(planted).is_ok());
+  CHECK(*kiln::read_file(registry) == "entries");
 }
