@@ -11,11 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -75,6 +77,33 @@ inline void cpu_relax() {
 }
 
 Control* control(void* arena) { return static_cast<Control*>(arena); }
+
+// Every runner arena this process maps, whichever Runner::start() mapped it. A runner forked later unmaps
+// all of them but its own: the arenas of runners started earlier are live too (a Python reference is
+// started once and kept for every timing block, while the candidate's runner is forked afresh for each),
+// and one left mapped would show that contestant's inputs and outputs of the round to the candidate.
+std::mutex g_arenas_mutex;
+std::vector<std::pair<void*, size_t>>& live_arenas() {
+  static auto* arenas = new std::vector<std::pair<void*, size_t>>();  // never destroyed: runners may outlive it
+  return *arenas;
+}
+
+void register_arena(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  live_arenas().emplace_back(p, bytes);
+}
+
+void unregister_arena(void* p) {
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  auto& arenas = live_arenas();
+  arenas.erase(std::remove_if(arenas.begin(), arenas.end(), [p](const auto& a) { return a.first == p; }),
+               arenas.end());
+}
+
+std::vector<std::pair<void*, size_t>> arenas_now() {
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  return live_arenas();
+}
 
 // Futexes on the shared arena (not FUTEX_PRIVATE: two processes).
 void futex_wake(std::atomic<uint32_t>* word) {
@@ -261,10 +290,13 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
       return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
                                 " bytes: " + std::strerror(errno));
     r->arena_ = p;
+    register_arena(p, r->arena_bytes_);
     new (p) Control();
     runners.push_back(std::move(r));
   }
   const pid_t parent = ::getpid();
+  // Taken before forking: a child must not lock (another thread may hold the lock at the fork).
+  const std::vector<std::pair<void*, size_t>> arenas = arenas_now();
   std::vector<size_t> order;
   for (size_t i = 0; i < runners.size(); ++i)
     if (runners[i]->python_) order.push_back(i);
@@ -278,9 +310,10 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) _exit(1);
-      // Only its own arena: the other contestants' tensors are out of reach.
-      for (size_t j = 0; j < runners.size(); ++j)
-        if (j != i) ::munmap(runners[j]->arena_, runners[j]->arena_bytes_);
+      // Only its own arena: every other contestant's tensors, this start's or an earlier one's, are out of
+      // reach.
+      for (const auto& [arena, bytes] : arenas)
+        if (arena != runners[i]->arena_) ::munmap(arena, bytes);
       for (const auto& [ptr, n] : wipe) explicit_bzero(ptr, n);
       if (kernels[i].python)
         python_runner_main(control(runners[i]->arena_), runners[i]->arena_fd_, *kernels[i].python, config);
@@ -345,7 +378,10 @@ Runner::~Runner() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
-  if (arena_) ::munmap(arena_, arena_bytes_);
+  if (arena_) {
+    unregister_arena(arena_);
+    ::munmap(arena_, arena_bytes_);
+  }
 }
 
 Status Runner::died(int wait_status) {

@@ -177,7 +177,7 @@ TEST_CASE("a candidate cannot stop or kill the reference runner", "[trust][torch
   INFO(v.message);
   CHECK(v.status == status::kOk);
   CHECK(v.report.correctness.passed);
-  check_all_refused(v, 7);
+  check_all_refused(v, 6);
 }
 
 TEST_CASE("no other runner's arena is mapped in a candidate's process, in any timing block", "[trust][torch]") {
@@ -263,27 +263,17 @@ TEST_CASE("writing into the arena in front of the output is caught as a modified
   CHECK(v.message.find("input 'w' was modified") != std::string::npos);
 }
 
-TEST_CASE("redirecting the output descriptor elsewhere in the arena is caught", "[trust][torch]") {
-  // The result is written to a place of the candidate's choosing (scratch past the output) and the output
-  // descriptor pointed at it, so that the evaluator might read it from there.
-  Verdict v = run("torch_descriptor",
-                  "float* elsewhere = y + ((n + 1023) / 1024) * 1024;\n"
-                  "for (int64_t i = 0; i < n; ++i) elsewhere[i] = x[i] * alpha + w[i];\n"
-                  "const_cast<kiln_tensor*>(a->outputs)[0].data = elsewhere;");
-  INFO(v.message);
-  CHECK(v.status == status::kWrongShape);
-}
-
 // ---- The clock. ----
 
 TEST_CASE("a candidate that sleeps or spins only while timed is timed with it", "[trust][torch][serial]") {
-  // Honest throughout; after the 16 calls of correctness it waits 5 ms in every call, asleep on odd calls
-  // and spinning on the clock on even ones. Both are on the clock: the speedup is far below 1, never a
-  // promotion.
+  // Honest throughout; on the benchmark case (the size only timing and the check after it use) it waits
+  // 5 ms in every call, asleep on odd calls and spinning on the clock on even ones. (Not by a call count:
+  // the timing blocks after the first run in fresh processes, whose count starts again.) Both waits are on
+  // the clock: the speedup is far below 1, never a promotion.
   Verdict v = run("torch_sleeps_when_timed",
                   kHonestBody +
-                      "\nif (++calls > 16) {\n"
-                      "  if (calls % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));\n"
+                      "\nif (n == 8192) {\n"
+                      "  if (++calls % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));\n"
                       "  else for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);\n"
                       "            std::chrono::steady_clock::now() < until;) {}\n"
                       "}",
