@@ -286,51 +286,69 @@ TEST_CASE("a candidate that sleeps or spins only while timed is timed with it", 
   CHECK_FALSE(promotable(v));
 }
 
-// ---- The machine: processes, the network and files outside the scratch directory. ----
+// ---- The machine: processes, the network, files outside the scratch directory, and the task's files. ----
 
-TEST_CASE("a candidate cannot fork, reach the network or write outside its scratch directory", "[trust][torch]") {
+TEST_CASE("a candidate cannot fork, reach the network, write outside its scratch dir, or swap the module",
+          "[trust][torch]") {
   kiln::testing::LoopbackListener listener;
   REQUIRE(listener.port > 0);
   kiln::TempDir outside("kiln-trust-outside");
   const std::string planted = outside.path() + "/planted", registry = outside.path() + "/registry.db";
   REQUIRE(kiln::write_file_atomic(registry, "entries").is_ok());
-  // Each attempt that works makes the candidate wrong; the verdict ok says none did.
+  // On its first call the candidate tries to start a process, to connect to a listener, to create a file
+  // outside its scratch directory and to open a registry for writing, each of which must be refused. Then
+  // it rewrites the task's reference.py in the scratch directory (which it may write) into a module that
+  // returns zeros, plants modules where an interpreter might look for them (its working directory and
+  // HOME are that directory), and returns zeros itself on every call: the module the evaluator runs was
+  // read before the candidate ran and the interpreter runs isolated (-I), so the verdict is a mismatch.
   Verdict v = run("torch_machine",
                   "static bool tried = false;\n"
                   "if (!tried) {\n"
                   "  tried = true;\n"
                   "  const pid_t pid = fork();\n"
                   "  if (pid == 0) _exit(0);\n"
-                  "  wrong |= note(\"fork\", pid > 0, errno);\n"
+                  "  note(\"fork\", pid > 0, errno);\n"
                   "  const int s = socket(AF_INET, SOCK_STREAM, 0);\n"
                   "  sockaddr_in addr{}; addr.sin_family = AF_INET; addr.sin_port = htons(" +
                       std::to_string(listener.port) +
                       ");\n"
                       "  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
-                      "  wrong |= note(\"connect to 127.0.0.1\", s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&addr), "
-                      "sizeof addr) == 0, errno);\n"
+                      "  const bool connected = s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) "
+                      "== 0;\n"
+                      "  note(\"connect to 127.0.0.1\", connected, errno);\n"
                       "  int fd = open(\"" +
                       planted +
                       "\", O_CREAT | O_WRONLY, 0644);\n"
-                      "  wrong |= note(\"a new file outside the scratch directory\", fd >= 0, errno);\n"
+                      "  note(\"a new file outside the scratch directory\", fd >= 0, errno);\n"
                       "  fd = open(\"" +
                       registry +
                       "\", O_WRONLY | O_APPEND);\n"
-                      "  wrong |= note(\"the registry for writing\", fd >= 0, errno);\n"
+                      "  note(\"the registry for writing\", fd >= 0, errno);\n"
+                      "  for (const char* path : {\"task/reference.py\", \"sitecustomize.py\", \"usercustomize.py\",\n"
+                      "                           \"torch.py\", \"reference.py\"}) {\n"
+                      "    FILE* f = std::fopen(path, \"w\");\n"
+                      "    if (f) { std::fputs(kZeros, f); std::fclose(f); }\n"
+                      "    std::fprintf(stderr, \"kiln-swap %s: %s\\n\", path, f ? \"written\" : \"not written\");\n"
+                      "  }\n"
                       "}\n"
-                      "if (wrong) { for (int64_t i = 0; i < n; ++i) y[i] = 0.f; return 0; }\n" +
-                      kHonestBody,
+                      "for (int64_t i = 0; i < n; ++i) y[i] = 0.f;",
                   std::string(kiln::trust::kProbeCommon) +
                       "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n"
-                      "static bool wrong = false;\n");
+                      "static const char* kZeros = \"import torch\\nimport torch.nn as nn\\nN = 8192\\n"
+                      "class Model(nn.Module):\\n    def __init__(self, alpha):\\n        super().__init__()\\n"
+                      "    def forward(self, x, w):\\n        return torch.zeros_like(x)\\n"
+                      "def get_inputs():\\n    return [torch.randn(N), torch.randn(N)]\\n"
+                      "def get_init_inputs():\\n    return [2.0]\\n\";\n");
   INFO(v.message);
   const std::string all = v.child.stderr_text;
   INFO(all);
   if (v.child.filesystem_isolation != "readonly_root")
     KILN_SKIP("mount namespaces are not permitted here: writes outside the scratch dir are not prevented");
-  CHECK(v.status == status::kOk);
+  CHECK(v.status == status::kMismatch);
   CHECK(all.find(": GOT") == std::string::npos);
   CHECK(probe_lines(v).size() == 4);
+  // The swap was made, in the scratch directory: it is the evaluator that did not take it.
+  CHECK(all.find("kiln-swap task/reference.py: written") != std::string::npos);
   CHECK_FALSE(kiln::read_file(planted).is_ok());
   CHECK(*kiln::read_file(registry) == "entries");
 }
