@@ -150,10 +150,10 @@ TEST_CASE("an honest candidate passes against a PyTorch reference, with a speedu
 // ---- The reference runner: its memory, its arena and its signals are out of the candidate's reach. ----
 
 TEST_CASE("a candidate that reads the reference's outputs out of the reference runner gets nothing", "[trust][torch]") {
-  // It writes only what it reads from the Python runner (its memory map, its arena's memfd, /proc/<pid>/mem,
-  // process_vm_readv, ptrace, pidfd_getfd, map_files): the runner made itself non-dumpable before the
-  // candidate's runner existed, and the candidate's runner may not ptrace or read another process's memory.
-  // Every read refused, the outputs stay poisoned.
+  // It writes only what it reads from the Python runner or from the evaluator (memory maps, the arena's
+  // memfd, /proc/<pid>/mem, process_vm_readv, ptrace, pidfd_getfd, map_files): the runner made itself
+  // non-dumpable before the candidate's runner existed, so did the evaluator, and the candidate's runner
+  // may not ptrace or read another process's memory. Every read refused, the outputs stay poisoned.
   Verdict v = run("torch_reach_in",
                   "static bool first = true;\n"
                   "steal(y, static_cast<size_t>(n) * sizeof(float), first);\n"
@@ -162,7 +162,7 @@ TEST_CASE("a candidate that reads the reference's outputs out of the reference r
   INFO(v.message);
   CHECK(v.status == status::kNonFinite);
   CHECK(v.message.find("non-finite outputs where the reference is finite") != std::string::npos);
-  check_all_refused(v, 9);
+  check_all_refused(v, 18);
 }
 
 TEST_CASE("a candidate cannot stop or kill the reference runner", "[trust][torch]") {

@@ -74,16 +74,14 @@ static uintptr_t mapping_start(const std::string& maps, uintptr_t p) {
 }
 )SRC";
 
-// Reads the reference's outputs out of the reference runner: its memory map (to find its arena), its
-// arena's memfd (/proc/<pid>/fd/3), /proc/<pid>/mem, process_vm_readv, ptrace, pidfd_getfd, map_files and
-// its environment. What it gets lands in `y`; nothing it gets, nothing written. The attempts are printed
-// on the first call only. `bytes` at offset `off` of the reference's arena is where this runner's own
-// output lies in its own arena, and the reference's in its: the two arenas have one layout.
+// Reads the reference's outputs out of the reference runner, and out of the evaluator (which maps every
+// runner's arena): a process's memory map (to find the arena), its open files (where the arena is
+// a memfd), /proc/<pid>/mem, process_vm_readv, ptrace, pidfd_getfd, map_files and its environment:
+// 9 attempts on each. What it gets lands in `y`; nothing it gets, nothing written. The attempts are printed
+// on the first call only. This runner's output lies at the same offset of its own arena as the
+// reference's in the reference's: the arenas have one layout.
 inline constexpr const char* kReachIn = R"SRC(
-static bool steal(void* y, size_t bytes, bool print) {
-  const int pid = reference_pid();
-  if (print) std::fprintf(stderr, "kiln-probe reference runner: %d\n", pid);
-  if (pid <= 0) return false;
+static bool steal_from(int pid, const char* who, void* y, size_t bytes, bool print) {
   const std::string proc = "/proc/" + std::to_string(pid);
   std::string own;
   read_all("/proc/self/maps", own);
@@ -91,7 +89,10 @@ static bool steal(void* y, size_t bytes, bool print) {
   const uintptr_t off = reinterpret_cast<uintptr_t>(y) - own_base;
   uintptr_t base = own_base;  // a guess at the reference arena's address where its map is closed
   bool got = false;
-  auto outcome = [&](const char* what, bool ok, int err) { got = got || ok; if (print) note(what, ok, err); };
+  auto outcome = [&](const char* what, bool ok, int err) {
+    got = got || ok;
+    if (print) note(std::string(who) + ": " + what, ok, err);
+  };
 
   std::string maps;
   int err = read_all(proc + "/maps", maps);
@@ -104,15 +105,25 @@ static bool steal(void* y, size_t bytes, bool print) {
   err = read_all(proc + "/environ", environ);
   outcome("its /proc/<pid>/environ", err == 0, err);
 
-  int fd = open((proc + "/fd/3").c_str(), O_RDONLY);
-  outcome("its arena's memfd (/proc/<pid>/fd/3)", fd >= 0, errno);
-  if (fd >= 0) {
+  // Its open files (listing them is allowed; opening one is what counts): where the arena is still open
+  // (a memfd), mapped here it is the reference's arena.
+  int fd = -1, opened_fds = 0, fd_err = 0;
+  DIR* fds = opendir((proc + "/fd").c_str());
+  if (!fds) fd_err = errno;
+  while (dirent* e = fds ? readdir(fds) : nullptr) {
+    if (e->d_name[0] == '.') continue;
+    if ((fd = openat(dirfd(fds), e->d_name, O_RDONLY)) < 0) {
+      fd_err = errno;
+      continue;
+    }
+    ++opened_fds;
     struct stat st{};
-    fstat(fd, &st);
-    void* m = mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    void* m = fstat(fd, &st) == 0 && st.st_size > 0 ? mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (m != MAP_FAILED && off + bytes <= static_cast<size_t>(st.st_size)) std::memcpy(y, static_cast<char*>(m) + off, bytes);
     close(fd);
   }
+  if (fds) closedir(fds);
+  outcome("a file it has open (/proc/<pid>/fd/N)", opened_fds > 0, fd_err ? fd_err : ENOENT);
   fd = open((proc + "/mem").c_str(), O_RDONLY);
   outcome("its /proc/<pid>/mem", fd >= 0, errno);
   if (fd >= 0) {
@@ -145,6 +156,14 @@ static bool steal(void* y, size_t bytes, bool print) {
   }
   outcome("a file of its /proc/<pid>/map_files", opened >= 0, map_err);
   return got;
+}
+
+static bool steal(void* y, size_t bytes, bool print) {
+  const int pid = reference_pid();
+  if (print) std::fprintf(stderr, "kiln-probe reference runner: %d\n", pid);
+  if (pid <= 0) return false;
+  const bool from_reference = steal_from(pid, "reference runner", y, bytes, print);
+  return steal_from(getppid(), "evaluator", y, bytes, print) || from_reference;
 }
 )SRC";
 
