@@ -182,6 +182,22 @@ TEST_CASE("kiln registry verify warns about an entry without source_sha256 and p
   CHECK(j["warnings"].size() == 1);
 }
 
+TEST_CASE("a registry folder that does not exist is an error, not an empty registry", "[registry][cli]") {
+  kiln::TempDir dir("kiln-registry-cli");
+  const std::string missing = dir.path() + "/no-such-registry";
+  for (const char* command : {"verify", "list"}) {
+    Run r = kiln_cmd({"registry", "--dir", missing, command});
+    INFO(command << ": " << r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.empty());
+    CHECK(r.err == "kiln: no registry at " + missing + ": no such folder\n");
+  }
+  // An existing folder without entries is an empty registry.
+  fs::create_directories(missing);
+  CHECK(kiln_cmd({"registry", "--dir", missing, "verify"}).exit_code == 0);
+  CHECK(kiln_cmd({"registry", "--dir", missing, "list"}).exit_code == 0);
+}
+
 TEST_CASE("the usage guide's `kiln registry match` example prints what the guide shows", "[registry][cli]") {
   auto readme = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/docs/usage.md");
   REQUIRE(readme.is_ok());
