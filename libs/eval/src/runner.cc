@@ -100,8 +100,7 @@ void* map_arena(size_t bytes, int fd) {
 void unmap_arena(void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_arenas_mutex);
   auto& arenas = live_arenas();
-  arenas.erase(std::remove_if(arenas.begin(), arenas.end(), [p](const auto& a) { return a.first == p; }),
-               arenas.end());
+  arenas.erase(std::remove_if(arenas.begin(), arenas.end(), [p](const auto& a) { return a.first == p; }), arenas.end());
   ::munmap(p, bytes);
 }
 

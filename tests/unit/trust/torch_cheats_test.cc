@@ -186,8 +186,7 @@ TEST_CASE("no other runner's arena is mapped in a candidate's process, in any ti
   // evaluator. Were that arena mapped in the fork, the candidate would find the reference's inputs and
   // outputs of the round in its own address space and could serve the reference's answer instead of
   // computing it. This candidate does so wherever it can, and computes otherwise.
-  Verdict v = run("torch_arena_in_self",
-                  "if (from_other_arena(a, y, n)) return 0;\n" + kHonestBody,
+  Verdict v = run("torch_arena_in_self", "if (from_other_arena(a, y, n)) return 0;\n" + kHonestBody,
                   std::string(kiln::trust::kProbeCommon) + kiln::trust::kArenaInSelf, quick());
   INFO(v.message);
   CHECK(v.status == status::kOk);
@@ -223,11 +222,12 @@ TEST_CASE("reusing the previous call's result is caught on the next seed", "[tru
 
 TEST_CASE("a candidate correct on the first seed only is caught on the second", "[trust][torch]") {
   // Honest on the first two calls of every size (the first seed's), off by a little after them.
-  Verdict v = run("torch_first_seed",
-                  "int& calls = per_size[n];\n"
-                  "if (++calls > 2) { for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha + w[i] + 0.01f; return 0; }\n" +
-                      kHonestBody,
-                  "#include <map>\nstatic std::map<int64_t, int> per_size;");
+  Verdict v =
+      run("torch_first_seed",
+          "int& calls = per_size[n];\n"
+          "if (++calls > 2) { for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha + w[i] + 0.01f; return 0; }\n" +
+              kHonestBody,
+          "#include <map>\nstatic std::map<int64_t, int> per_size;");
   INFO(v.message);
   CHECK(v.status == status::kMismatch);
   REQUIRE_FALSE(v.report.correctness.first_mismatches.empty());
@@ -240,8 +240,7 @@ TEST_CASE("results cached by input address are caught by the comparison of timed
   Verdict v =
       run("torch_address_cache",
           "if (x == cx && w == cw && n == cn && n <= kMax) { std::memcpy(y, cache, n * sizeof(float)); return 0; }\n" +
-              kHonestBody +
-              "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cw = w; cn = n; }",
+              kHonestBody + "\nif (n <= kMax) { std::memcpy(cache, y, n * sizeof(float)); cx = x; cw = w; cn = n; }",
           "constexpr int64_t kMax = 1 << 16; static float cache[kMax];\n"
           "static const float* cx = nullptr; static const float* cw = nullptr; static int64_t cn = -1;",
           quick());
@@ -256,8 +255,7 @@ TEST_CASE("results cached by input address are caught by the comparison of timed
 TEST_CASE("writing into the arena in front of the output is caught as a modified input", "[trust][torch]") {
   // The page before the output holds the end of the last input: the candidate zeroes it (scratch space,
   // it hopes, outside every tensor).
-  Verdict v = run("torch_arena_write",
-                  kHonestBody + "\nstd::memset(reinterpret_cast<char*>(y) - 4096, 0, 4096);");
+  Verdict v = run("torch_arena_write", kHonestBody + "\nstd::memset(reinterpret_cast<char*>(y) - 4096, 0, 4096);");
   INFO(v.message);
   CHECK(v.status == status::kInputModified);
   CHECK(v.message.find("input 'w' was modified") != std::string::npos);

@@ -6,9 +6,10 @@
 
 namespace kiln::trust {
 
-// Includes and the helpers every probe uses: note() prints an outcome (and returns whether it got through), reference_pid() finds the
-// reference runner (a sibling of this runner, forked from the same evaluator, whose argv[0] names python),
-// read_all() reads a file with open/read so that errno says why it could not.
+// Includes and the helpers every probe uses: note() prints an outcome (and returns whether it got
+// through), reference_pid() finds the reference runner (a sibling of this runner, forked from the same
+// evaluator, whose argv[0] names python), read_all() reads a file with open/read so that errno says why
+// it could not.
 inline constexpr const char* kProbeCommon = R"SRC(#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
