@@ -25,6 +25,8 @@ sanitize=${SANITIZE:-1}
 reps=${REPS:-20}
 size=${SIZE:-4096}
 jobs=${JOBS:-$(nproc)}
+# Logs in $OUT/build; objects and binaries outside $OUT (in WORK), so that only the results travel.
+export WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/sgemm-build.XXXXXX")}
 export ROOT=$root TASK=$task BUILD=$out/build
 number=${ARCH#sm_}
 export GENCODE="arch=compute_$number,code=[sm_$number,compute_$number]"
@@ -35,7 +37,7 @@ echo "sgemm: ${#combos[@]} combinations of $task, $ARCH, output in $out"
   "$NVCC" --version | tail -2; } >"$out/gpu.txt"
 
 "$NVCC" -O3 -std=c++17 -gencode "$GENCODE" -cudart shared -I"$root/libs/core/include" \
-  -c "$here/sgemm_check.cu" -o "$BUILD/check.o"
+  -c "$here/sgemm_check.cu" -o "$WORK/check.o"
 
 # One combination: the kernel object as Kiln's compiler builds a candidate (-O3 -Xcompiler -fPIC -gencode ...
 # -cudart shared -Xptxas -v, then -DNAME=value per parameter), linked with the check and cuBLAS.
@@ -44,8 +46,8 @@ build_one() {
   tag=$(tr ' =' '_-' <<<"$combo")
   for kv in $combo; do defs+=("-D$kv"); done
   if "$NVCC" -O3 -Xcompiler -fPIC -gencode "$GENCODE" -cudart shared -Xptxas -v -I"$ROOT/libs/core/include" \
-       "${defs[@]}" -c "$TASK/kernel.cu" -o "$BUILD/k_$tag.o" >"$BUILD/$tag.log" 2>&1 &&
-     "$NVCC" -o "$BUILD/sgemm_$tag" "$BUILD/check.o" "$BUILD/k_$tag.o" -cudart shared -lcublas >>"$BUILD/$tag.log" 2>&1; then
+       "${defs[@]}" -c "$TASK/kernel.cu" -o "$WORK/k_$tag.o" >"$BUILD/$tag.log" 2>&1 &&
+     "$NVCC" -o "$WORK/sgemm_$tag" "$WORK/check.o" "$WORK/k_$tag.o" -cudart shared -lcublas >>"$BUILD/$tag.log" 2>&1; then
     echo "built $combo"
   else
     echo "BUILD FAILED $combo (see $BUILD/$tag.log)"
@@ -59,8 +61,8 @@ export SANITIZER=${SANITIZER:-$(dirname "$NVCC")/compute-sanitizer}
 memcheck_one() {
   local combo=$1 tag
   tag=$(tr ' =' '_-' <<<"$combo")
-  [ -x "$BUILD/sgemm_$tag" ] || return 0
-  if timeout 300 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUILD/sgemm_$tag" --small-only --params "$combo" \
+  [ -x "$WORK/sgemm_$tag" ] || return 0
+  if timeout 300 "$SANITIZER" --tool memcheck --error-exitcode 9 "$WORK/sgemm_$tag" --small-only --params "$combo" \
        >"$BUILD/memcheck_$tag.log" 2>&1; then
     echo "memcheck ok $combo"
   else
@@ -80,7 +82,7 @@ fi
 : >"$out/results.jsonl"
 for combo in "${combos[@]}"; do
   tag=$(tr ' =' '_-' <<<"$combo")
-  bin=$BUILD/sgemm_$tag
+  bin=$WORK/sgemm_$tag
   if [ ! -x "$bin" ]; then
     echo "{\"params\": \"$combo\", \"correct\": false, \"why\": \"build failed\"}" | tee -a "$out/results.jsonl"
     continue
