@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# CPU check of configs/tasks/cuda_sgemm/kernel.cu for every parameter combination (or those given): the
+# CPU check of the candidate cuda_sgemm kernel (candidate/kernel.cu; TASK_DIR names another) for every parameter combination (or those given): the
 # kernel made host C++ (sgemm_emu.cc says how), built with AddressSanitizer, run on edge shapes.
 # No GPU needed. Usage: bench/sgemm/emu.sh ["BM=128 BN=128 ..." ...]; SANITIZE=thread for ThreadSanitizer;
 # SHAPES="M N K ..." to choose the shapes. Writes to ${OUT:-./out}/emu; exit status 0 when all pass.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-task=${TASK_DIR:-$root/configs/tasks/cuda_sgemm}
+task=${TASK_DIR:-$here/candidate}
 out=${OUT:-./out}/emu
 mkdir -p "$out"
 sanitize=${SANITIZE:-address}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cuda_sgemm against cuBLAS on a GPU host with only the CUDA toolkit: builds configs/tasks/cuda_sgemm/kernel.cu
+# cuda_sgemm against cuBLAS on a GPU host with only the CUDA toolkit: builds the candidate kernel.cu (candidate/; TASK_DIR=configs/tasks/cuda_sgemm for the task's own)
 # once per parameter combination of its task.yaml (the parameters as -D flags and nvcc flags as Kiln's compiler
 # passes them), links each with sgemm_check.cu and cuBLAS, checks it under compute-sanitizer memcheck on small
 # shapes, then checks and times it against cublasSgemm on 4096^3 (sgemm_check.cu says how).
@@ -15,7 +15,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-task=${TASK_DIR:-$root/configs/tasks/cuda_sgemm}
+task=${TASK_DIR:-$here/candidate}
 out=${OUT:-./out}
 mkdir -p "$out/build"
 out=$(cd "$out" && pwd)
