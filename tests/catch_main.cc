@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,20 +18,23 @@ namespace {
 
 bool g_xml_report = false;
 
-// Prints each failed assertion as one block (the XML report holds the rest): source, expression, values.
+// Prints each failed assertion as one block (the XML report holds the rest): source, expression, values. On
+// the process's stdout: the XML reporter captures std::cout into the report.
 struct FailurePrinter : Catch::TestEventListenerBase {
   using TestEventListenerBase::TestEventListenerBase;
 
   bool assertionEnded(Catch::AssertionStats const& stats) override {
     auto const& result = stats.assertionResult;
     if (!g_xml_report || result.isOk()) return true;
-    std::cout << result.getSourceInfo() << ": FAILED:";
+    std::ostringstream text;
+    text << result.getSourceInfo() << ": FAILED:";
     if (result.hasExpression()) {
-      std::cout << " " << result.getExpressionInMacro() << "\n  with expansion: " << result.getExpandedExpression();
+      text << " " << result.getExpressionInMacro() << "\n  with expansion: " << result.getExpandedExpression();
     }
-    if (result.hasMessage()) std::cout << "\n  " << result.getMessage();
-    for (auto const& info : stats.infoMessages) std::cout << "\n  with message: " << info.message;
-    std::cout << std::endl;
+    if (result.hasMessage()) text << "\n  " << result.getMessage();
+    for (auto const& info : stats.infoMessages) text << "\n  with message: " << info.message;
+    std::fprintf(stdout, "%s\n", text.str().c_str());
+    std::fflush(stdout);
     return true;
   }
 };
