@@ -954,14 +954,15 @@ TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yam
 }
 
 TEST_CASE("workers configured with another heartbeat period than the broker's stay connected", "[broker][serial]") {
-  // The broker beats every 1 s and gives up on a peer that beats as often after 3 s of silence. Every
-  // margin is wide, so a loaded machine's scheduling delays move nothing: the slow worker beats every 4 s
-  // (a broker judging it by its own period drops it at 3 s; by the worker's own, after 12 s), and the fast
-  // one gives up after 0.8 s without a beat (the broker's own period, 1 s, would lose it; beats at the
-  // worker's period, 0.1 s, leave 0.7 s to spare).
+  // The broker beats every 1.2 s and gives up on a peer that beats as often after 2.4 s of silence (numbers
+  // other than BrokerOptions' defaults, which RunningBroker replaces). Every margin is wide, so a loaded
+  // machine's scheduling delays move nothing: the slow worker beats every 3 s (a broker judging it by its
+  // own period drops it at 2.4 s; by the worker's own, after 6 s), and the fast one gives up after 0.8 s
+  // without a beat (the broker's own period, 1.2 s, would lose it; beats at the worker's period, 0.1 s,
+  // leave 0.7 s to spare).
   broker::BrokerOptions opt;
-  opt.heartbeat_interval_s = 1.0;
-  opt.heartbeat_liveness = 3;
+  opt.heartbeat_interval_s = 1.2;
+  opt.heartbeat_liveness = 2;
   CapturedLog log;
   RunningBroker b(opt);
   auto start = [&](const std::string& service, double period, int liveness) {
@@ -974,13 +975,13 @@ TEST_CASE("workers configured with another heartbeat period than the broker's st
     o.reconnect_min_s = 0.1;
     return std::make_unique<messaging::Worker>(b.ctx, o, [](const proto::Job&) { return messaging::JobOutcome::ok(); });
   };
-  auto slow = start("slow", 4.0, 3);
+  auto slow = start("slow", 3.0, 3);
   auto fast = start("fast", 0.1, 8);
   std::atomic<bool> stop{false};
   std::thread ts([&] { slow->run(stop, 1.0); });
   std::thread tf([&] { fast->run(stop, 1.0); });
-  // Past the slow worker's second beat (4 s after its READY), and many of the fast worker's periods.
-  std::this_thread::sleep_for(5500ms);
+  // Past the slow worker's second beat (3 s after its READY), and many of the fast worker's periods.
+  std::this_thread::sleep_for(4s);
   // Both still hold their first registration: neither was dropped by the broker nor left it.
   CHECK(log.count("worker lost") == 0);
   CHECK(log.count("broker silent") == 0);
