@@ -4,7 +4,7 @@
 # task, and for each campaign's best program its speedup against the task's reference and against every
 # baseline the task names (torch_eager on all five, cublas_sgemm on sgemm), each with its 95 % interval,
 # all measured by Kiln's protocol in the same runs. Writes $OUT/vs_torch.json (and the logs).
-#   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK ...]
+#   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK | PACKAGE_DIR ...]
 set -u
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
@@ -34,7 +34,9 @@ sleep 5
 start=$(date +%s)
 ids=()
 for t in "${tasks[@]}"; do
-  cid=$($kiln --json submit "configs/tasks/$t" --budget "$budget" 2>> "$out/submit.err" |
+  dir=$t
+  [[ "$t" == */* ]] || dir=configs/tasks/$t  # a bundled task's name, or a package's folder
+  cid=$($kiln --json submit "$dir" --budget "$budget" 2>> "$out/submit.err" |
         python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
   ids+=("$cid")
 done

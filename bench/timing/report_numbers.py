@@ -1,5 +1,5 @@
 # The numbers of a kiln-eval report (median us of candidate and reference, speedup and its interval),
-# read with a small MessagePack reader: the GPU host has Python but not the msgpack module.
+# read with a small MessagePack reader (--json: with the start phases, as JSON),: the GPU host has Python but not the msgpack module.
 import struct, sys
 b = open(sys.argv[1], "rb").read()
 def rd(i):
@@ -29,5 +29,12 @@ def rmap(n, i):
     for _ in range(n): k, i = rd(i); v, i = rd(i); out[k] = v
     return out, i
 r, _ = rd(0)
+if "--json" in sys.argv:  # the verdict, the first case's medians and the evaluation's start phases, as JSON
+    import json
+    c = (r.get("performance", {}).get("cases") or [{}])[0]
+    meta = {k: float(v) for k, v in r.get("metadata", {}).items() if k.startswith("eval_start") or k == "eval_teardown_s"}
+    print(json.dumps({"status": r.get("status"), "candidate_us": c.get("candidate", {}).get("median_us"),
+                      "reference_us": c.get("reference", {}).get("median_us"), "speedup": c.get("speedup"), **meta}))
+    sys.exit(0)
 c = r["performance"]["cases"][0]
 print(c["candidate"]["median_us"], c["reference"]["median_us"], c["speedup"], c["speedup_lo"], c["speedup_hi"])

@@ -139,11 +139,6 @@ Status Evaluator::check(const TestJob& job) {
     return failed_precondition("tester: the task's backend is " + std::string(proto::name(job.spec().backend)) +
                                ", this tester runs " + std::string(proto::name(options_.backend)));
   }
-  // A PyTorch reference on a GPU is not run by this build's CUDA evaluator: no tester will, so the job's.
-  if (job.spec().torch_reference() && options_.backend == proto::Backend::kCuda) {
-    return failed_precondition("tester: the task's reference is a PyTorch module (" + job.spec().reference_file +
-                               "): this build runs those on the cpu backend only");
-  }
   // A task that runs a PyTorch module goes to a tester with torch: given back, for another tester to take.
   if (job.spec().torch_reference() && options_.python.empty()) {
     return unavailable("tester: the task runs a PyTorch module (" + job.spec().reference_file +

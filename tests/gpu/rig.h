@@ -33,8 +33,10 @@ inline bool gpu_tests_enabled() {
     }                                                                     \
   } while (0)
 
+// A bundled task by name ("cuda_softmax"), or by its path under configs/ ("kernelbench/kb_softmax_cuda").
 inline kiln::proto::FileMap task_files(const std::string& name) {
-  auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR "/configs/tasks/") + name);
+  const std::string under = name.find('/') == std::string::npos ? "/configs/tasks/" : "/configs/";
+  auto files = kiln::task::load_package(std::string(KILN_SOURCE_DIR) + under + name);
   REQUIRE(files.is_ok());
   return *files;
 }
@@ -73,6 +75,8 @@ struct Rig {
     t.hidden_paths = hidden_paths;
     t.confine = confine;
     t.slots = slots;
+    // The Python with torch for PyTorch references and baselines (default: the tester's own search).
+    if (const char* python = std::getenv("KILN_TEST_PYTHON")) t.python_config = python;
     if (slots > 1) t.lock_dir = cache.path() + "/locks";
     auto th = kiln::tester::TestHandler::create(t);
     INFO(th.status().message());

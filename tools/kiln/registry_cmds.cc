@@ -2,6 +2,7 @@
 #include "registry_cmds.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "kiln/registry/match.h"
@@ -85,6 +86,11 @@ void add_registry_command(CLI::App& app, Common& common, RegistryCommand& r) {
 
 int run_registry_command(const Common& c, RegistryCommand& r) {
   const std::string dir = r.dir.empty() ? c.config.promoter.registry_dir : r.dir;
+  // A folder named on the command line must exist, and so must any registry that is verified: checking
+  // nothing is not "ok". (The configured folder of a Kiln that has promoted nothing yet lists as empty.)
+  std::error_code ec;
+  if ((!r.dir.empty() || *r.verify) && !std::filesystem::is_directory(dir, ec))
+    return fail("no registry at " + dir + ": no such folder");
   if (*r.list) return cmd_registry_list(c, dir);
   if (*r.show) return cmd_registry_show(c, dir, r.kernel_id);
   if (*r.verify) return cmd_registry_verify(c, dir);

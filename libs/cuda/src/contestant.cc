@@ -8,6 +8,7 @@
 
 #include "cuda_device.h"
 #include "kiln/eval/runner.h"
+#include "kiln/eval/torch_module.h"
 #include "runner_device.h"
 
 namespace kiln::cuda {
@@ -34,6 +35,29 @@ std::vector<size_t> arena_allocation_order(size_t contestants, size_t arenas, ui
   }
   std::shuffle(order.begin(), order.end(), std::mt19937_64(eval::mix_seed(seed, kAllocationDraw)));
   return order;
+}
+
+Result<std::vector<eval::RunnerKernel>> runner_kernels(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                                       const eval::Candidate& reference, const std::string& python) {
+  std::vector<eval::RunnerKernel> kernels = {{"candidate", candidate.entry, candidate.library, nullptr, nullptr}};
+  if (spec.torch_reference()) {
+    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
+                          eval::torch_kernel(spec, python, {"reference", false, "cuda", kArenaShift}));
+    kernels.push_back(std::move(k));
+  } else {
+    kernels.push_back({"reference", reference.entry, reference.library, nullptr, overhead_entry});
+  }
+  for (const auto& b : spec.baselines) {
+    if (!eval::is_torch_baseline(b)) {
+      kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
+                          eval::torch_kernel(spec, python, {b, b == eval::kTorchCompile, "cuda", kArenaShift}));
+    kernels.push_back(std::move(k));
+  }
+  if (spec.torch_reference()) kernels.push_back({"probe", overhead_entry, "", nullptr, nullptr});
+  return kernels;
 }
 
 // Device bytes one contestant's arena holds: the largest case with the placement slack, in whole 2 MiB.

@@ -18,7 +18,6 @@
 #include "kiln/cuda/eval.h"
 #include "kiln/cuda/runtime.h"
 #include "kiln/eval/stats.h"
-#include "kiln/eval/torch_module.h"
 #include "runner_device.h"
 
 namespace kiln::cuda {
@@ -102,8 +101,11 @@ struct CudaDevice::State {
   const eval::Scalars scalars;
   const bool cold;
   std::unique_ptr<detail::Gpu> gpu;
-  std::vector<Contestant> all;  // candidate, reference, overhead, then the baselines
-  size_t arenas = 1;            // device arenas per contestant
+  std::vector<Contestant> all;  // candidate, reference, then the baselines
+  // The call-overhead probe's runner, where the reference is a PyTorch module (a Python process's
+  // clock gap is not a C runner's); without it the probe is the C reference runner's second entry.
+  Contestant probe;
+  size_t arenas = 1;  // device arenas per contestant
   // The case's timing tensors, drawn here by begin_timing(): the donor's inputs, and what every block
   // loads (load_block): inputs as perturbed so far, poisoned outputs.
   std::vector<DeviceBuffer> donor;
@@ -119,6 +121,13 @@ struct CudaDevice::State {
 
   // The protocol's contestant `who` (candidate, reference, baselines).
   Contestant& at(size_t who) { return all[who]; }
+  // The contestants and the probe's runner where there is one.
+  std::vector<Contestant*> everyone() {
+    std::vector<Contestant*> v;
+    for (auto& c : all) v.push_back(&c);
+    if (probe.runner) v.push_back(&probe);
+    return v;
+  }
 
   // `c`'s tensors laid out like `shapes` at its current placement, its inputs copied there from `from` (the
   // device's own copies), on the evaluator's stream (asynchronous).
@@ -185,21 +194,29 @@ struct CudaDevice::State {
   }
 
   // The fixed cost of a call on both clocks: medians of the overhead probe's calls (in the reference's
-  // runner, which is trusted).
+  // runner, which is trusted, or in a runner of its own beside a PyTorch reference). The probe's calls
+  // are kept: their clock gap is what a C kernel's is when nobody lies (disbelief()).
   Result<Overhead> call_overhead() {
+    const bool own = probe.runner != nullptr;
+    Contestant& p = own ? probe : at(1);
     std::vector<double> wall, reported;
     for (int i = 0; i < kOverheadCalls; ++i) {
-      KILN_ASSIGN_OR_RETURN(RawCall o, call(at(1), {}, {}, cold, true));
+      KILN_ASSIGN_OR_RETURN(RawCall o, call(p, {}, {}, cold, !own));
       if (!o.call.ok()) return internal_error("the call-overhead probe failed: " + o.call.what());
       wall.push_back(o.wall_us);
       reported.push_back(o.reported_us);
+    }
+    if (own) {
+      probe.wall_us.insert(probe.wall_us.end(), wall.begin(), wall.end());
+      probe.reported_us.insert(probe.reported_us.end(), reported.begin(), reported.end());
     }
     return Overhead{median(wall), median(reported)};
   }
 
   // Whether the candidate's own CUDA-event times can be believed: the gap between the evaluator's clock and
   // them (its median) may exceed the reference's gap by at most kClockAllowanceUs + kClockAllowanceRel of
-  // the candidate's time. Empty when believed, else the reason.
+  // the candidate's time. Beside a PyTorch reference (whose gap holds the interpreter's own steps) the
+  // gap to beat is the probe's, a C runner's. Empty when believed, else the reason.
   std::string disbelief() {
     auto gap = [](const Contestant& x) {
       std::vector<double> g(x.wall_us.size());
@@ -207,7 +224,7 @@ struct CudaDevice::State {
       return median(std::move(g));
     };
     const Contestant& c = at(0);
-    const double excess = gap(c) - gap(at(1));
+    const double excess = gap(c) - gap(probe.runner ? probe : at(1));
     const double allowance = kClockAllowanceUs + kClockAllowanceRel * median(c.reported_us);
     if (excess <= allowance) return {};
     char line[256];
@@ -226,18 +243,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
                                                       const eval::Candidate& reference,
                                                       const eval::EvalOptions& options) {
   auto s = std::make_unique<State>(spec, options);
-  std::vector<eval::RunnerKernel> kernels = {
-      {"candidate", candidate.entry, candidate.library, nullptr, nullptr},
-      {"reference", reference.entry, reference.library, nullptr, overhead_entry}};
-  for (const auto& b : spec.baselines) {
-    if (!eval::is_torch_baseline(b)) {
-      kernels.push_back({b, cublas_sgemm_entry, "", nullptr});
-      continue;
-    }
-    KILN_ASSIGN_OR_RETURN(eval::RunnerKernel k,
-                          eval::torch_kernel(spec, options.python, {b, b == eval::kTorchCompile, "cuda", kArenaShift}));
-    kernels.push_back(std::move(k));
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<eval::RunnerKernel> kernels,
+                        runner_kernels(spec, candidate, reference, options.python));
+  const size_t with_arenas = kernels.size() - (spec.torch_reference() ? 1 : 0);  // the probe has none
   KILN_ASSIGN_OR_RETURN(const size_t arena, device_arena_bytes(spec));
   State& st = *s;
   using Clock = std::chrono::steady_clock;
@@ -257,7 +265,6 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     // (begin_timing(), at most an arena's worth each), a quarter of its free memory at most.
     size_t free_bytes = 0, total_bytes = 0;
     KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const size_t with_arenas = runners.size();
     st.arenas = kArenas;
     while (st.arenas > 1 && (st.arenas * with_arenas + 2) * arena > free_bytes / 4) --st.arenas;
     // The arenas are allocated in an order drawn for this evaluation. An allocation's speed can be its
@@ -267,12 +274,12 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
     // (the fourth was noisy; bench/timing/results/aa_transpose_h200_per_arena). Drawn, the offset falls either way, so
     // a confirmation does not repeat the first measurement's.
     std::vector<std::vector<cudaIpcMemHandle_t>> handles(runners.size());
-    for (size_t i = 0; i < runners.size(); ++i) {
+    for (size_t i = 0; i < with_arenas; ++i) {
       Contestant c;
       c.name = runners[i]->name();
       st.all.push_back(std::move(c));
     }
-    for (size_t who : arena_allocation_order(runners.size(), st.arenas, st.placement_seed)) {
+    for (size_t who : arena_allocation_order(with_arenas, st.arenas, st.placement_seed)) {
       KILN_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(arena));
       cudaIpcMemHandle_t handle;
       KILN_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&handle, b.data()));
@@ -289,7 +296,11 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::start(const task::TaskSpec& spec
   KILN_ASSIGN_OR_RETURN(Runner::Runners runners,
                         Runner::start(kernels, 0, options.wipe_in_runners, &cuda_runner_device(), after_fork));
   st.start_phases.emplace_back("runners", since(runners_from));
-  for (size_t i = 0; i < runners.size(); ++i) st.all[i].runner = std::move(runners[i]);
+  for (size_t i = 0; i < with_arenas; ++i) st.all[i].runner = std::move(runners[i]);
+  if (runners.size() > with_arenas) {
+    st.probe.name = "probe";
+    st.probe.runner = std::move(runners.back());
+  }
   if (log_arenas()) {
     for (const Contestant& c : st.all) std::fprintf(stderr, "%s: runner %d\n", c.name.c_str(), c.runner->pid());
   }
@@ -450,9 +461,9 @@ Status CudaDevice::begin_timing(const task::TaskSpec& spec, const TensorSet& sha
     s_->master_out.push_back(std::move(b).value());
   }
   KILN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  for (auto& c : s_->all) {
-    c.wall_us.clear();
-    c.reported_us.clear();
+  for (auto* c : s_->everyone()) {
+    c->wall_us.clear();
+    c->reported_us.clear();
   }
   return Status::ok();
 }
@@ -521,10 +532,13 @@ Status CudaDevice::end_timing(std::vector<std::vector<double>>& samples, std::st
   if (!doubt.empty()) s_->host_clock = true;
   for (size_t who = 0; who < contestants(); ++who) {
     const Contestant& c = s_->at(who);
+    // A PyTorch contestant's events are its own trusted runner's (no candidate code runs there): on the
+    // evaluator's clock it would also carry the interpreter's steps, which a C kernel's call does not.
+    const bool own_clock = doubt.empty() || c.runner->python();
     samples[who].clear();
     for (size_t i = 0; i < c.wall_us.size(); ++i) {
-      const double raw = doubt.empty() ? c.reported_us[i] : c.wall_us[i];
-      const double fixed = doubt.empty() ? overhead.reported_us : overhead.wall_us;
+      const double raw = own_clock ? c.reported_us[i] : c.wall_us[i];
+      const double fixed = own_clock ? overhead.reported_us : overhead.wall_us;
       samples[who].push_back(std::max(raw - fixed, raw * 0.1));
     }
   }

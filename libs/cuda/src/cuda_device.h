@@ -28,6 +28,12 @@ Result<size_t> device_arena_bytes(const task::TaskSpec& spec);
 // gets which memory changes from one evaluation to the next.
 std::vector<size_t> arena_allocation_order(size_t contestants, size_t arenas, uint64_t seed);
 
+// The runners of an evaluation: the candidate, the reference (its C kernel, with the call-overhead probe
+// as its second entry, or its PyTorch module), the baselines, and last, beside a PyTorch reference, the
+// probe in a C runner of its own.
+Result<std::vector<eval::RunnerKernel>> runner_kernels(const task::TaskSpec& spec, const eval::Candidate& candidate,
+                                                       const eval::Candidate& reference, const std::string& python);
+
 class CudaDevice final : public eval::Device {
  public:
   // Forks the runners, creates this process's context, the arenas, and hands each runner its own.

@@ -19,14 +19,12 @@ namespace {
 
 Result<proto::TestReport> evaluate_unguarded(const task::TaskSpec& spec, const eval::Candidate& candidate,
                                              const eval::Candidate& reference, const eval::EvalOptions& options) {
-  if ((!candidate.entry && candidate.library.empty()) || (!reference.entry && reference.library.empty()))
+  const bool no_reference = !reference.entry && reference.library.empty() && !spec.torch_reference();
+  if ((!candidate.entry && candidate.library.empty()) || no_reference)
     return invalid_argument("evaluate: missing kernel entry point");
   if (spec.backend != proto::Backend::kCuda)
     return invalid_argument("this evaluator runs the cuda backend, the task is " +
                             std::string(proto::name(spec.backend)));
-  if (spec.torch_reference())
-    return failed_precondition(
-        "the task's reference is a PyTorch module: this build runs those on the cpu backend only");
   for (const auto& b : spec.baselines) {
     if (!is_known_baseline(b))
       return invalid_argument("unknown baseline '" + b + "' (known: cublas_sgemm, torch_eager, torch_compile)");

@@ -11,11 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -75,6 +77,41 @@ inline void cpu_relax() {
 }
 
 Control* control(void* arena) { return static_cast<Control*>(arena); }
+
+// Every runner arena this process maps, whichever Runner::start() mapped it. A runner forked later unmaps
+// all of them but its own: the arenas of runners started earlier are live too (a Python reference is
+// started once and kept for every timing block, while the candidate's runner is forked afresh for each; a
+// tester may run several evaluations at once), and one left mapped would show that contestant's inputs
+// and outputs to the candidate. Mapping, unmapping and forking hold the lock, so no fork sees an arena
+// that is mapped but not listed.
+std::mutex g_arenas_mutex;
+std::vector<std::pair<void*, size_t>>& live_arenas() {
+  static auto* arenas = new std::vector<std::pair<void*, size_t>>();  // never destroyed: runners may outlive it
+  return *arenas;
+}
+
+void* map_arena(size_t bytes, int fd) {
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0), fd, 0);
+  if (p != MAP_FAILED) live_arenas().emplace_back(p, bytes);
+  return p;
+}
+
+void unmap_arena(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  auto& arenas = live_arenas();
+  arenas.erase(std::remove_if(arenas.begin(), arenas.end(), [p](const auto& a) { return a.first == p; }), arenas.end());
+  ::munmap(p, bytes);
+}
+
+// fork() with the lock held and the arenas mapped at that moment in `arenas` (the child never locks).
+pid_t fork_listing_arenas(std::vector<std::pair<void*, size_t>>& arenas) {
+  g_arenas_mutex.lock();
+  arenas = live_arenas();
+  const pid_t pid = ::fork();
+  if (pid != 0) g_arenas_mutex.unlock();
+  return pid;
+}
 
 // Futexes on the shared arena (not FUTEX_PRIVATE: two processes).
 void futex_wake(std::atomic<uint32_t>* word) {
@@ -255,8 +292,7 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
       }
       r->arena_fd_ = fd;
     }
-    void* p =
-        ::mmap(nullptr, r->arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0), fd, 0);
+    void* p = map_arena(r->arena_bytes_, fd);
     if (p == MAP_FAILED)
       return resource_exhausted("runner arena of " + std::to_string(r->arena_bytes_) +
                                 " bytes: " + std::strerror(errno));
@@ -265,6 +301,7 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
     runners.push_back(std::move(r));
   }
   const pid_t parent = ::getpid();
+  std::vector<std::pair<void*, size_t>> arenas;
   std::vector<size_t> order;
   for (size_t i = 0; i < runners.size(); ++i)
     if (runners[i]->python_) order.push_back(i);
@@ -273,14 +310,14 @@ Result<Runner::Runners> Runner::start(const std::vector<RunnerKernel>& kernels, 
   for (size_t i : order) {
     const std::string config =
         kernels[i].python ? python_config(*kernels[i].python, runners[i]->arena_, runners[i]->arena_bytes_) : "";
-    const pid_t pid = ::fork();
+    const pid_t pid = fork_listing_arenas(arenas);
     if (pid < 0) return unavailable(std::string("fork (runner): ") + std::strerror(errno));
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) _exit(1);
-      // Only its own arena: the other contestants' tensors are out of reach.
-      for (size_t j = 0; j < runners.size(); ++j)
-        if (j != i) ::munmap(runners[j]->arena_, runners[j]->arena_bytes_);
+      // Only its own arena: every other contestant's tensors (of any start) are out of reach.
+      for (const auto& [arena, bytes] : arenas)
+        if (arena != runners[i]->arena_) ::munmap(arena, bytes);
       for (const auto& [ptr, n] : wipe) explicit_bzero(ptr, n);
       if (kernels[i].python)
         python_runner_main(control(runners[i]->arena_), runners[i]->arena_fd_, *kernels[i].python, config);
@@ -345,7 +382,7 @@ Runner::~Runner() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
-  if (arena_) ::munmap(arena_, arena_bytes_);
+  if (arena_) unmap_arena(arena_, arena_bytes_);
 }
 
 Status Runner::died(int wait_status) {

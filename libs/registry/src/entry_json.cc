@@ -240,6 +240,20 @@ KernelEntry entry_from(const json& j) {
       e.cases.push_back(std::move(cb));
     }
   }
+  if (const json* baselines = o.opt("baselines")) {
+    if (!baselines->is_array()) fail("baselines", "expected a list");
+    for (size_t i = 0; i < baselines->size(); ++i) {
+      const std::string at = "baselines[" + std::to_string(i) + "]";
+      if (!(*baselines)[i].is_object()) fail(at, "expected an object");
+      Obj b{(*baselines)[i], at};
+      BaselineBenchmark bb;
+      bb.name = b.req_string("name");
+      bb.latency_us = b.req_number("latency_us");
+      bb.speedup = b.req_number("speedup");
+      std::tie(bb.speedup_lo, bb.speedup_hi) = interval_from(b, at);
+      e.baselines.push_back(std::move(bb));
+    }
+  }
   if (const json* evidence = o.opt("evidence")) evidence_from(*evidence, e);
   return e;
 }
@@ -287,6 +301,12 @@ json to_json(const KernelEntry& e) {
   if (!e.source_sha256.empty()) j["source_sha256"] = e.source_sha256;
   if (!e.cases.empty()) j["cases"] = cases_to(e.cases);  // none for entries from before per-case numbers
   if (!e.measurements.empty()) j["evidence"] = measurements_to(e.measurements, e.merged);
+  for (const BaselineBenchmark& b : e.baselines) {
+    j["baselines"].push_back({{"name", b.name},
+                              {"latency_us", b.latency_us},
+                              {"speedup", b.speedup},
+                              {"speedup_interval", json::array({b.speedup_lo, b.speedup_hi})}});
+  }
   return j;
 }
 

@@ -147,6 +147,8 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
   e.benchmark.warmup_iters = c.warmup_iters;
   e.benchmark.benchmark_iters = c.candidate.n;
   e.benchmark.gpu_name = confirm.device_name;
+  for (const proto::BaselineTiming& b : c.baselines)
+    e.baselines.push_back({b.name, b.stats.median_us, b.speedup, b.speedup_lo, b.speedup_hi});
   // Kiln times the op alone against its reference; it never integrates a kernel into a runtime or a
   // serving stack, so op_level is all it can claim.
   e.evidence_level = std::string(kEvidenceOpLevel);

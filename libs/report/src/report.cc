@@ -36,6 +36,31 @@ std::string program_speedup(const Program& p) {
   return speedup_text(p.eval.runtime_improvement, stat(p, "speedup_lo"), stat(p, "speedup_hi"));
 }
 
+// The program's speedup over each baseline timed beside it (torch_eager, cublas_sgemm ...): over the
+// benchmark cases, the geometric mean and the widest interval, as for the reference; "-" without any.
+std::string baselines_text(const Program& p) {
+  struct Span {
+    double log_sum = 0, lo = 0, hi = 0;
+    int n = 0;
+  };
+  std::map<std::string, Span> by_name;
+  for (const auto& c : p.eval.cases) {
+    for (const auto& b : c.baselines) {
+      if (!(b.speedup > 0)) continue;
+      Span& s = by_name[b.name];
+      s.lo = s.n == 0 ? b.speedup_lo : std::min(s.lo, b.speedup_lo);
+      s.hi = s.n == 0 ? b.speedup_hi : std::max(s.hi, b.speedup_hi);
+      s.log_sum += std::log(b.speedup);
+      ++s.n;
+    }
+  }
+  std::string out;
+  for (const auto& [name, s] : by_name) {
+    out += (out.empty() ? "" : "; ") + name + " " + speedup_text(std::exp(s.log_sum / s.n), s.lo, s.hi);
+  }
+  return out.empty() ? "-" : out;
+}
+
 // Correct and timed: a point on the progress chart and a candidate for the best so far.
 bool correct_and_measured(const Program& p) { return measured(p) && p.eval.perf_score == 5; }
 
@@ -374,7 +399,8 @@ std::string profile_text(const Program& p) {
 
 void candidates(std::ostringstream& h, const std::vector<const Program*>& programs) {
   h << "<section id=\"candidates\"><h2>Every candidate (" << programs.size() << ")</h2><table><thead><tr>"
-    << "<th>program</th><th>verdict</th><th>speedup [95 % interval]</th><th>reason</th><th>registers</th>"
+    << "<th>program</th><th>verdict</th><th>speedup [95 % interval]</th><th>vs baselines</th><th>reason</th>"
+    << "<th>registers</th>"
     << "<th>shared</th><th>spills</th><th>profile (ncu)</th><th>parent</th></tr></thead><tbody>";
   auto resource = [](const Program& p, const char* key) {
     auto it = p.eval.profiler_data.find(key);
@@ -386,11 +412,12 @@ void candidates(std::ostringstream& h, const std::vector<const Program*>& progra
     h << "<tr id=\"" << anchor(p.id) << "\" data-status=\"" << escape_html(p.eval.status) << "\"><td>"
       << escape_html(p.id) << "<details><summary>log</summary><pre>" << escape_html(p.eval.eval_log)
       << "</pre></details></td><td class=\"" << (ok ? "ok" : "bad") << "\">" << escape_html(p.eval.status)
-      << "</td><td class=\"num speedup\">" << program_speedup(p) << "</td><td>" << escape_html(reason_of(p))
-      << "</td><td class=\"num\">" << resource(p, "registers") << "</td><td class=\"num\">"
-      << resource(p, "shared_bytes") << "</td><td class=\"num\">" << resource(p, "spill_bytes")
-      << "</td><td class=\"profile\">" << escape_html(profile_text(p)) << "</td><td>"
-      << (p.parent_id.empty() ? "-" : program_link(p.parent_id)) << "</td></tr>";
+      << "</td><td class=\"num speedup\">" << program_speedup(p) << "</td><td class=\"baselines\">"
+      << escape_html(baselines_text(p)) << "</td><td>" << escape_html(reason_of(p)) << "</td><td class=\"num\">"
+      << resource(p, "registers") << "</td><td class=\"num\">" << resource(p, "shared_bytes")
+      << "</td><td class=\"num\">" << resource(p, "spill_bytes") << "</td><td class=\"profile\">"
+      << escape_html(profile_text(p)) << "</td><td>" << (p.parent_id.empty() ? "-" : program_link(p.parent_id))
+      << "</td></tr>";
   }
   h << "</tbody></table></section>\n";
 }

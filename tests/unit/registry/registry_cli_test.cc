@@ -149,9 +149,13 @@ TEST_CASE("kiln registry match exits non-zero with one line when nothing fits", 
     CHECK(r.out.empty());
     CHECK(r.err == c.err);
   }
-  // An empty or absent registry says so.
+  // An empty registry says so; an absent folder is named as such.
   Run r =
       kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kiln: no registry at " + dir.path() + "/none: no such folder\n");
+  fs::create_directories(dir.path() + "/none");
+  r = kiln_cmd({"registry", "--dir", dir.path() + "/none", "match", "rmsnorm", "--dtype", "fp16", "--shape", "B=1"});
   CHECK(r.exit_code == 1);
   CHECK(r.err == "kiln: no rmsnorm fp16 kernel: " + dir.path() + "/none/verified_kernels.json has no kernels yet\n");
   // --json still prints a document on failure.
@@ -180,6 +184,22 @@ TEST_CASE("kiln registry verify warns about an entry without source_sha256 and p
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["ok"] == true);
   CHECK(j["warnings"].size() == 1);
+}
+
+TEST_CASE("a registry folder that does not exist is an error, not an empty registry", "[registry][cli]") {
+  kiln::TempDir dir("kiln-registry-cli");
+  const std::string missing = dir.path() + "/no-such-registry";
+  for (const char* command : {"verify", "list"}) {
+    Run r = kiln_cmd({"registry", "--dir", missing, command});
+    INFO(command << ": " << r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.empty());
+    CHECK(r.err == "kiln: no registry at " + missing + ": no such folder\n");
+  }
+  // An existing folder without entries is an empty registry.
+  fs::create_directories(missing);
+  CHECK(kiln_cmd({"registry", "--dir", missing, "verify"}).exit_code == 0);
+  CHECK(kiln_cmd({"registry", "--dir", missing, "list"}).exit_code == 0);
 }
 
 TEST_CASE("the usage guide's `kiln registry match` example prints what the guide shows", "[registry][cli]") {

@@ -155,6 +155,41 @@ TEST_CASE("a promotion writes the source and a complete entry", "[registry]") {
   auto back = kiln::registry::from_json(kiln::registry::to_json(*shown));
   REQUIRE(back.is_ok());
   CHECK(kiln::registry::to_json(*back) == kiln::registry::to_json(*shown));
+  CHECK(!e.contains("baselines"));  // none were timed
+}
+
+TEST_CASE("an entry keeps what users run, timed beside the kernel: PyTorch eager, cuBLAS", "[registry]") {
+  kiln::TempDir dir;
+  Registry reg = open_registry(dir.path() + "/kernel_registry");
+  auto r = good_request();
+  kiln::proto::BaselineTiming eager;
+  eager.name = "torch_eager";
+  eager.stats.median_us = 49.6;
+  eager.speedup = 2.0;
+  eager.speedup_lo = 1.9;
+  eager.speedup_hi = 2.1;
+  r.confirmation.baselines.push_back(eager);
+  auto id = reg.promote(r, 1.10);
+  REQUIRE(id.is_ok());
+  auto text = kiln::read_file(reg.dir() + "/verified_kernels.json");
+  REQUIRE(text.is_ok());
+  const json e = json::parse(*text)["kernels"][0];
+  CHECK(e["baselines"] ==
+        json::array(
+            {{{"name", "torch_eager"}, {"latency_us", 49.6}, {"speedup", 2.0}, {"speedup_interval", {1.9, 2.1}}}}));
+  // Forge's fields stay the task's reference's.
+  CHECK(e["benchmark"]["speedup"] == 1.65);
+  auto shown = reg.show(*id);
+  REQUIRE(shown.is_ok());
+  REQUIRE(shown->baselines.size() == 1);
+  CHECK(shown->baselines[0].latency_us == Approx(49.6));
+  CHECK(shown->baselines[0].speedup_hi == Approx(2.1));
+  // A malformed one is refused with its path.
+  json bad = e;
+  bad["baselines"][0].erase("latency_us");
+  auto refused = kiln::registry::from_json(bad);
+  REQUIRE(!refused.is_ok());
+  CHECK(refused.status().message().find("baselines[0]") != std::string::npos);
 }
 
 TEST_CASE("v<n> is bumped and duplicates are refused", "[registry]") {

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <regex>
+#include <tuple>
 
 #include "kiln/report/report.h"
 
@@ -54,6 +55,17 @@ kiln::report::ReportInput sample() {
       program("scale-abc/p1", "scale-abc/p0", 0, "broken(\n", "memory=0,compute=1,parallelism=0", "build_failed")};
   in.best.programs[0].template_parameters = {{"THREADS", "2"}};
   in.best.programs[1].template_parameters = {{"THREADS", "1"}};
+  // p2 was timed beside PyTorch eager at two shapes: 2.0x [1.8, 2.2] and 0.5x [0.4, 0.6].
+  for (auto [speedup, lo, hi] : {std::tuple{2.0, 1.8, 2.2}, std::tuple{0.5, 0.4, 0.6}}) {
+    kiln::proto::CaseSpeedup cs;
+    kiln::proto::BaselineTiming b;
+    b.name = "torch_eager";
+    b.speedup = speedup;
+    b.speedup_lo = lo;
+    b.speedup_hi = hi;
+    cs.baselines.push_back(b);
+    in.best.programs[0].eval.cases.push_back(cs);
+  }
   in.generated_at = "2026-12-01T00:00:00Z";
   return in;
 }
@@ -106,6 +118,9 @@ TEST_CASE("the report has every section with the campaign's numbers, escaped", "
   CHECK(html.find("<td class=\"profile\">dram 81 %, sm 12 %: memory bound (2.5 s)</td>") != std::string::npos);
   CHECK(html.find("<td class=\"profile\">-</td>") != std::string::npos);  // the build failure has none
   CHECK(html.find("http") == std::string::npos);                          // nothing to fetch
+  // The speedup over each baseline: the geometric mean over the cases with the widest interval; "-" without.
+  CHECK(html.find("<td class=\"baselines\">torch_eager 1.00x [0.40, 2.20]</td>") != std::string::npos);
+  CHECK(html.find("<td class=\"baselines\">-</td>") != std::string::npos);
 }
 
 TEST_CASE("a campaign without programs still renders", "[report]") {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/files.h"
@@ -115,6 +116,14 @@ class Harness {
     return so.is_ok() ? *so : "";
   }
 
+  // Evaluates against a PyTorch module instead: `task_yaml` and `module` (reference.py) make the package,
+  // there is no reference.so, and kiln-eval runs the module with `python`.
+  void use_torch_reference(std::string task_yaml, std::string module, std::string python) {
+    torch_yaml_ = std::move(task_yaml);
+    torch_module_ = std::move(module);
+    python_ = std::move(python);
+  }
+
   const std::string& reference() {
     if (reference_.empty()) reference_ = compile("reference", kernel_source(kHonestBody));
     return reference_;
@@ -142,11 +151,16 @@ class Harness {
     TempDir scratch("kiln-trust-scratch");
     const std::string s = scratch.path();
     Verdict v;
-    if (!make_dirs(s + "/task").is_ok() || !write_file_atomic(s + "/task/task.yaml", kTaskYaml).is_ok() ||
-        !write_file_atomic(s + "/task/reference.cpp", kernel_source(kHonestBody)).is_ok() ||
+    const bool torch = !torch_module_.empty();
+    if (!make_dirs(s + "/task").is_ok() ||
+        !write_file_atomic(s + "/task/task.yaml", torch ? torch_yaml_ : std::string(kTaskYaml)).is_ok() ||
+        !write_file_atomic(s + (torch ? "/task/reference.py" : "/task/reference.cpp"),
+                           torch ? torch_module_ : kernel_source(kHonestBody))
+             .is_ok() ||
         !write_file_atomic(s + "/task/kernel.cpp", kernel_source(kHonestBody)).is_ok() ||
         !write_file_atomic(s + "/kernel.so", kernel_so).is_ok() ||
-        !write_file_atomic(s + "/reference.so", reference_so.empty() ? reference() : reference_so).is_ok()) {
+        (!torch &&
+         !write_file_atomic(s + "/reference.so", reference_so.empty() ? reference() : reference_so).is_ok())) {
       v.status = "harness_error";
       v.message = "cannot write the scratch directory";
       return v;
@@ -157,8 +171,6 @@ class Harness {
                 "task",
                 "--kernel",
                 "kernel.so",
-                "--reference",
-                "reference.so",
                 "--out",
                 "result.msgpack",
                 "--mode",
@@ -173,6 +185,10 @@ class Harness {
                 std::to_string(t.max_noise),
                 "--warmup",
                 std::to_string(t.warmup)};
+    if (torch)
+      run.argv.insert(run.argv.end(), {"--python", python_});
+    else
+      run.argv.insert(run.argv.end(), {"--reference", "reference.so"});
     if (!t.measure) run.argv.push_back("--no-timing");
     // As the tester does: a fresh key authenticates the report, and only an authentic one is believed.
     const std::string key = random_bytes(32);
@@ -221,6 +237,7 @@ class Harness {
  private:
   TempDir dir_;
   std::string reference_;
+  std::string torch_yaml_, torch_module_, python_;
 };
 
 // Compiles a kernel whose editable region is `body` and evaluates it; a harness failure fails the test.

@@ -71,6 +71,18 @@ struct CaseBenchmark {
   int64_t benchmark_iters = 0;      // samples taken (n)
 };
 
+// What users run, timed beside the kernel in the confirming measurement of the first benchmark case (Kiln's
+// extra "baselines"): PyTorch eager or torch.compile (the task's reference.py), cuBLAS. Forge's
+// baseline_latency_us and speedup stay the task's reference's (for a task whose reference is a PyTorch module,
+// that is PyTorch eager already).
+struct BaselineBenchmark {
+  std::string name;  // torch_eager | torch_compile | cublas_sgemm ...
+  double latency_us = 0;
+  double speedup = 0;  // baseline median / candidate median
+  double speedup_lo = 0;
+  double speedup_hi = 0;
+};
+
 // One tester's measurement of the promoted kernel (Kiln's extra, the seed's results_per_gpu): the first
 // measurement ("eval") and the independent confirmation ("confirm"), each with the worker and device that
 // made it. A measurement's numbers summarise every benchmark case it timed.
@@ -136,7 +148,8 @@ struct KernelEntry {
   double speedup_lo = 0;  // 95 % interval of the confirming measurement
   double speedup_hi = 0;
   std::map<std::string, std::string> params;
-  std::vector<CaseBenchmark> cases;  // every benchmark case, in task order ("cases"; absent in older entries)
+  std::vector<CaseBenchmark> cases;          // every benchmark case, in task order ("cases"; absent in older entries)
+  std::vector<BaselineBenchmark> baselines;  // "baselines"; absent where none was timed
   // "evidence": {"measurements": [...], "merged": {...}}; absent in Forge's and older entries.
   std::vector<Measurement> measurements;
   MergedEvidence merged;
