@@ -44,8 +44,13 @@ def classify(case):
     if case.find("failure") is not None or case.find("error") is not None:
         return "failed"
     status = case.get("status", "run")
-    if case.find("skipped") is not None or status in ("notrun", "disabled"):
+    if status == "disabled":
         return "skipped"
+    skipped = case.find("skipped")
+    if skipped is not None or status == "notrun":
+        # A test that asked to be skipped (SKIP_RETURN_CODE, SKIP_REGULAR_EXPRESSION); any other "not run"
+        # (an executable that was not built) is a failure, as ctest counts it.
+        return "skipped" if skipped is not None and skipped.get("message", "").startswith("SKIP_") else "failed"
     return "failed" if status == "fail" else "passed"
 
 

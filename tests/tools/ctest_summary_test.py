@@ -94,6 +94,14 @@ class Check(unittest.TestCase):
         _, bad = self.summarise(cases, {"a [x] test; with, punctuation": 3})
         self.assertTrue(bad)
 
+    def test_an_executable_not_built_is_a_failure_not_a_skip(self):
+        case = ('<testcase name="t_NOT_BUILT" classname="t_NOT_BUILT" time="0" status="notrun">'
+                '<skipped message="Unable to find executable"/><system-out>Unable to find executable</system-out>'
+                '</testcase>')
+        lines, bad = self.summarise(self.good_cases() + [case], {"a [x] test; with, punctuation": 3})
+        self.assertTrue(bad)
+        self.assertIn("  FAILED: t_NOT_BUILT", lines)
+
     def test_a_failure_fails_without_the_check(self):
         cases = self.good_cases() + [junit_case("broken", status="fail", failed=True)]
         lines, bad = self.summarise(cases, {"a [x] test; with, punctuation": 3})
