@@ -57,16 +57,21 @@ run: build-run
 
 # The compose and Swarm stack tests run after the suite wherever a Docker daemon answers (.ci/run starts one); the
 # Slurm test wherever it can start Slurm (it says SKIP and why where it cannot). The last lines count the
-# tests that ran, passed, failed and were skipped (with each skipped one's reason); the exit status is
-# non-zero iff a test failed.
+# tests that ran, passed, failed and were skipped (with each skipped one's reason), and check that every pass
+# ran something: ctest's passes equal the Catch2 test cases that executed assertions (their XML reports under
+# $(BUILD)/catch-xml) plus the other entries that counted their checks (tests/tools/ctest_summary.py). The
+# exit status is non-zero iff a test failed or that check fails.
 test: build
-	@(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit ctest-junit.xml); rc=$$?; \
+	@rm -rf $(BUILD)/catch-xml; \
+	(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit ctest-junit.xml \
+	  --test-output-size-passed 262144); rc=$$?; \
 	if [ $$rc -ne 0 ]; then :; elif docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test || rc=1; \
 	  [ $$rc -ne 0 ] || python3 tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; \
 	else echo "make test: compose-test and swarm-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi; \
 	if [ $$rc -eq 0 ]; then python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; \
 	  [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; fi; \
-	python3 tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml || rc=1; exit $$rc
+	mkdir -p $(BUILD)/catch-xml; \
+	python3 tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml --catch-xml $(BUILD)/catch-xml || rc=1; exit $$rc
 
 # Builds the images, runs docker/docker-compose.yml with 3 compilers, a campaign from the host CLI, kills
 # workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.

@@ -61,14 +61,15 @@ function(kiln_test name)
   # An entry that runs no test case fails (-w NoTests); a test that cannot run here exits with 77
   # (tests/common/kiln/testing/skip.h) and is reported skipped. catch_discover_tests flattens list-valued
   # PROPERTIES (a second label would be read as a property name), so labels and environment are set by a
-  # script ctest reads after the discovered tests.
+  # script ctest reads after the discovered tests. Each entry writes Catch2's XML report under
+  # <build>/catch-xml (tests/catch_main.cc), which tests/tools/ctest_summary.py checks against ctest's count.
   catch_discover_tests(${name} TEST_LIST ${name}_TESTS EXTRA_ARGS -w NoTests
     PROPERTIES RUN_SERIAL ${serial} SKIP_RETURN_CODE 77)
   # A test case tagged [serial] (a timing bound that sharing the cores would break) runs alone.
   set(props "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
   file(GENERATE OUTPUT "${props}" CONTENT "if(${name}_TESTS)
   set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\"
-    ENVIRONMENT \"KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}\")
+    ENVIRONMENT \"KILN_BIN_DIR=${CMAKE_BINARY_DIR}/bin;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR};KILN_CATCH_XML_DIR=${CMAKE_BINARY_DIR}/catch-xml\")
   execute_process(COMMAND \"$<TARGET_FILE:${name}>\" \"[serial]\" --list-test-names-only
     OUTPUT_VARIABLE serial_tests OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(serial_tests)

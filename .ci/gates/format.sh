@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 clang_format="${CLANG_FORMAT:-clang-format}"
 if ! command -v "${clang_format}" >/dev/null 2>&1; then
-  echo "format gate: skipped: no ${clang_format} (Debian: apt-get install clang-format)"
+  echo "KILN-SKIP gate_format: no ${clang_format} (Debian: apt-get install clang-format)"
   exit 77
 fi
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
@@ -16,6 +16,8 @@ else
 fi
 # One clang-format for every file (a process per file takes minutes on a busy machine); it names each
 # file it would change in its warnings.
+checked=$(list | tr -cd '\0' | wc -c)
+echo "KILN-CHECKED ${checked} C++ files against clang-format"
 unformatted=$(list | xargs -0 -r "${clang_format}" --dry-run 2>&1 | sed -nE 's/^([^:]+):[0-9]+:[0-9]+: (warning|error):.*/\1/p' | sort -u)
 [[ -z "${unformatted}" ]] && exit 0
 while IFS= read -r file; do

@@ -40,12 +40,6 @@ proto::BrokerStatus broker_status(messaging::Client& c) {
   return st.is_ok() ? *st : proto::BrokerStatus{};
 }
 
-// The pid at the end of a default worker id "<name>-<host>-<pid>".
-pid_t pid_of_worker(const std::string& worker_id) {
-  auto dash = worker_id.rfind('-');
-  return dash == std::string::npos ? -1 : static_cast<pid_t>(std::stol(worker_id.substr(dash + 1)));
-}
-
 }  // namespace
 
 TEST_CASE("a campaign runs through every real process to the verified-kernel registry", "[integration]") {
@@ -242,71 +236,6 @@ TEST_CASE("a candidate that cannot overtake the campaign's best is screened out 
     CHECK(p["speedup"].get<double>() > 0);  // recorded with the interval as it stood
   }
   CHECK(screened >= 1);
-}
-
-TEST_CASE("killing a compiler and a tester mid-job loses no candidate and scores each once", "[integration]") {
-  LocalKiln k(1);
-  auto sub = k.kiln({"--json", "submit", fast_task(), "--budget", "6"});
-  REQUIRE(sub.exit_code == 0);
-  std::string cid = json::parse(sub.out)["campaign_id"];
-  zmq::context_t ctx(1);
-  messaging::Client client(ctx, k.endpoint());
-
-  // SIGKILL the process holding a job, once for each service.
-  std::set<std::string> killed;
-  for (const char* service : {"compile", "test.cpu"}) {
-    bool hit = eventually(
-        [&] {
-          for (const auto& w : broker_status(client).workers) {
-            if (w.service == service && w.in_flight > 0) {
-              pid_t pid = pid_of_worker(w.worker_id);
-              if (pid > 0 && ::kill(pid, SIGKILL) == 0) {
-                killed.insert(service);
-                return true;
-              }
-            }
-          }
-          return false;
-        },
-        120, 0.02);
-    INFO("service " << service);
-    REQUIRE(hit);
-  }
-
-  // The campaign still completes.
-  proto::CampaignInfo info;
-  bool finished = eventually(
-      [&] {
-        auto body = client.request("score", "campaign", proto::encode(proto::CampaignQuery{cid, 5}), 2.0);
-        if (!body.is_ok()) return false;
-        auto c = proto::decode<proto::CampaignInfo>(*body);
-        if (!c.is_ok()) return false;
-        info = *c;
-        return info.state == "done";
-      },
-      300, 0.5);
-  INFO("scorer log:\n" << k.log("scorer") << "\nbroker log:\n" << k.log("broker"));
-  REQUIRE(finished);
-  CHECK(info.scored == 7);
-
-  // Every candidate exactly once: 7 distinct programs, none scored twice.
-  auto body = client.request("score", "best", proto::encode(proto::CampaignQuery{cid, 100}), 5.0);
-  REQUIRE(body.is_ok());
-  auto best = proto::decode<proto::BestPrograms>(*body);
-  REQUIRE(best.is_ok());
-  std::set<std::string> ids;
-  for (const auto& p : best->programs) ids.insert(p.id);
-  CHECK(ids.size() == 7);
-  CHECK(best->programs.size() == 7);
-
-  // The broker requeued the killed workers' jobs, and the supervisor restarted them.
-  std::string metrics = http_get(k.metrics_port, "/metrics");
-  CHECK(std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="compile"[^}]*\} [1-9])re")));
-  CHECK(
-      std::regex_search(metrics, std::regex(R"re(kiln_jobs_requeued_total\{[^}]*service="test.cpu"[^}]*\} [1-9])re")));
-  auto up_log = read_file(k.dir.path() + "/up.log");
-  REQUIRE(up_log.is_ok());
-  CHECK(up_log->find("restarted") != std::string::npos);
 }
 
 TEST_CASE("a CUDA job with no GPU tester waits visibly in the queue", "[integration]") {

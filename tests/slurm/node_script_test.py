@@ -4,7 +4,7 @@ bad input. The workers are stand-ins that record their arguments and environment
 (one tester per entry of CUDA_VISIBLE_DEVICES, each seeing only its own) is checked on a machine without a
 GPU; tests/slurm/slurm_test.py runs the real workers under a real Slurm.
 
-Exit codes: 0 passed, 1 failed.
+Exit codes: 0 passed, 1 failed. The last line counts the checks made (KILN-CHECKED).
 """
 import json
 import os
@@ -40,9 +40,12 @@ while True:
 """
 
 failures = []
+checks = 0
 
 
 def check(cond, msg):
+    global checks
+    checks += 1
     print(("ok: " if cond else "FAIL: ") + msg, flush=True)
     if not cond:
         failures.append(msg)
@@ -143,6 +146,7 @@ def main():
             os.symlink(bindir, os.path.join(sub, "bin"))
             test(sub)
     print("PASS" if not failures else f"FAILED: {len(failures)} check(s)")
+    print(f"KILN-CHECKED {checks} checks")  # what tests/tools/ctest_summary.py counts
     return 0 if not failures else 1
 
 

@@ -141,8 +141,9 @@ struct RunningBroker {
     opt.bind = "tcp://127.0.0.1:*";
     opt.events_bind.clear();
     opt.db_path = db.empty() ? dir.path() + "/broker.db" : db;
-    opt.heartbeat_interval_s = 0.1;
-    opt.heartbeat_liveness = 5;
+    // Beats every 0.1 s and gives up after 0.5 s, unless the test asked for other numbers.
+    if (opt.heartbeat_interval_s == broker::BrokerOptions{}.heartbeat_interval_s) opt.heartbeat_interval_s = 0.1;
+    if (opt.heartbeat_liveness == broker::BrokerOptions{}.heartbeat_liveness) opt.heartbeat_liveness = 5;
     if (opt.max_message_bytes == broker::BrokerOptions{}.max_message_bytes) opt.max_message_bytes = 1 << 20;
     auto b = broker::Broker::create(ctx, opt, registry);
     REQUIRE(b.is_ok());
@@ -256,27 +257,41 @@ TEST_CASE("a job and its follow-up flow through two services", "[broker]") {
   CHECK(b.broker->counters().duplicate_submits == 1);
 }
 
-TEST_CASE("a worker never holds more jobs than its slots", "[broker]") {
+TEST_CASE("the broker leases a worker no more jobs than the slots it announced", "[broker]") {
+  // The worker queues whatever the broker sends it and runs at most its slots at once, so its own
+  // concurrency says nothing about the broker: the broker's lease table does. Jobs are held until
+  // released, and the broker has dispatched every submit before it answers the status request after them.
   RunningBroker b;
-  std::atomic<int> running{0}, peak{0}, done{0};
+  std::atomic<bool> release{false};
+  std::atomic<int> started{0}, done{0};
   RunningWorker w(
       b.ctx, b.endpoint(), "work",
       [&](const proto::Job&) {
-        int now = ++running;
-        int p = peak.load();
-        while (now > p && !peak.compare_exchange_weak(p, now)) {
-        }
-        std::this_thread::sleep_for(20ms);
-        --running;
+        ++started;
+        while (!release) std::this_thread::sleep_for(5ms);
         ++done;
         return messaging::JobOutcome::ok();
       },
       2);
   messaging::Client client(b.ctx, b.endpoint());
+  auto status = [&] {
+    auto body = client.request("broker", "status", "");
+    REQUIRE(body.is_ok());
+    return proto::decode<proto::BrokerStatus>(*body).value();
+  };
+  REQUIRE(eventually([&] { return status().workers.size() == 1; }));
   for (int i = 0; i < 10; ++i) REQUIRE(client.submit(submit_of("work", "w" + std::to_string(i), "")).is_ok());
+  REQUIRE(eventually([&] { return started == 2; }));
+  auto st = status();
+  REQUIRE(st.workers.size() == 1);
+  CHECK(st.workers[0].slots == 2);
+  CHECK(st.workers[0].in_flight == 2);
+  auto queue = std::find_if(st.queues.begin(), st.queues.end(), [](const auto& q) { return q.service == "work"; });
+  REQUIRE(queue != st.queues.end());
+  CHECK(queue->leased == 2);
+  CHECK(queue->queued == 8);
+  release = true;
   REQUIRE(eventually([&] { return done == 10; }));
-  CHECK(peak <= 2);
-  CHECK(peak >= 1);
 }
 
 TEST_CASE("a silent worker's job is requeued with attempt+1 to another worker", "[broker]") {
@@ -939,27 +954,34 @@ TEST_CASE("propose.external gets the propose lease (300 s) from configs/kiln.yam
 }
 
 TEST_CASE("workers configured with another heartbeat period than the broker's stay connected", "[broker][serial]") {
-  // The broker beats every 0.1 s and gives up on a peer after 0.5 s of silence (RunningBroker).
+  // The broker beats every 1.2 s and gives up on a peer that beats as often after 2.4 s of silence (numbers
+  // other than BrokerOptions' defaults, which RunningBroker replaces). Every margin is wide, so a loaded
+  // machine's scheduling delays move nothing: the slow worker beats every 3 s (a broker judging it by its
+  // own period drops it at 2.4 s; by the worker's own, after 6 s), and the fast one gives up after 0.8 s
+  // without a beat (the broker's own period, 1.2 s, would lose it; beats at the worker's period, 0.1 s,
+  // leave 0.7 s to spare).
+  broker::BrokerOptions opt;
+  opt.heartbeat_interval_s = 1.2;
+  opt.heartbeat_liveness = 2;
   CapturedLog log;
-  RunningBroker b;
-  auto start = [&](const std::string& service, double period) {
+  RunningBroker b(opt);
+  auto start = [&](const std::string& service, double period, int liveness) {
     messaging::WorkerOptions o;
     o.endpoint = b.endpoint();
     o.service = service;
     o.worker_id = service + "-w";
     o.heartbeat_interval_s = period;
-    o.heartbeat_liveness = 3;
+    o.heartbeat_liveness = liveness;
     o.reconnect_min_s = 0.1;
     return std::make_unique<messaging::Worker>(b.ctx, o, [](const proto::Job&) { return messaging::JobOutcome::ok(); });
   };
-  // One beats far slower than the broker would wait for; one expects the broker's beats more often than
-  // the broker's own period (it gives up after 3 x 0.04 s).
-  auto slow = start("slow", 0.8);
-  auto fast = start("fast", 0.04);
+  auto slow = start("slow", 3.0, 3);
+  auto fast = start("fast", 0.1, 8);
   std::atomic<bool> stop{false};
   std::thread ts([&] { slow->run(stop, 1.0); });
   std::thread tf([&] { fast->run(stop, 1.0); });
-  std::this_thread::sleep_for(3s);
+  // Past the slow worker's second beat (3 s after its READY), and many of the fast worker's periods.
+  std::this_thread::sleep_for(4s);
   // Both still hold their first registration: neither was dropped by the broker nor left it.
   CHECK(log.count("worker lost") == 0);
   CHECK(log.count("broker silent") == 0);

@@ -818,30 +818,25 @@ TEST_CASE("a batch that does not build is built again variant by variant", "[com
 }
 
 TEST_CASE("builds that fit the compiler's cores are built alone even when they arrive together",
-          "[compiler][cuda][batch][serial]") {
+          "[compiler][cuda][batch]") {
   CompilerOptions options;
   require_nvcc(options);
   options.batch_max = 3;
-  options.batch_window_s = 10;  // the most the compiler takes: a batch that opened would wait out 10 s
-  options.batch_cores = 64;     // three builds of ~1.5 cores each fit
+  options.batch_window_s = 10;
+  options.batch_cores = 64;  // three builds of ~1.5 cores each fit
   Fixture f(options);
-  const auto began = std::chrono::steady_clock::now();
+  // The two arrive within the window: had the first opened a batch, the second would have joined it and
+  // both would count as batched builds (no clock needed to tell).
   auto outs = compile_together(*f.handler, {rmsnorm_cuda_request("c1/p0", {{"BLOCK", "128"}, {"VEC", "8"}}),
                                             rmsnorm_cuda_request("c1/p1", {{"BLOCK", "256"}, {"VEC", "4"}})});
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - began;
-  double shortest_build_s = 1e9;
   for (const auto& out : outs) {
     const auto b = built(out);
     INFO(b.log);
     CHECK(b.ok);
     CHECK(b.log.find("built as variant") == std::string::npos);
-    shortest_build_s = std::min(shortest_build_s, b.duration_s);
   }
   CHECK(f.counter("kiln_compile_batched_builds_total") == 0);
-  // Neither waited out the window for a batch: one that did took the window and its own nvcc run, however
-  // long the load makes nvcc (its duration_s is nvcc's own wall time, the wait not included).
-  INFO("elapsed " << elapsed.count() << " s, shortest build " << shortest_build_s << " s");
-  CHECK(elapsed.count() < options.batch_window_s + shortest_build_s);
+  CHECK(f.counter("kiln_compile_batch_fallbacks_total") == 0);
 }
 
 TEST_CASE("a compiler of one slot never batches, and the batch settings are checked", "[compiler][batch]") {

@@ -190,6 +190,42 @@ TEST_CASE("a kernel that goes wrong after many calls is caught by the checks dur
   CHECK((where.find("timed round") != std::string::npos || where.find("after timing") != std::string::npos));
 }
 
+// Wrong only when a benchmark-size call's x differs from the previous one's in `condition` (a count of
+// changed elements, `changed`, of n): the timed rounds change a block of about 1 % between calls (a fresh
+// runner process starts each block with nothing seen), the check after timing installs a new set whole.
+std::string wrong_when_changed(const std::string& condition) {
+  return axpy_kernel(
+      "bool wrong = false;\n"
+      "if (n == 4096) {\n"
+      "  int64_t changed = 0;\n"
+      "  for (int64_t i = 0; i < n; ++i) changed += x[i] != prev[i];\n"
+      "  wrong = seen && (" +
+          condition +
+          ");\n"
+          "  std::memcpy(prev, x, sizeof prev);\n"
+          "  seen = true;\n"
+          "}\n" +
+          kCorrect + "\nif (wrong) y[7] += 1.0f;",
+      "static float prev[4096]; static bool seen = false;");
+}
+
+TEST_CASE("a kernel wrong only on the inputs of the check after timing is caught by that check", "[eval]") {
+  auto r = run("wrong_after_timing", wrong_when_changed("changed > n / 2"), quick(true));
+  CHECK(r.status == status::kMismatch);
+  REQUIRE_FALSE(r.correctness.first_mismatches.empty());
+  INFO(r.correctness.first_mismatches[0]);
+  CHECK(r.correctness.first_mismatches[0].find("after timing") != std::string::npos);
+}
+
+TEST_CASE("a kernel wrong only on the timed rounds' changed inputs is caught by a timed round's check", "[eval]") {
+  auto r = run("wrong_while_timed", wrong_when_changed("changed > 0 && changed <= n / 10"), quick(true));
+  CHECK(r.status == status::kMismatch);
+  REQUIRE_FALSE(r.correctness.first_mismatches.empty());
+  INFO(r.correctness.first_mismatches[0]);
+  CHECK(r.correctness.first_mismatches[0].find(", timed round ") != std::string::npos);
+  CHECK(r.correctness.first_mismatches[0].find("after timing") == std::string::npos);
+}
+
 TEST_CASE("a kernel returning non-zero is a failed result with a message", "[eval]") {
   auto r = run("returns_error", axpy_kernel("if (n == 17) return 7;\n" + kCorrect));
   CHECK(r.status == status::kCrashed);

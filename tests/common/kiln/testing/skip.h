@@ -21,7 +21,9 @@ inline constexpr int kSkipExitCode = 77;
 [[noreturn]] inline void skip_test(const std::string& reason) {
   std::string name = "?";
   if (auto* capture = Catch::getCurrentContext().getResultCapture()) name = capture->getCurrentTestName();
-  std::cout << "KILN-SKIP " << name << ": " << reason << std::endl;
+  // On the process's stdout, not std::cout: Catch2's XML reporter (tests/catch_main.cc) captures std::cout
+  // into its report, which a skip never finishes writing.
+  std::fprintf(stdout, "KILN-SKIP %s: %s\n", name.c_str(), reason.c_str());
   std::cerr.flush();
   std::fflush(nullptr);
   std::quick_exit(kSkipExitCode);
