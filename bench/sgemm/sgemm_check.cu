@@ -181,7 +181,7 @@ void check_case(const Case& t, cublasHandle_t h, cudaStream_t stream, Verdict& v
   long bad = 0;
   for (size_t i = 0; i < cn; ++i) {
     const double c = got[kGuard + i], r = ref[i], e = std::fabs(c - r);
-    if (!(e <= 1e-3 + 1e-3 * std::fabs(r))) ++bad;  // NaN is bad
+    if (!(e <= 1e-3 + 1e-3 * std::fabs(r))) ++bad;                        // NaN is bad
     const double rel = std::isfinite(e) ? e / (1 + std::fabs(r)) : 1e30;  // JSON has no inf
     v.max_err = std::max(v.max_err, rel);
   }
@@ -242,8 +242,8 @@ int main(int argc, char** argv) {
   check_blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // fp32 FMA, no TF32
 
   // The task's correctness cases (configs/tasks/cuda_sgemm/task.yaml), float4-path edges, then the benchmark.
-  std::vector<std::array<int, 3>> shapes = {{1, 1, 1},    {17, 33, 65},   {128, 128, 128}, {100, 257, 129},
-                                            {513, 300, 1000}, {260, 132, 27}, {3, 516, 8}, {1, 4, 17}};
+  std::vector<std::array<int, 3>> shapes = {{1, 1, 1},        {17, 33, 65},   {128, 128, 128}, {100, 257, 129},
+                                            {513, 300, 1000}, {260, 132, 27}, {3, 516, 8},     {1, 4, 17}};
   Verdict v;
   for (const auto& s : shapes) {
     Case t = make_case(s[0], s[1], s[2]);

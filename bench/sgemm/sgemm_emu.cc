@@ -106,7 +106,8 @@ bool run_case(int m, int n, int k) {
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       double ref = 0;
-      for (int p = 0; p < k; ++p) ref += static_cast<double>(a[static_cast<size_t>(i) * k + p]) * b[static_cast<size_t>(p) * n + j];
+      for (int p = 0; p < k; ++p)
+        ref += static_cast<double>(a[static_cast<size_t>(i) * k + p]) * b[static_cast<size_t>(p) * n + j];
       const double got = c[static_cast<size_t>(i) * n + j];
       const double err = std::fabs(got - ref);
       if (!(err <= 1e-3 + 1e-3 * std::fabs(ref))) ++bad;  // NaN counts as bad
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool ok = true;
-  for (int i = 1; i + 2 < argc; i += 3) ok = run_case(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2])) && ok;
+  for (int i = 1; i + 2 < argc; i += 3)
+    ok = run_case(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2])) && ok;
   return ok ? 0 : 1;
 }

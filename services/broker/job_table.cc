@@ -109,8 +109,9 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
 
 Result<std::vector<JobRow>> JobTable::load_active() {
   KILN_ASSIGN_OR_RETURN(
-      auto st, db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker, priority, "
-                           "campaign FROM jobs WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
+      auto st,
+      db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker, priority, "
+                  "campaign FROM jobs WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
   std::vector<JobRow> rows;
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -255,8 +256,9 @@ Result<int64_t> JobTable::prune_finished(double ended_before, int64_t keep_newes
   }
   if (cutoff <= 0 || batch <= 0) return int64_t{0};
   KILN_RETURN_IF_ERROR(check_write("prune"));
-  KILN_ASSIGN_OR_RETURN(auto del, db_.prepare("DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE " +
-                                              std::string(kEnded) + " AND updated_at < ? ORDER BY updated_at LIMIT ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto del, db_.prepare("DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE " + std::string(kEnded) +
+                            " AND updated_at < ? ORDER BY updated_at LIMIT ?)"));
   del.bind(1, cutoff).bind(2, batch);
   KILN_RETURN_IF_ERROR(del.run());
   const int64_t deleted = db_.changes();

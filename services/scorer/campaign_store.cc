@@ -149,8 +149,8 @@ Result<std::optional<int64_t>> CampaignStore::saved_cells_filled(const std::stri
 }
 
 Status CampaignStore::save_cells_filled(const std::string& campaign_id, int64_t cells) {
-  KILN_ASSIGN_OR_RETURN(auto st,
-                        db_.prepare("INSERT OR REPLACE INTO campaign_summary(campaign_id, cells_filled) VALUES (?, ?)"));
+  KILN_ASSIGN_OR_RETURN(
+      auto st, db_.prepare("INSERT OR REPLACE INTO campaign_summary(campaign_id, cells_filled) VALUES (?, ?)"));
   st.bind(1, campaign_id).bind(2, cells);
   return st.run();
 }

@@ -118,8 +118,8 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
 Result<std::vector<std::string>> Queries::campaign_ids(int64_t recent, int64_t* not_listed) {
   *not_listed = 0;
   if (recent > 0) {
-    KILN_ASSIGN_OR_RETURN(int64_t ended, store_.count("SELECT COUNT(*) FROM campaigns WHERE state != ?",
-                                                      std::string(kRunning)));
+    KILN_ASSIGN_OR_RETURN(int64_t ended,
+                          store_.count("SELECT COUNT(*) FROM campaigns WHERE state != ?", std::string(kRunning)));
     *not_listed = std::max<int64_t>(0, ended - recent);
   }
   // The ended campaigns listed are the `recent` that finished last; all of them when recent is 0.

@@ -60,19 +60,18 @@ struct BrokerAndScorer {
     write_history(dir.path() + "/state/archive.db");
     std::ofstream(config) << "broker: {bind: tcp://127.0.0.1:" << port << ", metrics_port: 0}\n"
                           << "scorer: {metrics_port: 0}\n";
-    broker = std::make_unique<Background>(std::vector<std::string>{bin_dir() + "/kiln-broker", "--config", config,
-                                                                   "--state-dir", dir.path() + "/state",
-                                                                   "--metrics-port", "0"},
-                                          dir.path() + "/broker.log");
-    scorer = std::make_unique<Background>(std::vector<std::string>{bin_dir() + "/kiln-scorer", "--config", config,
-                                                                   "--state-dir", dir.path() + "/state",
-                                                                   "--metrics-port", "0"},
-                                          dir.path() + "/scorer.log");
+    broker = std::make_unique<Background>(
+        std::vector<std::string>{bin_dir() + "/kiln-broker", "--config", config, "--state-dir", dir.path() + "/state",
+                                 "--metrics-port", "0"},
+        dir.path() + "/broker.log");
+    scorer = std::make_unique<Background>(
+        std::vector<std::string>{bin_dir() + "/kiln-scorer", "--config", config, "--state-dir", dir.path() + "/state",
+                                 "--metrics-port", "0"},
+        dir.path() + "/scorer.log");
     zmq::context_t ctx(1);
     messaging::Client client(ctx, "tcp://127.0.0.1:" + std::to_string(port));
-    REQUIRE(eventually([&] { return client.request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 0.5)
-                                 .is_ok(); },
-                       60));
+    REQUIRE(eventually(
+        [&] { return client.request("score", "campaigns", proto::encode(proto::CampaignQuery{}), 0.5).is_ok(); }, 60));
   }
   ProcessResult kiln(std::vector<std::string> args) {
     std::vector<std::string> argv{bin_dir() + "/kiln", "--config", config};

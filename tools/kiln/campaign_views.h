@@ -19,7 +19,8 @@ namespace kiln::cli {
 Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client);
 // The campaigns named (one query each, so the cost does not grow with the history); those the scorer
 // does not know are left out.
-Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client, const std::vector<std::string>& ids);
+Result<std::vector<proto::CampaignInfo>> fetch_campaigns(messaging::Client& client,
+                                                         const std::vector<std::string>& ids);
 // The running campaigns and the `recent` that ended last (every one when recent is 0), by start time, and
 // in `not_listed` how many ended ones that leaves out. The same from a scorer that lists every campaign.
 Result<std::vector<proto::CampaignInfo>> fetch_recent_campaigns(messaging::Client& client, int64_t recent,

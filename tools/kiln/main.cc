@@ -92,9 +92,10 @@ int run(int argc, char** argv) {
                       "parameter sets follows it; an id in use names that campaign (submitting the same task "
                       "again changes nothing, another task is refused)");
 
-  sub_cmd->add_option("--priority", sub.priority,
-                      "the campaign's jobs go before those of lower priorities at every stage (default 0; "
-                      "campaigns of one priority take turns)")
+  sub_cmd
+      ->add_option("--priority", sub.priority,
+                   "the campaign's jobs go before those of lower priorities at every stage (default 0; "
+                   "campaigns of one priority take turns)")
       ->check(CLI::Range(kiln::proto::kMinPriority, kiln::proto::kMaxPriority));
 
   std::string campaign;

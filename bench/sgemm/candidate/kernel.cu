@@ -86,7 +86,8 @@ __device__ __forceinline__ void sgemm_load_a(const float* __restrict__ a, float*
   if constexpr (S::kThreads % 8 == 0 && S::kBM % (S::kThreads / 8) == 0) {
     constexpr int kRows = S::kThreads / 8, kPasses = S::kBM / kRows;
     const int r0 = tid / 8, kk0 = tid % 8;
-    const long long first = static_cast<long long>(row0 + r0) * k + k0 + kk0, stride = static_cast<long long>(kRows) * k;
+    const long long first = static_cast<long long>(row0 + r0) * k + k0 + kk0,
+                    stride = static_cast<long long>(kRows) * k;
     float* dst = as + kk0 * S::kLdA + r0;
 #pragma unroll
     for (int h = 0; h < S::kBK / 8; ++h) {
@@ -122,7 +123,8 @@ __device__ __forceinline__ void sgemm_load_b(const float* __restrict__ b, float*
     if (vec_b) {
       constexpr int kRows = S::kThreads / kRow4, kPasses = (S::kBK + kRows - 1) / kRows;
       const int kk0 = tid / kRow4, cc = tid % kRow4 * 4;
-      const long long first = static_cast<long long>(k0 + kk0) * n + col0 + cc, stride = static_cast<long long>(kRows) * n;
+      const long long first = static_cast<long long>(k0 + kk0) * n + col0 + cc,
+                      stride = static_cast<long long>(kRows) * n;
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
         if (S::kBK % kRows == 0 || kk0 + p * kRows < S::kBK) {
@@ -161,8 +163,8 @@ __device__ __forceinline__ void sgemm_load_b(const float* __restrict__ b, float*
 // One slice of K into one stage; slices wholly inside A and B skip the bound checks.
 template <class S>
 __device__ __forceinline__ void sgemm_load_tile(const float* __restrict__ a, const float* __restrict__ b, float* as,
-                                                float* bs, int row0, int col0, int k0, int m, int n, int k,
-                                                bool vec_b, bool block_inside) {
+                                                float* bs, int row0, int col0, int k0, int m, int n, int k, bool vec_b,
+                                                bool block_inside) {
   if (block_inside && k0 + S::kBK <= k) {
     sgemm_load_a<S, true>(a, as, row0, k0, m, k);
     sgemm_load_b<S, true>(b, bs, col0, k0, n, k, vec_b);
@@ -215,7 +217,8 @@ __device__ __forceinline__ void sgemm_store(float* __restrict__ c, const float (
         const int cc = col + j * 32;
         const float* v = acc[i * 4 + ii];
         if (vec_c) {
-          if (cc < n) *reinterpret_cast<float4*>(out + cc) = make_float4(v[j * 4], v[j * 4 + 1], v[j * 4 + 2], v[j * 4 + 3]);
+          if (cc < n)
+            *reinterpret_cast<float4*>(out + cc) = make_float4(v[j * 4], v[j * 4 + 1], v[j * 4 + 2], v[j * 4 + 3]);
         } else {
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj)
@@ -253,7 +256,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < tiles)
-      sgemm_load_tile<S>(a, b, as + s * S::kStageA, bs + s * S::kStageB, row0, col0, s * S::kBK, m, n, k, vec_b, inside);
+      sgemm_load_tile<S>(a, b, as + s * S::kStageA, bs + s * S::kStageB, row0, col0, s * S::kBK, m, n, k, vec_b,
+                         inside);
     cp_async_commit();
   }
   float acc[S::kTM][S::kTN];
@@ -283,7 +287,8 @@ int sgemm_launch(const float* a, const float* b, float* c, int m, int n, int k, 
   using S = SgemmShape<kBMp, kBNp, kBKp, kTMp, kTNp, kStagesp>;
   auto* kernel = sgemm_kernel<S>;
   const int smem = S::kSmemBytes;
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return 2;
   const bool vec_b = n % 4 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
   const bool vec_c = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;

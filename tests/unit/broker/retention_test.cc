@@ -87,8 +87,7 @@ TEST_CASE("retention: ended jobs past the count limit go, queued and leased ones
   CHECK(t.prune_finished(0, 0, 1000).value() == 0);
 }
 
-TEST_CASE("retention: the age limit reads the clock it is given, on the interval it is given",
-          "[broker][retention]") {
+TEST_CASE("retention: the age limit reads the clock it is given, on the interval it is given", "[broker][retention]") {
   TempDir dir("kiln-retention");
   JobTable t = open_table(dir.path() + "/broker.db");
   run_jobs(t, "j", 5);
@@ -107,8 +106,7 @@ TEST_CASE("retention: the age limit reads the clock it is given, on the interval
   CHECK(count(t, "done") == 0);
 }
 
-TEST_CASE("retention: the file stops growing once retention runs, and shrinks after a purge",
-          "[broker][retention]") {
+TEST_CASE("retention: the file stops growing once retention runs, and shrinks after a purge", "[broker][retention]") {
   TempDir dir("kiln-retention");
   const std::string path = dir.path() + "/broker.db";
   JobTable t = open_table(path);

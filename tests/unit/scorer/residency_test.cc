@@ -29,7 +29,9 @@ struct Engine {
     INFO(job_id << ": " << (h.is_ok() ? h->answer.error : h.status().message()));
     REQUIRE(h.is_ok());
   }
-  void start(const std::string& id) { handle(proto::job_id::campaign_start(id), proto::encode(campaign_start(id, 2, 2))); }
+  void start(const std::string& id) {
+    handle(proto::job_id::campaign_start(id), proto::encode(campaign_start(id, 2, 2)));
+  }
   // Program `n` of campaign `cid`, correct and no faster than the reference (nothing to promote).
   void score(const std::string& cid, int n) {
     proto::Candidate c;
