@@ -29,18 +29,7 @@ using namespace kiln;
 using namespace kiln::testing;
 using nlohmann::json;
 
-namespace {
-
-std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
-
-proto::BrokerStatus broker_status(messaging::Client& c) {
-  auto body = c.request("broker", "status", "", 2.0);
-  if (!body.is_ok()) return {};
-  auto st = proto::decode<proto::BrokerStatus>(*body);
-  return st.is_ok() ? *st : proto::BrokerStatus{};
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("a campaign runs through every real process to the verified-kernel registry", "[integration]") {
   // Two testers: the confirmation of a promising kernel runs on the other one, and the registry entry

@@ -22,8 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
-
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 // Worker ids the broker knows, sorted.

@@ -22,15 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
-
-proto::BrokerStatus broker_status(messaging::Client& c) {
-  auto body = c.request("broker", "status", "", 2.0);
-  if (!body.is_ok()) return {};
-  auto st = proto::decode<proto::BrokerStatus>(*body);
-  return st.is_ok() ? *st : proto::BrokerStatus{};
-}
-
 // The pid at the end of a default worker id "<name>-<host>-<pid>".
 pid_t pid_of_worker(const std::string& worker_id) {
   auto dash = worker_id.rfind('-');

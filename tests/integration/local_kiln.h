@@ -14,6 +14,8 @@
 
 #include "kiln/core/files.h"
 #include "kiln/messaging/client.h"
+#include "kiln/proto/codec.h"
+#include "kiln/proto/payloads.h"
 #include "process.h"
 
 namespace kiln::testing {
@@ -86,5 +88,16 @@ struct LocalKiln {
     return r.is_ok() ? *r : "";
   }
 };
+
+// The small CPU task the integration campaigns run.
+inline std::string fast_task() { return source_dir() + "/tests/data/tasks/fast_cpu"; }
+
+// The broker's status, or an empty one when it does not answer.
+inline proto::BrokerStatus broker_status(messaging::Client& c) {
+  auto body = c.request("broker", "status", "", 2.0);
+  if (!body.is_ok()) return {};
+  auto st = proto::decode<proto::BrokerStatus>(*body);
+  return st.is_ok() ? *st : proto::BrokerStatus{};
+}
 
 }  // namespace kiln::testing

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -22,8 +23,9 @@
 namespace kiln::trust {
 
 // y = x * alpha + w over N fp32 elements: cheap to compile and to run, odd sizes to catch tail bugs, and a
-// benchmark case large enough (3 MiB of tensors) that a call takes tens of microseconds.
-inline constexpr const char* kTaskYaml = R"yaml(name: scale_add
+// benchmark case of `benchmark_n` elements (by default 3 MiB of tensors: a call takes tens of microseconds).
+inline std::string scale_add_task_yaml(const std::string& name = "scale_add", int64_t benchmark_n = 262144) {
+  return "name: " + name + R"yaml(
 op: scale_add
 backend: cpu
 dtype: fp32
@@ -39,8 +41,9 @@ correctness:
   rtol: 1.0e-5
   atol: 1.0e-6
 benchmark:
-  cases: [{N: 262144}]
-)yaml";
+  cases: [{N: )yaml" +
+         std::to_string(benchmark_n) + "}]\n";
+}
 
 // A whole kernel source: `body` runs inside kiln_entry with x, w, y, n and alpha in scope; `globals`
 // goes above it.
@@ -153,7 +156,7 @@ class Harness {
     Verdict v;
     const bool torch = !torch_module_.empty();
     if (!make_dirs(s + "/task").is_ok() ||
-        !write_file_atomic(s + "/task/task.yaml", torch ? torch_yaml_ : std::string(kTaskYaml)).is_ok() ||
+        !write_file_atomic(s + "/task/task.yaml", torch ? torch_yaml_ : scale_add_task_yaml()).is_ok() ||
         !write_file_atomic(s + (torch ? "/task/reference.py" : "/task/reference.cpp"),
                            torch ? torch_module_ : kernel_source(kHonestBody))
              .is_ok() ||

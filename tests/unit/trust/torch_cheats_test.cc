@@ -32,24 +32,7 @@ namespace {
 
 // The task of harness.h with the module as its reference. The benchmark case is small: a call of the
 // module costs the interpreter's few microseconds on top of the work, so an honest C loop is faster.
-constexpr const char* kTaskYaml = R"yaml(name: scale_add_torch
-op: scale_add
-backend: cpu
-dtype: fp32
-inputs:
-  - {name: x, dtype: fp32, shape: [N], init: normal}
-  - {name: w, dtype: fp32, shape: [N], init: "uniform(-1, 1)"}
-outputs:
-  - {name: y, dtype: fp32, shape: [N]}
-scalars: {alpha: 2.0}
-correctness:
-  cases: [{N: 1}, {N: 17}, {N: 1001}, {N: 4099}]
-  seeds: 2
-  rtol: 1.0e-5
-  atol: 1.0e-6
-benchmark:
-  cases: [{N: 8192}]
-)yaml";
+const std::string kTaskYaml = kiln::trust::scale_add_task_yaml("scale_add_torch", 8192);
 
 constexpr const char* kModule = R"py(import torch
 import torch.nn as nn
