@@ -53,21 +53,6 @@ Status check_cases(const std::vector<proto::CaseTiming>& cases, const std::strin
 }
 
 // The rules of DESIGN §7, in the order a reader would check them.
-// Speedups summarized: their geometric mean, the lowest lower and the highest upper interval bound.
-struct SpeedupSpan {
-  double log_sum = 0;
-  double lo = 0;
-  double hi = 0;
-  size_t n = 0;
-  void add(double speedup, double speedup_lo, double speedup_hi) {
-    log_sum += std::log(speedup);
-    lo = n == 0 ? speedup_lo : std::min(lo, speedup_lo);
-    hi = n == 0 ? speedup_hi : std::max(hi, speedup_hi);
-    ++n;
-  }
-  double geomean() const { return std::exp(log_sum / static_cast<double>(n)); }
-};
-
 // One measurement from the cases it timed (the single case when the request predates per-case lists).
 Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w, const proto::CaseTiming& first,
                            const std::vector<proto::CaseTiming>& all) {

@@ -39,24 +39,15 @@ std::string program_speedup(const Program& p) {
 // The program's speedup over each baseline timed beside it (torch_eager, cublas_sgemm ...): over the
 // benchmark cases, the geometric mean and the widest interval, as for the reference; "-" without any.
 std::string baselines_text(const Program& p) {
-  struct Span {
-    double log_sum = 0, lo = 0, hi = 0;
-    int n = 0;
-  };
-  std::map<std::string, Span> by_name;
+  std::map<std::string, registry::SpeedupSpan> by_name;
   for (const auto& c : p.eval.cases) {
     for (const auto& b : c.baselines) {
-      if (!(b.speedup > 0)) continue;
-      Span& s = by_name[b.name];
-      s.lo = s.n == 0 ? b.speedup_lo : std::min(s.lo, b.speedup_lo);
-      s.hi = s.n == 0 ? b.speedup_hi : std::max(s.hi, b.speedup_hi);
-      s.log_sum += std::log(b.speedup);
-      ++s.n;
+      if (b.speedup > 0) by_name[b.name].add(b.speedup, b.speedup_lo, b.speedup_hi);
     }
   }
   std::string out;
   for (const auto& [name, s] : by_name) {
-    out += (out.empty() ? "" : "; ") + name + " " + speedup_text(std::exp(s.log_sum / s.n), s.lo, s.hi);
+    out += (out.empty() ? "" : "; ") + name + " " + speedup_text(s.geomean(), s.lo, s.hi);
   }
   return out.empty() ? "-" : out;
 }

@@ -9,6 +9,9 @@
 // is in match.h; it recommends only what verify() accepts.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -111,6 +114,22 @@ struct MergedEvidence {
   int64_t testers = 0;
   int64_t devices = 0;
   std::string note;
+};
+
+// Speedups summarized the way every Kiln summary does: their geometric mean, the lowest lower and the
+// highest upper interval bound (a measurement over its cases, the merge over measurements, a report cell).
+struct SpeedupSpan {
+  double log_sum = 0;
+  double lo = 0;
+  double hi = 0;
+  size_t n = 0;
+  void add(double speedup, double speedup_lo, double speedup_hi) {
+    log_sum += std::log(speedup);
+    lo = n == 0 ? speedup_lo : std::min(lo, speedup_lo);
+    hi = n == 0 ? speedup_hi : std::max(hi, speedup_hi);
+    ++n;
+  }
+  double geomean() const { return std::exp(log_sum / static_cast<double>(n)); }
 };
 
 // Merges measurements by the rules above; an empty list gives all zeros and no note.
