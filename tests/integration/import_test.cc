@@ -10,6 +10,7 @@
 
 #include "kiln/core/files.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/torch.h"
 #include "process.h"
 
 using namespace kiln;
@@ -75,30 +76,7 @@ def get_init_inputs():
     return []
 )PY";
 
-constexpr const char* kLinear = R"PY(import torch
-import torch.nn as nn
-
-batch_size = 64
-in_features = 96
-out_features = 48
-
-
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.fc = nn.Linear(in_features, out_features)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-def get_inputs():
-    return [torch.randn(batch_size, in_features)]
-
-
-def get_init_inputs():
-    return [in_features, out_features]
-)PY";
+const std::string kLinear = kiln::testing::linear_relu_module(64, 96, 48);
 
 constexpr const char* kCrossEntropy = R"PY(import torch
 import torch.nn as nn

@@ -9,6 +9,7 @@
 #include "kiln/eval/torch_module.h"
 #include "kiln/task/task.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/torch.h"
 
 using kiln::eval::EvalOptions;
 using kiln::eval::testing::build_kernel;
@@ -36,30 +37,7 @@ benchmark:
   cases: [{batch_size: 64, in_features: 256, out_features: 128}]
 )YAML";
 
-constexpr const char* kLinearModule = R"PY(import torch
-import torch.nn as nn
-
-batch_size = 128
-in_features = 512
-out_features = 256
-
-
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.fc = nn.Linear(in_features, out_features)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-def get_inputs():
-    return [torch.randn(batch_size, in_features)]
-
-
-def get_init_inputs():
-    return [in_features, out_features]
-)PY";
+const std::string kLinearModule = kiln::testing::linear_relu_module(128, 512, 256);
 
 std::string linear_kernel(const std::string& activation) {
   return R"(#include <cstdint>

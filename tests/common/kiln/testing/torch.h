@@ -16,4 +16,30 @@ inline bool have_torch() {
   return have;
 }
 
+// A KernelBench-format problem both the evaluator's and the importer's tests use: relu(Linear(x)), whose
+// weight and bias a kernel gets as `param:` inputs; the size constants are the problem's own sizes.
+inline std::string linear_relu_module(int batch_size, int in_features, int out_features) {
+  return "import torch\nimport torch.nn as nn\n\nbatch_size = " + std::to_string(batch_size) +
+         "\nin_features = " + std::to_string(in_features) + "\nout_features = " + std::to_string(out_features) +
+         R"PY(
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+)PY";
+}
+
 }  // namespace kiln::testing
