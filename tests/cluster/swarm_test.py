@@ -25,6 +25,10 @@ import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from stack_harness import Failure, check, compose_command, eventually, log, run, use_name  # noqa: E402
+
+use_name("swarm-test")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STACK_FILE = os.path.join(ROOT, "docker", "kiln-stack.yml")
 COMPOSE_FILE = os.path.join(ROOT, "docker", "docker-compose.yml")
@@ -33,53 +37,10 @@ STATEFUL = ["broker", "scorer", "promoter"]
 COMPILERS = 3
 
 
-def log(msg):
-    print(f"[swarm-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    log(f"ok: {msg}")
-
-
-def run(argv, timeout=600, check_rc=True, env=None, capture=True):
-    r = subprocess.run(argv, cwd=ROOT, timeout=timeout, text=True, env=env,
-                       stdout=subprocess.PIPE if capture else None, stderr=subprocess.STDOUT if capture else None)
-    if check_rc and r.returncode != 0:
-        raise Failure(f"{' '.join(argv)} exited {r.returncode}:\n{(r.stdout or '')[-4000:]}")
-    return r
-
-
-def eventually(fn, timeout, interval=1.0, what="condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # a service still starting: keep asking until the deadline
-            last = e
-        time.sleep(interval)
-    raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def compose_command():
-    """`docker compose` (v2) where the plugin exists, else `docker-compose` (1.29): it builds the images."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    return ["docker-compose"]
 
 
 class Swarm:

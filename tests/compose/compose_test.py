@@ -21,13 +21,16 @@ Exit codes: 0 passed, 1 failed, 77 skipped (no Docker daemon here).
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from stack_harness import Failure, check, compose_command, eventually, log, run, use_name  # noqa: E402
+
+use_name("compose-test")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE_FILE = os.path.join(ROOT, "docker", "docker-compose.yml")
 FAST_FILE = os.path.join(ROOT, "tests", "compose", "fast.yml")
@@ -38,51 +41,6 @@ COMPILERS = 3
 UNANSWERABLE = (("kiln_gpu_", "needs a GPU tester; this stack has none"),
                 ("kiln_llm_tokens_total", "needs an LLM endpoint; the stack's llm-bridge runs the tuner"))
 DEAD_LETTER_JOB = "compose-test:not-a-compile-request"
-
-
-def log(msg):
-    print(f"[compose-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    log(f"ok: {msg}")
-
-
-def run(argv, timeout=600, check_rc=True, capture=True):
-    r = subprocess.run(argv, cwd=ROOT, timeout=timeout, text=True,
-                       stdout=subprocess.PIPE if capture else None, stderr=subprocess.STDOUT if capture else None)
-    if check_rc and r.returncode != 0:
-        raise Failure(f"{' '.join(argv)} exited {r.returncode}:\n{(r.stdout or '')[-4000:]}")
-    return r
-
-
-def compose_command():
-    """`docker compose` (v2) where the plugin exists, else `docker-compose` (1.29)."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    raise Failure("neither `docker compose` nor `docker-compose` is installed")
-
-
-def eventually(fn, timeout, interval=1.0, what="condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # a service still starting: keep asking until the deadline
-            last = e
-        time.sleep(interval)
-    raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 class Stack:
