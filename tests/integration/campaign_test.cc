@@ -22,6 +22,7 @@
 #include "kiln/proto/payloads.h"
 #include "kiln/registry/registry.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/torch.h"
 #include "local_kiln.h"
 #include "process.h"
 
@@ -347,8 +348,7 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
 
 TEST_CASE("a campaign on a task with a PyTorch reference states its speedup against PyTorch eager",
           "[integration][torch]") {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    KILN_SKIP("/usr/bin/python3 has no torch");
+  if (!kiln::testing::have_torch()) KILN_SKIP(kiln::testing::kSystemPython << " has no torch");
   // The tester finds /usr/bin/python3 itself (tester.python unset); the reference is reference.py, whose
   // `scale` parameter the candidate gets as an input.
   LocalKiln k(1);

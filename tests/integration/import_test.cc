@@ -18,12 +18,8 @@ using namespace kiln::testing;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = kSystemPython;
 
-bool have_torch() {
-  static const bool have = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return have;
-}
 
 #define REQUIRE_TORCH() \
   if (!have_torch()) KILN_SKIP("/usr/bin/python3 has no torch here")

@@ -11,8 +11,10 @@
 #include "kiln/eval/eval.h"
 #include "kiln/task/task.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/torch.h"
 
 using kiln::eval::testing::build_kernel;
+using kiln::testing::have_torch;
 namespace status = kiln::proto::test_status;
 
 namespace {
@@ -25,10 +27,6 @@ const std::set<std::string> kProblems = {"kb_matmul",        "kb_gelu",     "kb_
                                          "kb_softmax",       "kb_conv2d",   "kb_maxpool2d", "kb_cumsum",
                                          "kb_cross_entropy", "kb_attention"};
 
-bool have_torch() {
-  static const bool have = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return have;
-}
 
 struct Problem {
   kiln::task::TaskSpec spec;

@@ -13,6 +13,7 @@
 
 using kiln::eval::EvalOptions;
 using kiln::eval::testing::build_kernel;
+using kiln::testing::have_torch;
 using kiln::task::TaskSpec;
 namespace status = kiln::proto::test_status;
 
@@ -62,10 +63,6 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 )";
 }
 
-bool have_torch() {
-  static const bool have = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return have;
-}
 
 TaskSpec linear_task(const std::string& yaml = kLinearYaml, const std::string& module = kLinearModule) {
   kiln::proto::FileMap files;
