@@ -129,6 +129,12 @@ void Writer::key(std::string_view k) {
   p_->pk().pack_str_body(k.data(), static_cast<uint32_t>(k.size()));
 }
 
+void Writer::word(std::string_view k, std::string_view w) {
+  key(k);
+  p_->pk().pack_str(static_cast<uint32_t>(w.size()));
+  p_->pk().pack_str_body(w.data(), static_cast<uint32_t>(w.size()));
+}
+
 void Writer::begin_nested(std::string_view k) {
   key(k);
   p_->stack.push_back(std::make_unique<detail::Level>());
@@ -273,6 +279,22 @@ void Reader::fail(std::string_view key, std::string_view expected) {
   if (!status_.is_ok()) return;
   std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
   status_ = invalid_argument("field '" + p + "': expected " + std::string(expected));
+}
+
+bool Reader::word(std::string_view key, std::string& out) {
+  const object* o = as_obj(find(key));
+  if (o == nullptr || o->type == object_type::NIL) return false;
+  if (as_string(*o, out)) return true;
+  fail(key, "a string");
+  return false;
+}
+
+void Reader::unknown_word(std::string_view key, std::string_view word, std::string_view what,
+                          std::string_view words) {
+  if (!status_.is_ok()) return;
+  std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  status_ = invalid_argument("field '" + p + "': unknown " + std::string(what) + " \"" + std::string(word) +
+                             "\" (expected " + std::string(words) + ")");
 }
 
 void Reader::absorb(const Reader& sub) {

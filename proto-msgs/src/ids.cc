@@ -2,23 +2,14 @@
 
 #include <cctype>
 
-#include "kiln/proto/wire.h"
-
 namespace kiln::proto {
 
 namespace {
-
-constexpr std::string_view kCpu = "cpu";
-constexpr std::string_view kCuda = "cuda";
 
 constexpr std::string_view kCppLanguage = "cpp";
 constexpr std::string_view kCudaLanguage = "cuda";
 constexpr std::string_view kCppExtension = "cpp";
 constexpr std::string_view kCudaExtension = "cu";
-
-constexpr std::string_view kPropose = "propose";
-constexpr std::string_view kCompile = "compile";
-constexpr std::string_view kTest = "test";
 
 constexpr std::string_view kDeadPrefix = "dead:";
 constexpr std::string_view kCampaignPrefix = "campaign:";
@@ -35,6 +26,7 @@ constexpr StepName kSteps[] = {
     {job_id::Step::kCompile, "compile"},
     {job_id::Step::kCompileConfirm, "compile-confirm"},
     {job_id::Step::kTest, "test"},
+    {job_id::Step::kTestConfirm, "test-confirm"},
     {job_id::Step::kScore, "score"},
     {job_id::Step::kScoreConfirm, "score-confirm"},
     {job_id::Step::kPromote, "promote"},
@@ -57,52 +49,11 @@ bool is_campaign_id(std::string_view id) {
   return true;
 }
 
-std::string_view name(Backend backend) {
-  switch (backend) {
-    case Backend::kCpu: return kCpu;
-    case Backend::kCuda: return kCuda;
-  }
-  return kCpu;  // unreachable: every enumerator is named above
-}
-
-Result<Backend> parse_backend(std::string_view text) {
-  if (text == kCpu) return Backend::kCpu;
-  if (text == kCuda) return Backend::kCuda;
-  return invalid_argument("unknown backend \"" + std::string(text) + "\" (expected cpu or cuda)");
-}
-
 std::string_view kernel_language(Backend backend) { return backend == Backend::kCuda ? kCudaLanguage : kCppLanguage; }
 
 std::string_view source_extension(Backend backend) {
   return backend == Backend::kCuda ? kCudaExtension : kCppExtension;
 }
-
-std::string_view name(Stage stage) {
-  switch (stage) {
-    case Stage::kPropose: return kPropose;
-    case Stage::kCompile: return kCompile;
-    case Stage::kTest: return kTest;
-  }
-  return kTest;  // unreachable: every enumerator is named above
-}
-
-Result<Stage> parse_stage(std::string_view text) {
-  if (text == kPropose) return Stage::kPropose;
-  if (text == kCompile) return Stage::kCompile;
-  if (text == kTest) return Stage::kTest;
-  return invalid_argument("unknown stage \"" + std::string(text) + "\" (expected propose, compile or test)");
-}
-
-namespace program_id {
-
-std::string confirmation(std::string_view program_id) { return concat(program_id, kConfirmSuffix); }
-
-std::optional<std::string_view> confirmed(std::string_view id) {
-  if (!id.ends_with(kConfirmSuffix)) return std::nullopt;
-  return id.substr(0, id.size() - kConfirmSuffix.size());
-}
-
-}  // namespace program_id
 
 namespace job_id {
 
@@ -115,9 +66,20 @@ std::string of(std::string_view program_id, Step step) {
 std::string compile(std::string_view program_id) { return of(program_id, Step::kCompile); }
 std::string compile_confirm(std::string_view program_id) { return of(program_id, Step::kCompileConfirm); }
 std::string test(std::string_view program_id) { return of(program_id, Step::kTest); }
+std::string test_confirm(std::string_view program_id) { return of(program_id, Step::kTestConfirm); }
 std::string score(std::string_view program_id) { return of(program_id, Step::kScore); }
 std::string score_confirm(std::string_view program_id) { return of(program_id, Step::kScoreConfirm); }
 std::string promote(std::string_view program_id) { return of(program_id, Step::kPromote); }
+
+std::string compile(std::string_view program_id, Purpose purpose) {
+  return of(program_id, purpose == Purpose::kConfirm ? Step::kCompileConfirm : Step::kCompile);
+}
+std::string test(std::string_view program_id, Purpose purpose) {
+  return of(program_id, purpose == Purpose::kConfirm ? Step::kTestConfirm : Step::kTest);
+}
+std::string score(std::string_view program_id, Purpose purpose) {
+  return of(program_id, purpose == Purpose::kConfirm ? Step::kScoreConfirm : Step::kScore);
+}
 std::string promoted(std::string_view program_id) { return of(program_id, Step::kPromoted); }
 
 std::string dead_letter(std::string_view job_id) { return concat(kDeadPrefix, job_id); }

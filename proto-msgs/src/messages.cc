@@ -1,14 +1,28 @@
 // The schemas are header-only (fields() lists); this unit checks that every public header compiles
 // alone and instantiates each codec once so template errors surface here, not in a service.
 #include "kiln/core/compress.h"
+#include "kiln/core/hash.h"
 #include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
+#include "kiln/proto/process.h"
 #include "kiln/proto/wire.h"
 
 namespace kiln::proto {
 
 namespace {
 constexpr std::string_view kDeflate = "deflate";
+// How older writers marked a confirmation's program id (detail::upgrade_confirmation).
+constexpr std::string_view kLegacyConfirmSuffix = "#confirm";
+}  // namespace
+
+std::string task_blob_bytes(const FileMap& files) { return encode(TaskFiles{files}); }
+
+std::string task_id(const FileMap& files) { return sha256_hex(task_blob_bytes(files)); }
+
+void detail::upgrade_confirmation(Candidate& cand, Purpose& purpose) {
+  if (!cand.program_id.ends_with(kLegacyConfirmSuffix)) return;
+  cand.program_id.resize(cand.program_id.size() - kLegacyConfirmSuffix.size());
+  purpose = Purpose::kConfirm;
 }
 
 void set_kernel_library(TestRequest& request, std::string so) {

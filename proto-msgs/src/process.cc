@@ -1,5 +1,5 @@
-// combined_output, stream_budgets and merge of ProcessResult (payloads.h), after the seeds' ProcessResult.
-#include "kiln/proto/payloads.h"
+// combined_output, stream_budgets and merge of ProcessResult, after the seeds' ProcessResult.
+#include "kiln/proto/process.h"
 
 namespace kiln::proto {
 

@@ -75,11 +75,13 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
     return messaging::JobOutcome::from_status(fault.with_context("compile"), [&](const Status&) {
       proto::ScoreResult result;
       result.cand = cand;
-      result.stage = std::string(proto::name(stage));
+      result.stage = stage;
+      result.purpose = request.purpose;
       result.error = score_error.empty() ? fault.message() : std::move(score_error);
       result.build = std::move(build);
       return std::vector<proto::FollowUp>{proto::FollowUp{
-          std::string(proto::svc::kScore), proto::job_id::score(cand.program_id), {proto::encode(result)}, 0}};
+          std::string(proto::svc::kScore), proto::job_id::score(cand.program_id, request.purpose),
+          {proto::encode(result)}, 0}};
     });
   };
 
@@ -95,9 +97,9 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
   cand.code = std::move(accepted).value();
   cand.regions.clear();
   const proto::Backend backend = spec.backend;
-  if (!request.backend.empty() && !proto::is_backend(request.backend, backend)) {
-    return end(failed_precondition("the request is for backend '" + request.backend + "' but the task's is '" +
-                                   std::string(proto::name(backend)) + "'"));
+  if (request.backend && *request.backend != backend) {
+    return end(failed_precondition("the request is for backend '" + std::string(proto::name(*request.backend)) +
+                                   "' but the task's is '" + std::string(proto::name(backend)) + "'"));
   }
   if (Status st = check_params(cand.params); !st.is_ok()) return end(st);
   const std::string arch = backend == proto::Backend::kCuda && !request.arch.empty() && request.arch != "native"
@@ -118,7 +120,7 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
                             trim_log(reference->info.log, kMaxRetryLogBytes);
     return end(reference->timed_out ? deadline_exceeded(why) : failed_precondition(why));
   }
-  const bool confirmation = proto::program_id::confirmed(cand.program_id).has_value();
+  const bool confirmation = request.purpose == proto::Purpose::kConfirm;
   auto kernel = build(backend, arch, files, spec.kernel_file, cand.code, cand.params, !confirmation);
   if (!kernel.is_ok()) return end(messaging::worker_fault(kernel.status().with_context("toolchain")));
   if (!kernel->info.ok) {
@@ -132,7 +134,7 @@ proto::FollowUp CompileHandler::test_job(const proto::CompileRequest& request, c
                                          const service::TaskPackage& package, Build reference, Build kernel) {
   proto::TestRequest test;
   test.cand = cand;
-  test.purpose = "eval";
+  test.purpose = request.purpose;
   // The package and the reference go by name when they can (one fetch per tester, not one copy per job).
   test.task_blob = package.blob.empty() ? tasks_->publish(package.files) : package.blob;
   if (test.task_blob.empty()) test.files = package.files;
@@ -143,7 +145,7 @@ proto::FollowUp CompileHandler::test_job(const proto::CompileRequest& request, c
   test.screen_below = request.screen_below;
   test.want_profile = request.want_profile;
   return proto::FollowUp{proto::test_service_for(package.spec.backend),
-                         proto::job_id::test(cand.program_id),
+                         proto::job_id::test(cand.program_id, request.purpose),
                          {proto::encode(test)},
                          0,
                          request.avoid_tester};

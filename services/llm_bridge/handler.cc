@@ -63,7 +63,7 @@ messaging::JobOutcome ProposeHandler::propose_failed(const proto::ProposalReques
     r.cand.generation = req.parent.generation + 1;
     r.cand.proposal_index = req.proposal_index;
     r.cand.proposer = req.proposer;
-    r.stage = std::string(proto::name(proto::Stage::kPropose));
+    r.stage = proto::Stage::kPropose;
     r.error = fault.message();
     r.cand.raw_llm_code = info.raw_reply;  // what the model said, when nothing usable could be taken from it
     account(info, r.cand.metadata);
@@ -118,7 +118,7 @@ messaging::JobOutcome ProposeHandler::handle(const proto::Job& job) {
   compile.cand.program_id = req.program_id;
   compile.cand.campaign_id = campaign_of(req);
   compile.cand.proposal_index = req.proposal_index;
-  compile.backend = std::string(proto::name(spec->backend));
+  compile.backend = spec->backend;
   compile.arch = spec->backend == proto::Backend::kCuda ? options_.cuda_arch : std::string("native");
   compile.screen_below = req.screen_below;
   compile.want_profile = req.want_profile;

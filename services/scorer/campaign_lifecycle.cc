@@ -14,7 +14,7 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
   if (!msg.is_ok()) return invalid_argument("campaign.start: " + msg.status().message());
   const proto::CampaignStart& start = *msg;
   fx.campaign_id = start.campaign_id;
-  if (start.campaign_id.empty() || start.campaign_id.find(kConfirmSuffix) != std::string::npos)
+  if (!proto::is_campaign_id(start.campaign_id))
     return invalid_argument("campaign.start: bad campaign id '" + start.campaign_id + "'");
   if (start.budget < 0) return invalid_argument("campaign " + start.campaign_id + ": negative budget");
 
@@ -29,9 +29,9 @@ Status CampaignLifecycle::start(std::string_view payload, Effects& fx) {
 
   CampaignRow c;
   c.id = start.campaign_id;
-  c.task_id = start.task_id.empty() ? task::task_id(start.files) : start.task_id;
+  c.task_id = start.task_id.empty() ? proto::task_id(start.files) : start.task_id;
   c.task_name = start.task_name.empty() ? spec->name : start.task_name;
-  c.backend = std::string(proto::name(spec->backend));
+  c.backend = spec->backend;
   c.op = spec->op;
   c.dtype = spec->dtype;
   c.files = start.files;

@@ -79,7 +79,9 @@ Result<std::optional<CampaignRow>> CampaignStore::load_campaign(const std::strin
   c.id = st.column_text(0);
   c.task_id = st.column_text(1);
   c.task_name = st.column_text(2);
-  c.backend = st.column_text(3);
+  auto backend = proto::parse_backend(st.column_text(3));
+  if (!backend.is_ok()) return internal_error("campaign " + id + ": stored " + backend.status().message());
+  c.backend = *backend;
   c.op = st.column_text(4);
   c.dtype = st.column_text(5);
   auto files = proto::decode<FilesBlob>(st.column_blob(6));
@@ -121,7 +123,7 @@ Status CampaignStore::insert_campaign(const CampaignRow& c) {
       db_.prepare(
           "INSERT INTO campaigns(id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight,"
           " state, submitted_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-  ins.bind(1, c.id).bind(2, c.task_id).bind(3, c.task_name).bind(4, c.backend).bind(5, c.op).bind(6, c.dtype);
+  ins.bind(1, c.id).bind(2, c.task_id).bind(3, c.task_name).bind(4, proto::name(c.backend)).bind(5, c.op).bind(6, c.dtype);
   ins.bind_blob(7, proto::encode(FilesBlob{c.files})).bind(8, c.budget).bind(9, c.proposer);
   ins.bind(10, c.max_in_flight).bind(11, c.state).bind(12, c.submitted_at).bind(13, c.started_at);
   KILN_RETURN_IF_ERROR(ins.run());
@@ -263,23 +265,23 @@ Result<int64_t> CampaignStore::pending_programs(const std::string& campaign_id) 
 
 // --------------------------------------------------------------------------------------------- results
 
-Result<bool> CampaignStore::insert_result(const std::string& program_id, std::string_view purpose,
+Result<bool> CampaignStore::insert_result(const std::string& program_id, proto::Purpose purpose,
                                           const std::string& campaign_id, std::string_view job_id,
                                           const proto::ScoreResult& r) {
   KILN_ASSIGN_OR_RETURN(
       auto st,
       db_.prepare("INSERT OR IGNORE INTO results(program_id, purpose, campaign_id, job_id, payload, received_at)"
                   " VALUES (?, ?, ?, ?, ?, ?)"));
-  st.bind(1, program_id).bind(2, purpose).bind(3, campaign_id).bind(4, job_id).bind_blob(5, proto::encode(r));
+  st.bind(1, program_id).bind(2, proto::name(purpose)).bind(3, campaign_id).bind(4, job_id).bind_blob(5, proto::encode(r));
   st.bind(6, wall_time_s());
   KILN_RETURN_IF_ERROR(st.run());
   return db_.changes() > 0;
 }
 
 Result<std::optional<proto::ScoreResult>> CampaignStore::load_result(const std::string& program_id,
-                                                                     std::string_view purpose) {
+                                                                     proto::Purpose purpose) {
   KILN_ASSIGN_OR_RETURN(auto st, db_.prepare("SELECT payload FROM results WHERE program_id = ? AND purpose = ?"));
-  st.bind(1, program_id).bind(2, purpose);
+  st.bind(1, program_id).bind(2, proto::name(purpose));
   KILN_ASSIGN_OR_RETURN(bool row, st.step());
   if (!row) return std::optional<proto::ScoreResult>{};
   auto r = proto::decode<proto::ScoreResult>(st.column_blob(0));

@@ -27,9 +27,6 @@ inline constexpr std::string_view kScored = "scored";
 // A program whose job died by faults that were not its own (DeadLetter::worker_retry): no score, no place
 // in the archive. Its state and its status word.
 inline constexpr std::string_view kNotEvaluated = "not_evaluated";
-// What a stored result measured: the program's own evaluation or the confirming measurement.
-inline constexpr std::string_view kEval = "eval";
-inline constexpr std::string_view kConfirm = "confirm";
 
 // Promotion states: a program asks for confirmation, then promotion; the last four are final.
 namespace promo {
@@ -42,7 +39,8 @@ inline constexpr std::string_view kFailed = "failed";
 }  // namespace promo
 
 struct CampaignRow {
-  std::string id, task_id, task_name, backend, op, dtype, proposer, state, best_program_id;
+  std::string id, task_id, task_name, op, dtype, proposer, state, best_program_id;
+  proto::Backend backend = proto::Backend::kCpu;  // its task's, validated at the start
   proto::FileMap files;
   int64_t budget = 0, max_in_flight = 1, proposed = 0, scored = 0, duplicates = 0;
   double submitted_at = 0, started_at = 0, finished_at = 0;
@@ -115,10 +113,10 @@ class CampaignStore {
   Result<int64_t> pending_programs(const std::string& campaign_id);
 
   // ------------------------------------------------------------------------- results
-  // false when a result for this program and purpose (kEval, kConfirm) was already stored.
-  Result<bool> insert_result(const std::string& program_id, std::string_view purpose, const std::string& campaign_id,
+  // false when a result for this program and purpose (its evaluation, its confirmation) was already stored.
+  Result<bool> insert_result(const std::string& program_id, proto::Purpose purpose, const std::string& campaign_id,
                              std::string_view job_id, const proto::ScoreResult& r);
-  Result<std::optional<proto::ScoreResult>> load_result(const std::string& program_id, std::string_view purpose);
+  Result<std::optional<proto::ScoreResult>> load_result(const std::string& program_id, proto::Purpose purpose);
 
   // ------------------------------------------------------------------------- promotions
   // false when the program already has a promotion row.

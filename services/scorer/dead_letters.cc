@@ -24,20 +24,20 @@ Result<proto::ScoreResult> result_of(const proto::DeadLetter& dead, const std::s
     r.cand.generation = req->parent.generation + 1;
     r.cand.proposal_index = req->proposal_index;
     r.cand.proposer = req->proposer;
-    r.stage = std::string(proto::name(proto::Stage::kPropose));
+    r.stage = proto::Stage::kPropose;
     r.error = why;
   } else if (dead.service == proto::svc::kCompile) {
     auto req = proto::decode<proto::CompileRequest>(body);
     if (!req.is_ok()) return invalid_argument("dead compile job: " + req.status().message());
     r.cand = req->cand;
-    r.stage = std::string(proto::name(proto::Stage::kCompile));
+    r.stage = proto::Stage::kCompile;
     r.error = why;
   } else if (dead.service.rfind("test.", 0) == 0) {
     auto req = proto::decode<proto::TestRequest>(body);
     if (!req.is_ok()) return invalid_argument("dead test job: " + req.status().message());
     r.cand = req->cand;
     r.purpose = req->purpose;
-    r.stage = std::string(proto::name(proto::Stage::kTest));
+    r.stage = proto::Stage::kTest;
     r.build = req->build;
     r.test.status = std::string(proto::test_status::kCrashed);
     r.test.message = why;
@@ -50,7 +50,7 @@ Result<proto::ScoreResult> result_of(const proto::DeadLetter& dead, const std::s
     if (!req.is_ok()) return invalid_argument("dead score job: " + req.status().message());
     r.cand = req->cand;
     r.purpose = req->purpose;
-    r.stage = std::string(proto::name(proto::Stage::kTest));
+    r.stage = proto::Stage::kTest;
     r.test.status = std::string(proto::test_status::kCrashed);
     r.test.message = "scoring " + why;
   } else {

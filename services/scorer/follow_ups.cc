@@ -9,10 +9,6 @@ Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx) {
   return store.add_duplicate(c);
 }
 
-proto::Backend backend_of(const CampaignRow& c) {
-  return proto::is_backend(c.backend, proto::Backend::kCuda) ? proto::Backend::kCuda : proto::Backend::kCpu;
-}
-
 bool reads_feedback(const CampaignRow& c) { return c.proposer != proposer::kTuner; }
 
 bool reads_profiles(const CampaignRow& c) { return reads_feedback(c); }
@@ -26,7 +22,7 @@ proto::TaskRef task_ref(const CampaignRow& c) {
   t.task_id = c.task_id;
   t.name = c.task_name;
   t.op = c.op;
-  t.backend = c.backend;
+  t.backend = proto::name(c.backend);
   t.dtype = c.dtype;
   return t;
 }

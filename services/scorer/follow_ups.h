@@ -29,10 +29,6 @@ using proto::follow_up;
 // A repeated result or start: counted against the campaign, answered without follow-ups.
 Status count_duplicate(CampaignStore& store, CampaignRow& c, Effects& fx);
 
-// A campaign's backend, named in its row since its task was validated at the start: anything but "cuda"
-// is read as the CPU.
-proto::Backend backend_of(const CampaignRow& c);
-
 // Whether a campaign's proposer writes from its parent's result (verdict, timing, profile): every
 // proposer but the tuner. Such a campaign proposes from evaluated parents only.
 bool reads_feedback(const CampaignRow& c);

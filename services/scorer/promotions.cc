@@ -21,7 +21,7 @@ proto::PromoteRequest promote_request(const CampaignRow& c, TaskSpecs& specs, co
     if (!(*spec)->benchmark_cases.empty()) req.shape = (*spec)->benchmark_cases.front();
   }
   req.source = p.code;
-  req.source_ext = std::string(proto::source_extension(backend_of(c)));
+  req.source_ext = std::string(proto::source_extension(c.backend));
   req.params = p.template_parameters;
   req.verification = eval.test.correctness;
   // Both measurements cleared speedup_shortfall on every case, so both have a first case. The Forge
@@ -48,13 +48,13 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
 
   proto::CompileRequest compile;
   compile.cand = candidate_of(c, p, proposal_index);
-  compile.cand.program_id = proto::program_id::confirmation(p.id);
+  compile.purpose = proto::Purpose::kConfirm;
   compile.backend = c.backend;
-  compile.arch = arch_for(options_, backend_of(c));
+  compile.arch = arch_for(options_, c.backend);
   compile.want_profile = reads_profiles(c);
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
   // Measured again by another tester (another GPU) than the first time, when one is connected.
-  KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, kEval));
+  KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, proto::Purpose::kEval));
   if (eval) compile.avoid_tester = eval->test.worker.worker_id;
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile_confirm(p.id), proto::encode(compile)));
   return Status::ok();
@@ -64,7 +64,7 @@ Status Promotions::on_confirmation(std::string_view job_id, CampaignRow& c, cons
                                    const proto::ScoreResult& r, Effects& fx) {
   KILN_ASSIGN_OR_RETURN(auto state, store_.promotion_state(pid));
   if (!state || *state != promo::kConfirming) return count_duplicate(store_, c, fx);
-  KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_result(pid, kConfirm, c.id, job_id, r));
+  KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_result(pid, proto::Purpose::kConfirm, c.id, job_id, r));
   if (!fresh) return count_duplicate(store_, c, fx);
 
   std::string shortfall = archive::speedup_shortfall(r, options_.min_speedup);
@@ -72,7 +72,7 @@ Status Promotions::on_confirmation(std::string_view job_id, CampaignRow& c, cons
     KILN_RETURN_IF_ERROR(store_.set_promotion(pid, promo::kNotConfirmed, "", "not confirmed: " + shortfall));
     return lifecycle_.maybe_finish(c);
   }
-  KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(pid, kEval));
+  KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(pid, proto::Purpose::kEval));
   KILN_ASSIGN_OR_RETURN(auto row, store_.load_program(pid));
   if (!eval || !row) return internal_error("confirmation of " + pid + ": its eval result is missing");
 

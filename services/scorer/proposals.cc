@@ -42,7 +42,7 @@ Status Proposals::issue(CampaignRow& c, Effects& fx) {
   child.parent_id = parent->id;
   child.generation = parent->generation + 1;
   child.iteration_found = index;
-  child.language = std::string(proto::kernel_language(backend_of(c)));
+  child.language = std::string(proto::kernel_language(c.backend));
   child.task = task_ref(c);
   child.metadata["proposer"] = c.proposer;
   child.metadata["campaign_id"] = c.id;

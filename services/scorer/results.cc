@@ -28,12 +28,12 @@ int64_t to_count(const std::map<std::string, std::string>& m, const std::string&
 // external bridge writes itself; the campaign's own copy is the one Kiln trusts. A result whose code
 // changed anything outside the editable regions becomes a proposal without code (perf_score 0).
 void keep_to_regions(TaskSpecs& specs, const CampaignRow& c, proto::ScoreResult& r) {
-  if (proto::is_stage(r.stage, proto::Stage::kPropose) || r.cand.code.empty()) return;
+  if (r.stage == proto::Stage::kPropose || r.cand.code.empty()) return;
   auto spec = specs.of(c);
   if (!spec.is_ok()) return;  // stored at the campaign's start, after the same validation
   Status st = task::check_regions_only(c.files.at((*spec)->kernel_file).data, r.cand.code);
   if (st.is_ok()) return;
-  r.stage = std::string(proto::name(proto::Stage::kPropose));
+  r.stage = proto::Stage::kPropose;
   r.error = st.message();
   r.build = {};
   r.test = {};
@@ -42,17 +42,15 @@ void keep_to_regions(TaskSpecs& specs, const CampaignRow& c, proto::ScoreResult&
 }  // namespace
 
 Result<Results::Subject> Results::subject_of(const proto::ScoreResult& r, Effects& fx) {
-  const std::string& raw_id = r.cand.program_id;
   Subject s;
-  const std::optional<std::string_view> confirmed = proto::program_id::confirmed(raw_id);
-  s.pid = confirmed ? std::string(*confirmed) : raw_id;
-  s.confirm = confirmed.has_value() || r.purpose == kConfirm;
+  s.pid = r.cand.program_id;
+  s.confirm = r.purpose == proto::Purpose::kConfirm;
   const std::string cid = campaign_of(s.pid);
   fx.campaign_id = cid;
   if (!r.cand.campaign_id.empty() && r.cand.campaign_id != cid)
-    return invalid_argument("result for " + raw_id + " names campaign '" + r.cand.campaign_id + "'");
+    return invalid_argument("result for " + s.pid + " names campaign '" + r.cand.campaign_id + "'");
   KILN_ASSIGN_OR_RETURN(auto camp, store_.load_campaign(cid));
-  if (!camp) return not_found("result for " + raw_id + ": unknown campaign '" + cid + "'");
+  if (!camp) return not_found("result for " + s.pid + ": unknown campaign '" + cid + "'");
   KILN_ASSIGN_OR_RETURN(auto row, store_.load_program(s.pid));
   if (!row) return not_found("result for unknown program " + s.pid);
   s.campaign = std::move(*camp);
@@ -70,7 +68,7 @@ Status Results::on_result(std::string_view job_id, proto::ScoreResult r, Effects
 
   if (row.state == kScored) return count_duplicate(store_, c, fx);
   keep_to_regions(specs_, c, r);
-  KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_result(pid, kEval, cid, job_id, r));
+  KILN_ASSIGN_OR_RETURN(bool fresh, store_.insert_result(pid, proto::Purpose::kEval, cid, job_id, r));
   if (!fresh) return count_duplicate(store_, c, fx);
 
   proto::Program p = std::move(row.record);
@@ -80,7 +78,7 @@ Status Results::on_result(std::string_view job_id, proto::ScoreResult r, Effects
   p.is_templated = !p.template_parameters.empty();
   if (!cand.proposer.empty()) p.metadata["proposer"] = cand.proposer;
   if (!cand.notes.empty()) p.metadata["notes"] = cand.notes;
-  p.metadata["stage"] = r.stage;
+  p.metadata["stage"] = proto::name(r.stage);
   // What the proposer reports (model, prompt lineage, tokens); the strategy text goes to the prompts table.
   std::string prompt_text;
   for (const auto& [key, value] : cand.metadata) {
@@ -136,7 +134,7 @@ Status Results::on_not_evaluated(const proto::ScoreResult& r, const std::string&
   if (subject.program.state != kPending) return count_duplicate(store_, c, fx);
 
   proto::Program p = std::move(subject.program.record);
-  p.metadata["stage"] = r.stage;
+  p.metadata["stage"] = proto::name(r.stage);
   p.eval.status = std::string(kNotEvaluated);
   p.eval.eval_log = archive::truncate_utf8(why, archive::kMaxEvalLogBytes);
   p.feedback = p.eval.eval_log;

@@ -1,7 +1,7 @@
 // Results: a candidate's outcome at whatever stage it stopped (no code, build failure, test report)
 // scored into its program, which joins the campaign's archive; a new best that clears the bar is sent
 // for confirmation, early stop is checked, and the place in flight goes to the next proposal. A result
-// for a confirmation ("<program_id>#confirm", purpose "confirm") goes to Promotions instead.
+// for a confirmation (purpose "confirm") goes to Promotions instead.
 #pragma once
 
 #include <string>
@@ -41,7 +41,7 @@ class Results {
   Status on_not_evaluated(const proto::ScoreResult& r, const std::string& why, Effects& fx);
 
  private:
-  // The program a result is about (its id without the confirmation suffix) and its campaign.
+  // The program a result is about and its campaign.
   struct Subject {
     std::string pid;
     bool confirm = false;  // a confirming measurement, not the program's own evaluation

@@ -43,7 +43,7 @@ Result<proto::CampaignStart> IngestHandler::campaign_for(const proto::IngestRequ
   KILN_ASSIGN_OR_RETURN(task::TaskSpec spec, task::parse_task(req.files));
   proto::CampaignStart start;
   start.campaign_id = req.campaign_id;
-  start.task_id = task::task_id(req.files);
+  start.task_id = proto::task_id(req.files);
   start.task_name = spec.name;
   start.budget = req.budget >= 0 ? req.budget : options_.default_budget;
   start.proposer = req.proposer;

@@ -119,7 +119,7 @@ Status Evaluator::open_device_lock() {
 
 proto::Capabilities Evaluator::capabilities() const {
   proto::Capabilities caps;
-  caps.backend = std::string(proto::name(options_.backend));
+  caps.backend = options_.backend;
   caps.gpu_name = device_.worker.device_name;  // the device this tester measures on: the GPU, or the CPU model
   caps.gpu_uuid = device_.worker.gpu_uuid;
   caps.arch = options_.backend == proto::Backend::kCuda ? device_.gpu.arch() : host_arch();
@@ -160,8 +160,8 @@ Result<proto::TestReport> Evaluator::evaluate(const TestJob& job) {
   // tester's (the promotion bar at most), the campaign's (its best when the candidate was proposed) and the
   // campaign's best this tester has measured since.
   const std::string& campaign = job.cand.campaign_id;
-  const double seen = options_.screen_by_best && !job.confirmation ? seen_bars_.bar(campaign) : 0;
-  const ScreenBar bar = screen_bar(options_.timing.screen_below, job.screen_below, seen, job.confirmation);
+  const double seen = options_.screen_by_best && !job.confirmation() ? seen_bars_.bar(campaign) : 0;
+  const ScreenBar bar = screen_bar(options_.timing.screen_below, job.screen_below, seen, job.confirmation());
   if (bar.below > 0) {
     run.metadata["timing_screen_below"] = short_number(bar.below);
     run.metadata["timing_screen_by"] = bar.by;
@@ -187,10 +187,10 @@ Result<proto::TestReport> Evaluator::evaluate(const TestJob& job) {
   if (!ran.is_ok()) return messaging::worker_fault(ran.status()).with_context("tester: evaluation child");
   const sandbox::SandboxResult child = std::move(ran).value();
   KILN_ASSIGN_OR_RETURN(proto::TestReport report, judge(run, child, options.timeout_s, scratch));
-  if (options_.screen_by_best && !job.confirmation) seen_bars_.record(campaign, report);
+  if (options_.screen_by_best && !job.confirmation()) seen_bars_.record(campaign, report);
   profile(
       child_, files, report,
-      {.scope = options_.profile_scope, .bar = bar.below, .confirmation = job.confirmation, .wanted = job.want_profile},
+      {.scope = options_.profile_scope, .bar = bar.below, .confirmation = job.confirmation(), .wanted = job.want_profile},
       slot);
   return run.finish(std::move(report));
 }

@@ -21,13 +21,11 @@ namespace {
 messaging::JobOutcome answer(const TestJob& job, proto::TestReport report) {
   proto::ScoreResult result;
   result.cand = job.cand;
-  result.stage = std::string(proto::name(proto::Stage::kTest));
-  result.purpose = purpose_name(job.purpose);
+  result.stage = proto::Stage::kTest;
+  result.purpose = job.purpose;
   result.build = job.build;
   result.test = std::move(report);
-  const std::string& pid = job.cand.program_id;
-  std::string score_job =
-      job.purpose == Purpose::kConfirm ? proto::job_id::score_confirm(pid) : proto::job_id::score(pid);
+  std::string score_job = proto::job_id::score(job.cand.program_id, job.purpose);
   const std::string verdict = result.test.status;
   const std::string message = result.test.message;
   std::vector<proto::FollowUp> next{

@@ -5,11 +5,8 @@
 #include <utility>
 
 #include "kiln/messaging/outcome.h"
-#include "kiln/proto/ids.h"
 
 namespace kiln::tester {
-
-const char* purpose_name(Purpose purpose) { return purpose == Purpose::kConfirm ? "confirm" : "eval"; }
 
 Result<TestJob> decode_test_job(const proto::TestRequest& request, service::TaskSource& tasks) {
   // Whose fault each failure is, for messaging::outcome_for: a task package that does not parse is the
@@ -32,9 +29,7 @@ Result<TestJob> decode_test_job(const proto::TestRequest& request, service::Task
   if (!kernel_so.is_ok()) return messaging::job_fault(kernel_so.status()).with_context("tester: kernel library");
   job.kernel_so = std::move(kernel_so).value();
   job.cand = request.cand;
-  job.purpose = request.purpose == "confirm" ? Purpose::kConfirm : Purpose::kEval;
-  job.confirmation =
-      job.purpose == Purpose::kConfirm || proto::program_id::confirmed(request.cand.program_id).has_value();
+  job.purpose = request.purpose;
   job.screen_below = request.screen_below;
   job.want_profile = request.want_profile;
   job.build = request.build;

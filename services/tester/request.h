@@ -12,15 +12,11 @@
 
 namespace kiln::tester {
 
-// TestRequest.purpose: a first measurement, or a confirmation (it has a score job of its own).
-enum class Purpose { kEval, kConfirm };
-
 struct TestJob {
   proto::Candidate cand;  // whose kernel (its campaign keys the screening bar)
-  Purpose purpose = Purpose::kEval;
-  // Measured in full, never screened nor profiled: a confirmation, or a candidate whose program id is a
-  // confirming one.
-  bool confirmation = false;
+  // A first measurement, or a confirmation (it has a score job of its own): measured in full, never
+  // screened nor profiled.
+  proto::Purpose purpose = proto::Purpose::kEval;
   std::shared_ptr<const service::TaskPackage> package;  // the task, parsed
   std::shared_ptr<const std::string> reference_so;
   std::string kernel_so;
@@ -29,6 +25,7 @@ struct TestJob {
   proto::BuildInfo build;  // how the kernel was built, passed on to the scorer
 
   const task::TaskSpec& spec() const { return package->spec; }
+  bool confirmation() const { return purpose == proto::Purpose::kConfirm; }
 };
 
 // A kernel library larger than this as built is refused before it is inflated (a built kernel is kilobytes to
@@ -39,8 +36,5 @@ inline constexpr size_t kMaxLibraryBytes = size_t{512} << 20;
 // inflated. Errors say whose fault they are (messaging::outcome_for): a bad bar, package or library is the
 // job's; a blob store that does not answer is this worker's.
 Result<TestJob> decode_test_job(const proto::TestRequest& request, service::TaskSource& tasks);
-
-// The wire's word for `purpose` ("eval" | "confirm").
-const char* purpose_name(Purpose purpose);
 
 }  // namespace kiln::tester

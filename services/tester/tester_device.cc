@@ -33,7 +33,7 @@ Result<TesterDevice> open_device(const TesterOptions& options) {
     device.claim = std::move(claimed).value();
   }
   if (!gpu.is_ok()) return failed_precondition("tester: backend cuda but no usable GPU: " + gpu.status().message());
-  device.worker.backend = std::string(proto::name(proto::Backend::kCuda));
+  device.worker.backend = proto::Backend::kCuda;
   device.worker.host = eval::host_name();
   device.worker.device_name = gpu->name;
   device.worker.gpu_uuid = gpu->uuid;

@@ -38,7 +38,7 @@ json workers_json(const proto::BrokerStatus& st) {
                  {"worker_id", x.worker_id},
                  {"slots", x.slots},
                  {"in_flight", x.in_flight},
-                 {"backend", x.caps.backend},
+                 {"backend", std::string(proto::word_of(x.caps.backend))},
                  {"gpu", x.caps.gpu_name},
                  {"host", x.caps.host},
                  {"confinement", x.caps.confinement}});

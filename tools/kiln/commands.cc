@@ -105,7 +105,7 @@ Result<std::string> submit_task(const Common& c, const SubmitOptions& o) {
                                                                  "nothing to tune: --proposer llm or external writes "
                                                                  "the kernel"));
   }
-  std::string tid = task::task_id(*files);
+  std::string tid = proto::task_id(*files);
   zmq::context_t ctx(1);
   messaging::Client client(ctx, c.broker_endpoint());
   if (!o.campaign_id.empty()) {
@@ -260,7 +260,7 @@ int cmd_task_validate(const Common& c, const std::string& dir) {
                              {"op", spec->op},
                              {"backend", std::string(proto::name(spec->backend))},
                              {"dtype", spec->dtype},
-                             {"task_id", task::task_id(*files)},
+                             {"task_id", proto::task_id(*files)},
                              {"correctness_cases", spec->correctness_cases.size()},
                              {"benchmark_cases", spec->benchmark_cases.size()},
                              {"param_space", space}}

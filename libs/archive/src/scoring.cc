@@ -125,8 +125,8 @@ std::string params_string(const std::map<std::string, std::string>& params) {
 }
 
 int64_t perf_score_for(const proto::ScoreResult& r) {
-  if (proto::is_stage(r.stage, proto::Stage::kPropose)) return kScoreNoCode;
-  if (proto::is_stage(r.stage, proto::Stage::kCompile)) return kScoreBuildFailed;
+  if (r.stage == proto::Stage::kPropose) return kScoreNoCode;
+  if (r.stage == proto::Stage::kCompile) return kScoreBuildFailed;
   const std::string& s = r.test.status;
   if (s == proto::test_status::kOk) return kScoreCorrect;
   if (s == proto::test_status::kMismatch || s == proto::test_status::kInputModified) return kScoreWrongValues;
@@ -136,8 +136,8 @@ int64_t perf_score_for(const proto::ScoreResult& r) {
 }
 
 std::string status_for(const proto::ScoreResult& r) {
-  if (proto::is_stage(r.stage, proto::Stage::kPropose)) return "no_code";
-  if (proto::is_stage(r.stage, proto::Stage::kCompile)) return "build_failed";
+  if (r.stage == proto::Stage::kPropose) return "no_code";
+  if (r.stage == proto::Stage::kCompile) return "build_failed";
   return r.test.status.empty() ? std::string(proto::test_status::kCrashed) : r.test.status;
 }
 
@@ -258,7 +258,7 @@ proto::EvalResult evaluate(const proto::ScoreResult& r) {
   // The tester's Nsight Compute profile (kiln/cuda/profile.h keys), beside ptxas's numbers.
   for (const auto& [name, value] : r.test.profile) e.profiler_data["ncu_" + name] = value;
   // How it was measured and built, so the numbers can be read later without the tester's logs.
-  if (proto::is_stage(r.stage, proto::Stage::kTest)) {
+  if (r.stage == proto::Stage::kTest) {
     e.metadata = r.test.metadata;
     auto put = [&](const char* key, const std::string& value) {
       if (!value.empty()) e.metadata[key] = value;

@@ -76,7 +76,7 @@ bool is_known_baseline(const std::string& name) { return name == "cublas_sgemm" 
 
 proto::WorkerInfo cuda_worker_info() {
   proto::WorkerInfo w;
-  w.backend = std::string(proto::name(proto::Backend::kCuda));
+  w.backend = proto::Backend::kCuda;
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) w.host = host;
   int device = 0, driver = 0, runtime = 0;

@@ -126,7 +126,7 @@ std::string host_name() {
 
 proto::WorkerInfo cpu_worker_info() {
   proto::WorkerInfo w;
-  w.backend = std::string(proto::name(proto::Backend::kCpu));
+  w.backend = proto::Backend::kCpu;
   w.device_name = cpu_model_name();
   w.clock_hz = cpu_clock_hz();
   w.host = host_name();

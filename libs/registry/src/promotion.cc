@@ -54,11 +54,11 @@ Status check_cases(const std::vector<proto::CaseTiming>& cases, const std::strin
 
 // The rules of DESIGN §7, in the order a reader would check them.
 // One measurement from the cases it timed (the single case when the request predates per-case lists).
-Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w, const proto::CaseTiming& first,
+Measurement measurement_of(proto::Purpose purpose, const proto::WorkerInfo& w, const proto::CaseTiming& first,
                            const std::vector<proto::CaseTiming>& all) {
   const std::vector<proto::CaseTiming>& cases = all.empty() ? std::vector<proto::CaseTiming>{first} : all;
   Measurement m;
-  m.purpose = std::string(purpose);
+  m.purpose = std::string(proto::name(purpose));
   m.worker_id = w.worker_id;
   m.host = w.host;
   m.device = w.device_name;
@@ -80,13 +80,11 @@ Measurement measurement_of(std::string_view purpose, const proto::WorkerInfo& w,
 namespace detail {
 
 Status check_request(const proto::PromoteRequest& r) {
-  auto backend = proto::parse_backend(r.backend);
-  if (!backend.is_ok()) return invalid_argument("backend must be cuda or cpu, got \"" + r.backend + "\"");
   if (!is_lower_name(r.op)) return invalid_argument("op must match [a-z0-9_]+, got \"" + r.op + "\"");
   if (!is_lower_name(r.dtype)) return invalid_argument("dtype must match [a-z0-9_]+, got \"" + r.dtype + "\"");
-  const std::string expected_ext(proto::source_extension(*backend));
+  const std::string expected_ext(proto::source_extension(r.backend));
   if (!r.source_ext.empty() && r.source_ext != expected_ext)
-    return invalid_argument("source_ext must be " + expected_ext + " for backend " + r.backend + ", got \"" +
+    return invalid_argument("source_ext must be " + expected_ext + " for backend " + std::string(proto::name(r.backend)) + ", got \"" +
                             r.source_ext + "\"");
   if (r.worker.device_name.empty()) return invalid_argument("worker.device_name is empty: the target is unknown");
   return Status::ok();
@@ -155,8 +153,8 @@ KernelEntry entry_for(const proto::PromoteRequest& r, const std::string& id, con
        r.confirmation_cases.empty() ? std::vector<proto::CaseTiming>{c} : r.confirmation_cases)
     e.cases.push_back(
         {t.dims, t.speedup, t.speedup_lo, t.speedup_hi, t.reference.median_us, t.candidate.median_us, t.candidate.n});
-  e.measurements.push_back(measurement_of("eval", r.worker, r.benchmark, r.benchmark_cases));
-  e.measurements.push_back(measurement_of("confirm", confirm, r.confirmation, r.confirmation_cases));
+  e.measurements.push_back(measurement_of(proto::Purpose::kEval, r.worker, r.benchmark, r.benchmark_cases));
+  e.measurements.push_back(measurement_of(proto::Purpose::kConfirm, confirm, r.confirmation, r.confirmation_cases));
   e.merged = merge_measurements(e.measurements);
   return e;
 }

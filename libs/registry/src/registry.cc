@@ -206,7 +206,7 @@ Result<std::string> Registry::promote(const proto::PromoteRequest& r, double min
   }
   KILN_RETURN_IF_ERROR(detail::check_request(r));
   KILN_RETURN_IF_ERROR(detail::check_rules(r, min_speedup));
-  KILN_ASSIGN_OR_RETURN(const proto::Backend backend, proto::parse_backend(r.backend));  // checked above
+  const proto::Backend backend = r.backend;
   const std::string language(proto::kernel_language(backend));
   const std::string ext(proto::source_extension(backend));
   const std::string source = effective_source(r);

@@ -4,7 +4,6 @@
 
 #include <utility>
 
-#include "kiln/core/hash.h"
 #include "kiln/messaging/outcome.h"
 
 namespace kiln::service {
@@ -16,8 +15,9 @@ constexpr size_t kMaxParsed = 64;  // packages kept parsed; a worker serves a ha
 Result<std::shared_ptr<const TaskPackage>> TaskSource::resolve(const std::string& blob, const proto::FileMap& files) {
   if (!files.empty() || blob.empty()) {
     if (files.empty()) return messaging::job_fault(invalid_argument("the job carries no task package"));
-    // Inline packages are kept by content too, so a campaign whose jobs carry their files is parsed once.
-    const std::string key = "inline " + sha256_hex(proto::encode(proto::TaskFiles{files}));
+    // Inline packages are kept by their task id, which is the name their blob has: a campaign whose jobs
+    // carry the files, or name them, or both, is parsed once.
+    const std::string key = proto::task_id(files);
     if (auto hit = cached(key)) return hit;
     return keep(key, TaskPackage{"", files, {}}, "task package");
   }
@@ -59,7 +59,7 @@ Result<std::shared_ptr<const std::string>> TaskSource::content(const std::string
 
 std::string TaskSource::publish(const proto::FileMap& files) {
   if (!blobs_) return "";
-  return publish_bytes(proto::encode(proto::TaskFiles{files}));
+  return publish_bytes(proto::task_blob_bytes(files));
 }
 
 std::string TaskSource::publish_bytes(const std::string& data) {

@@ -531,12 +531,6 @@ Result<TaskSpec> parse_task(const proto::FileMap& files) {
   return spec;
 }
 
-std::string task_id(const proto::FileMap& files) {
-  std::map<std::string, std::string> plain;
-  for (const auto& [name, content] : files) plain.emplace(name, content.data);
-  return hash_files(plain);
-}
-
 Result<std::vector<int64_t>> shape_for(const TensorSpec& t, const Dims& dims) {
   std::vector<int64_t> shape;
   shape.reserve(t.shape.size());

@@ -120,10 +120,10 @@ TEST_CASE("the good CPU package loads and validates", "[task]") {
   CHECK(*shape == std::vector<int64_t>{1024});
   CHECK_FALSE(kiln::task::shape_for(spec->inputs[0], kiln::task::Dims{{"H", 4}}).is_ok());
 
-  std::string id = kiln::task::task_id(files);
+  std::string id = kiln::proto::task_id(files);
   CHECK(id.size() == 64);
   files["instructions.md"].data += " ";
-  CHECK(kiln::task::task_id(files) != id);
+  CHECK(kiln::proto::task_id(files) != id);
 }
 
 TEST_CASE("broken fixture packages fail with one precise line", "[task]") {
@@ -279,7 +279,7 @@ TEST_CASE("a .tar.gz package loads with its top-level folder stripped", "[task]"
   auto files = kiln::task::load_package(tgz);
   REQUIRE(files.is_ok());
   CHECK(*files == good);
-  CHECK(kiln::task::task_id(*files) == kiln::task::task_id(good));
+  CHECK(kiln::proto::task_id(*files) == kiln::proto::task_id(good));
 
   // Flat tarballs keep their names.
   std::vector<TarEntry> flat;
@@ -330,7 +330,7 @@ TEST_CASE("a .zip package loads like a .tar.gz, with the same path, link and siz
   INFO((files.is_ok() ? std::string() : files.status().message()));
   REQUIRE(files.is_ok());
   CHECK(*files == good);
-  CHECK(kiln::task::task_id(*files) == kiln::task::task_id(good));
+  CHECK(kiln::proto::task_id(*files) == kiln::proto::task_id(good));
 
   write_zip(zip, {{"pkg/task.yaml", "x", AE_IFREG, ""}, {"pkg/../../evil", "x", AE_IFREG, ""}});
   auto r = kiln::task::load_package(zip);

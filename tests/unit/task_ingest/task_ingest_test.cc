@@ -54,7 +54,7 @@ TEST_CASE("a valid package starts a campaign on the scorer", "[ingest]") {
   auto start = kiln::proto::decode<kiln::proto::CampaignStart>(out.payload);
   REQUIRE(start.is_ok());
   CHECK(start->campaign_id == "rmsnorm-001");
-  CHECK(start->task_id == kiln::task::task_id(req.files));
+  CHECK(start->task_id == kiln::proto::task_id(req.files));
   CHECK(start->task_name == "rmsnorm_cpu");
   CHECK(start->budget == 8);
   CHECK(start->proposer == "tuner");

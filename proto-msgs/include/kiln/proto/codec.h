@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/status.h"
@@ -50,6 +52,67 @@ struct DecodeLimits {
   size_t max_depth = 32;
 };
 
+// An enum that travels as a word: a specialization lists every value with the one word the wire spells
+// it as, and what the words name (for errors). A message field of such an enum is written as its word and
+// read back from it; a word not in the list is a decode error that names the field and the words it
+// expected. std::optional<E> travels as "" when empty, so a field whose old string could be empty keeps
+// its bytes.
+//
+//   template <> struct WireWords<Stage> {
+//     static constexpr std::string_view kWhat = "stage";
+//     static constexpr std::pair<Stage, std::string_view> kWords[] = {{Stage::kPropose, "propose"}, ...};
+//   };
+template <class E>
+struct WireWords;
+
+template <class E>
+concept WireEnum = std::is_enum_v<E> && requires {
+  WireWords<E>::kWords;
+  WireWords<E>::kWhat;
+};
+
+// The word of `value` ("" for a value the list lacks, which a complete list never does).
+template <WireEnum E>
+constexpr std::string_view word_of(E value) {
+  for (const auto& [e, word] : WireWords<E>::kWords)
+    if (e == value) return word;
+  return {};
+}
+
+// The word of `value`, "" when it is empty (as the wire writes it).
+template <WireEnum E>
+constexpr std::string_view word_of(const std::optional<E>& value) {
+  return value ? word_of(*value) : std::string_view();
+}
+
+// The value `word` names; nullopt for any other word.
+template <WireEnum E>
+constexpr std::optional<E> enum_of(std::string_view word) {
+  for (const auto& [e, w] : WireWords<E>::kWords)
+    if (w == word) return e;
+  return std::nullopt;
+}
+
+// "a, b or c": the words of E, for messages.
+template <WireEnum E>
+std::string words_of() {
+  std::string out;
+  const size_t n = std::size(WireWords<E>::kWords);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n ? " or " : ", ";
+    out += WireWords<E>::kWords[i].second;
+  }
+  return out;
+}
+
+// The value `word` names, or invalid_argument: 'unknown stage "x" (expected propose, compile or test)'.
+template <WireEnum E>
+Result<E> parse_word(std::string_view word) {
+  if (auto e = enum_of<E>(word)) return *e;
+  return invalid_argument("unknown " + std::string(WireWords<E>::kWhat) + " \"" + std::string(word) +
+                          "\" (expected " + words_of<E>() + ")");
+}
+
 namespace detail {
 class Packer;      // wraps msgpack::packer over a buffer
 struct ObjectRef;  // wraps const msgpack::object*
@@ -81,6 +144,15 @@ class Writer {
   void operator()(std::string_view key, const std::map<std::string, int64_t>& v);
   void operator()(std::string_view key, const FileMap& v);
 
+  template <WireEnum E>
+  void operator()(std::string_view key, const E& v) {
+    word(key, word_of(v));
+  }
+  template <WireEnum E>
+  void operator()(std::string_view key, const std::optional<E>& v) {
+    word(key, word_of(v));
+  }
+
   template <Describable T>
   void operator()(std::string_view key, const T& v) {
     begin_nested(key);
@@ -102,6 +174,7 @@ class Writer {
 
  private:
   void key(std::string_view k);
+  void word(std::string_view k, std::string_view w);
   void begin_nested(std::string_view key);
   void begin_list(std::string_view key, size_t n);
   void begin_list_item();
@@ -131,6 +204,27 @@ class Reader {
   void operator()(std::string_view key, std::map<std::string, double>& v);
   void operator()(std::string_view key, std::map<std::string, int64_t>& v);
   void operator()(std::string_view key, FileMap& v);
+
+  template <WireEnum E>
+  void operator()(std::string_view key, E& v) {
+    std::string w;
+    if (!word(key, w)) return;
+    if (auto e = enum_of<E>(w))
+      v = *e;
+    else
+      unknown_word(key, w, WireWords<E>::kWhat, words_of<E>());
+  }
+  template <WireEnum E>
+  void operator()(std::string_view key, std::optional<E>& v) {
+    std::string w;
+    if (!word(key, w)) return;
+    if (w.empty())
+      v.reset();
+    else if (auto e = enum_of<E>(w))
+      v = *e;
+    else
+      unknown_word(key, w, WireWords<E>::kWhat, words_of<E>());
+  }
 
   template <Describable T>
   void operator()(std::string_view key, T& v) {
@@ -164,6 +258,9 @@ class Reader {
   void absorb(const Reader& sub);
   const void* find(std::string_view key) const;  // const msgpack::object* or nullptr
   void fail(std::string_view key, std::string_view expected);
+  // Reads the string at `key` into `out`; false when it is absent (or nil), or not a string (then failed).
+  bool word(std::string_view key, std::string& out);
+  void unknown_word(std::string_view key, std::string_view word, std::string_view what, std::string_view words);
 
   std::shared_ptr<void> handle_;  // keeps the unpacked zone alive
   const void* obj_ = nullptr;     // const msgpack::object* of this map
@@ -186,6 +283,9 @@ Result<T> decode(std::string_view frame, const DecodeLimits& limits = {}) {
   T msg{};
   msg.fields(r.value());
   if (!r->status().is_ok()) return r->status();
+  // A message that older writers spelled another way says so with an upgrade(): what they wrote becomes
+  // what this version writes, here at the edge, so no reader past decode() knows the old spelling.
+  if constexpr (requires { msg.upgrade(); }) msg.upgrade();
   return msg;
 }
 

@@ -1,10 +1,10 @@
-// Typed names that travel as strings: backends, ScoreResult stages and job ids. Messages keep their string
-// fields (the wire format does not change); code parses a string once where it reads a message and names
-// the value where it writes one, so the strings themselves are spelled here and nowhere else.
+// Typed names that travel as strings: backends, stages, purposes and job ids. Message structs hold the
+// enums; the codec (codec.h WireWords) writes each as its word and reads it back, so the words are spelled
+// here and nowhere else and a reader past decode() never compares strings.
 //
 // Job ids are deterministic, so a duplicate follow-up is dropped by the broker:
 //   "<program_id>:compile", ":test", ":score", ":promote", ":promoted"  one step of a candidate
-//   "<program_id>:compile-confirm", ":score-confirm"                    the steps of its confirmation
+//   "<program_id>:compile-confirm", ":test-confirm", ":score-confirm"   the steps of its confirmation
 //   "dead:<job_id>"                                                      the DeadLetter of a job
 //   "campaign:<campaign_id>:start"                                       a campaign's first score job
 //   "campaign:<campaign_id>:cancel"                                      `kiln cancel` of a campaign
@@ -14,20 +14,26 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "kiln/core/status.h"
+#include "kiln/proto/codec.h"
 
 namespace kiln::proto {
 
 // The hardware a task's kernel runs on; a tester serves one ("test.cpu", "test.cuda").
 enum class Backend { kCpu, kCuda };
 
+template <>
+struct WireWords<Backend> {
+  static constexpr std::string_view kWhat = "backend";
+  static constexpr std::pair<Backend, std::string_view> kWords[] = {{Backend::kCpu, "cpu"}, {Backend::kCuda, "cuda"}};
+};
+
 // "cpu" | "cuda"
-std::string_view name(Backend backend);
+inline std::string_view name(Backend backend) { return word_of(backend); }
 // The backend a wire or file string names; anything else (the empty string too) is invalid_argument.
-Result<Backend> parse_backend(std::string_view text);
-// Whether `text` names `backend` (false for any other string, unknown ones too).
-inline bool is_backend(std::string_view text, Backend backend) { return text == name(backend); }
+inline Result<Backend> parse_backend(std::string_view text) { return parse_word<Backend>(text); }
 // The language of a backend's kernels (Program.language, a kernel's code fence): "cpp" | "cuda".
 std::string_view kernel_language(Backend backend);
 // The extension of a backend's kernel sources, without the dot (PromoteRequest.source_ext): "cpp" | "cu".
@@ -37,34 +43,49 @@ std::string_view source_extension(Backend backend);
 // reached the tester, whatever the verdict.
 enum class Stage { kPropose, kCompile, kTest };
 
+template <>
+struct WireWords<Stage> {
+  static constexpr std::string_view kWhat = "stage";
+  static constexpr std::pair<Stage, std::string_view> kWords[] = {
+      {Stage::kPropose, "propose"}, {Stage::kCompile, "compile"}, {Stage::kTest, "test"}};
+};
+
 // "propose" | "compile" | "test"
-std::string_view name(Stage stage);
-// The stage a ScoreResult names; anything else is invalid_argument.
-Result<Stage> parse_stage(std::string_view text);
-// Whether `text` names `stage` (false for any other string, unknown ones too).
-inline bool is_stage(std::string_view text, Stage stage) { return text == name(stage); }
+inline std::string_view name(Stage stage) { return word_of(stage); }
+
+// What a candidate's compile -> test -> score chain measures (CompileRequest, TestRequest and ScoreResult
+// .purpose): its first evaluation, or the independent confirming measurement of a program that may be
+// promoted. The purpose alone says which: a confirmation keeps its program's id, and its jobs are the
+// *-confirm steps below. A tester measures a confirmation in full (never screened nor profiled).
+enum class Purpose { kEval, kConfirm };
+
+template <>
+struct WireWords<Purpose> {
+  static constexpr std::string_view kWhat = "purpose";
+  static constexpr std::pair<Purpose, std::string_view> kWords[] = {{Purpose::kEval, "eval"},
+                                                                    {Purpose::kConfirm, "confirm"}};
+};
+
+// "eval" | "confirm"
+inline std::string_view name(Purpose purpose) { return word_of(purpose); }
 
 // Campaign ids become parts of job ids ("campaign:<id>:start") and program ids ("<id>/p3"), so they are
 // 1-kMaxCampaignIdChars characters of [A-Za-z0-9_.-]: none of the separators those use.
 inline constexpr size_t kMaxCampaignIdChars = 128;
 bool is_campaign_id(std::string_view id);
 
-// A confirming measurement reuses the compile -> test chain with the program id "<program_id>#confirm"
-// (kConfirmSuffix in wire.h): the scorer names it so, and a tester measures such a job in full.
-namespace program_id {
-// "<program_id>#confirm"
-std::string confirmation(std::string_view program_id);
-// The program a confirmation's id stands for ("c1/p3#confirm" -> "c1/p3"); nullopt when `id` is not one.
-std::optional<std::string_view> confirmed(std::string_view id);
-}  // namespace program_id
-
 namespace job_id {
 
 std::string compile(std::string_view program_id);          // "<program_id>:compile"
 std::string compile_confirm(std::string_view program_id);  // "<program_id>:compile-confirm"
 std::string test(std::string_view program_id);             // "<program_id>:test"
+std::string test_confirm(std::string_view program_id);     // "<program_id>:test-confirm"
 std::string score(std::string_view program_id);            // "<program_id>:score"
 std::string score_confirm(std::string_view program_id);    // "<program_id>:score-confirm"
+// The compile, test or score job of `program_id` for `purpose` (a confirmation's are the *-confirm ones).
+std::string compile(std::string_view program_id, Purpose purpose);
+std::string test(std::string_view program_id, Purpose purpose);
+std::string score(std::string_view program_id, Purpose purpose);
 std::string promote(std::string_view program_id);          // "<program_id>:promote"
 std::string promoted(std::string_view program_id);         // "<program_id>:promoted"
 
@@ -83,7 +104,7 @@ std::string campaign_cancel(std::string_view campaign_id);
 std::string ingest(std::string_view campaign_id);
 
 // The steps of a candidate that a job id names after its program id.
-enum class Step { kCompile, kCompileConfirm, kTest, kScore, kScoreConfirm, kPromote, kPromoted };
+enum class Step { kCompile, kCompileConfirm, kTest, kTestConfirm, kScore, kScoreConfirm, kPromote, kPromoted };
 
 // One candidate's job id taken apart: "c1/p3:score-confirm" -> {"c1/p3", kScoreConfirm}.
 struct ProgramJob {

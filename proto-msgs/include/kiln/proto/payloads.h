@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "kiln/proto/codec.h"
 #include "kiln/proto/ids.h"
 #include "kiln/proto/measurement.h"
+#include "kiln/proto/process.h"
 #include "kiln/proto/records.h"
 #include "kiln/proto/wire.h"
 
@@ -73,7 +75,7 @@ struct IngestRequest {
 struct CampaignStart {
   std::string kind = std::string(kind::kCampaignStart);
   std::string campaign_id;
-  std::string task_id;  // sha256 of the package files
+  std::string task_id;  // task_id(files): the name of the package's blob
   std::string task_name;
   int64_t budget = 16;  // proposals after program 0
   std::string proposer = "tuner";
@@ -198,6 +200,19 @@ struct TaskFiles {
   }
 };
 
+// A package's one identity: the sha256 of its blob (task_blob_bytes), which is the name the blob store
+// gives it. CampaignStart.task_id, TaskRef.task_id and the task_blob of every job of a campaign are this
+// one string. The blob carries the envelope's version, so a schema version bump renames every package.
+std::string task_id(const FileMap& files);
+// The content of a package's blob: the encoded TaskFiles.
+std::string task_blob_bytes(const FileMap& files);
+
+namespace detail {
+// Older writers named a confirmation by its program id ("<program_id>#confirm") and purpose "eval":
+// read as today's (the program's own id, purpose confirm). Called by decode() only (codec.h upgrade()).
+void upgrade_confirmation(Candidate& cand, Purpose& purpose);
+}  // namespace detail
+
 struct ProposalRequest {
   Candidate parent;        // the program to start from (code, params)
   std::string program_id;  // id the new candidate gets
@@ -252,8 +267,8 @@ struct ProposalRequest {
 
 struct CompileRequest {
   Candidate cand;
-  std::string backend;    // cuda | cpu
-  std::string arch;       // nvcc target (sm_90) or "native"
+  std::optional<Backend> backend;  // cuda | cpu | "" (none: the task's)
+  std::string arch;                // nvcc target (sm_90) or "native"
   FileMap files;          // the task package (reference source, task.yaml), or empty when `task_blob` names it
   std::string task_blob;  // optional (schema 3): see ProposalRequest
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
@@ -261,6 +276,8 @@ struct CompileRequest {
   std::string avoid_tester;
   double screen_below = 0;   // optional (schema 3): ProposalRequest.screen_below, for the test job
   bool want_profile = true;  // optional (schema 3): ProposalRequest.want_profile, for the test job
+  // Optional: what the chain measures, copied into the test job (its id and the tester's way follow it).
+  Purpose purpose = Purpose::kEval;
   template <class V>
   void fields(V& v) {
     v("cand", cand);
@@ -271,47 +288,10 @@ struct CompileRequest {
     v("task_blob", task_blob);
     v("screen_below", screen_below);
     v("want_profile", want_profile);
+    v("purpose", purpose);
   }
+  void upgrade() { detail::upgrade_confirmation(cand, purpose); }
 };
-
-// One run of a process as the seeds' ProcessResult (v4): what BuildInfo and TestReport carry of the
-// compiler or evaluation child they ran. `returncode` follows the subprocess convention the seeds' schema
-// uses: the exit status, or -N when signal N ended the process (a run killed at its timeout reads -9 and
-// its `message` says so). Each stream is capped by its writer, within the cap of the log it comes with
-// (BuildInfo.log, TestReport.log), and marks what it dropped. There is no output_data: what a run produced
-// travels in the message that carries this (the TestReport's verdict, the built shared object).
-//
-// Absent (an older writer, or no process ran: a build served from an old cache entry) it reads as
-// returncode 0 with no output, so the verdict is BuildInfo.ok or TestReport.status, never this.
-struct ProcessResult {
-  int64_t returncode = 0;
-  std::string stdout_text;  // "stdout"
-  std::string stderr_text;  // "stderr"
-  std::string message;      // one line: "timed out after 120 s", "killed by SIGSEGV"
-  template <class V>
-  void fields(V& v) {
-    v("returncode", returncode);
-    v("stdout", stdout_text);
-    v("stderr", stderr_text);
-    v("message", message);
-  }
-};
-
-// The output as one text, as the seeds' combine_output: the message line first (when asked for and not
-// empty), then stdout, then stderr, each ending with a newline.
-std::string combined_output(const ProcessResult& result, bool include_message = true);
-
-// How a writer shares `max_bytes` between the two streams of a ProcessResult: each keeps all it has when
-// both fit; otherwise a stream shorter than half the budget keeps all of it and the other gets the rest,
-// else half each. {stdout budget, stderr budget}.
-std::pair<size_t, size_t> stream_budgets(size_t stdout_bytes, size_t stderr_bytes, size_t max_bytes);
-
-// Several runs as one, as the seeds' merge, for a step made of several processes (keyed by what each
-// was, e.g. "reference" and "kernel"): returncode is 0 when every run's is, else the first non-zero one in
-// key order; each stream is the runs' streams in key order, each under a "=== <key> ===" header line
-// (runs with nothing on that stream are left out); the message is "<key>: <message>" lines. The result is
-// as large as its parts together: merge what the writers already capped.
-ProcessResult merge(const std::map<std::string, ProcessResult>& results);
 
 struct BuildInfo {
   bool ok = false;
@@ -349,8 +329,8 @@ struct BuildInfo {
 
 struct TestRequest {
   Candidate cand;
-  std::string purpose = "eval";  // eval | confirm
-  FileMap files;                 // or empty when `task_blob` names them
+  Purpose purpose = Purpose::kEval;  // eval | confirm
+  FileMap files;                     // or empty when `task_blob` names them
   Bytes kernel_so;
   Bytes reference_so;  // or empty when `reference_blob` names it
   BuildInfo build;
@@ -380,6 +360,7 @@ struct TestRequest {
     v("screen_below", screen_below);
     v("want_profile", want_profile);
   }
+  void upgrade() { detail::upgrade_confirmation(cand, purpose); }
 };
 
 // The kernel library of a TestRequest as built, deflated on the wire when that makes it smaller.
@@ -391,8 +372,8 @@ Result<std::string> kernel_library(const TestRequest& request, size_t max_bytes)
 struct WorkerInfo {
   std::string worker_id;
   std::string host;
-  std::string backend;
-  std::string device_name;  // GPU model or CPU model name
+  std::optional<Backend> backend;  // "" when unknown
+  std::string device_name;         // GPU model or CPU model name
   std::string gpu_uuid;
   std::string driver_version;
   std::string runtime_version;
@@ -479,9 +460,9 @@ struct TestReport {
 struct ScoreResult {
   std::string kind = std::string(kind::kResult);
   Candidate cand;
-  std::string stage;             // name(Stage): propose | compile | test
-  std::string purpose = "eval";  // eval | confirm
-  std::string error;             // propose/compile failure text
+  Stage stage = Stage::kTest;        // propose | compile | test
+  Purpose purpose = Purpose::kEval;  // eval | confirm
+  std::string error;                 // propose/compile failure text
   BuildInfo build;
   TestReport test;
   template <class V>
@@ -494,6 +475,7 @@ struct ScoreResult {
     v("build", build);
     v("test", test);
   }
+  void upgrade() { detail::upgrade_confirmation(cand, purpose); }
 };
 
 // Sent by the broker to "score" when a job is dead-lettered after max_attempts.
@@ -536,7 +518,7 @@ struct PromoteRequest {
   std::string program_id;
   std::string task_name;
   std::string op;
-  std::string backend;
+  Backend backend = Backend::kCpu;
   std::string dtype;
   std::string source;      // the whole kernel file
   std::string source_ext;  // "cu" | "cpp"

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kiln/proto/codec.h"
+#include "kiln/proto/ids.h"
 
 namespace kiln::proto {
 
@@ -27,7 +29,7 @@ inline constexpr std::string_view kReply = "REPLY";
 
 // What a worker can do; the broker routes on service name and logs the rest.
 struct Capabilities {
-  std::string backend;   // "cuda" | "cpu" | "" (not an evaluation worker)
+  std::optional<Backend> backend;  // "cuda" | "cpu" | "" (none: not an evaluation worker)
   std::string gpu_name;  // "NVIDIA H200"
   std::string gpu_uuid;
   std::string arch;       // "sm_90", "x86_64"
@@ -101,10 +103,6 @@ struct FollowUp {
     v("avoid_worker", avoid_worker);
   }
 };
-
-// A confirming measurement reuses the compile -> test chain with the program id "<program_id>#confirm":
-// the scorer names it so, and a tester measures such a job in full (never screened).
-inline constexpr std::string_view kConfirmSuffix = "#confirm";
 
 // A follow-up job for `service` carrying an encoded payload, with the service's default lease.
 inline FollowUp follow_up(std::string_view service, std::string job_id, std::string payload) {

@@ -32,8 +32,9 @@ class TaskSource {
   // or is missing is the job's fault (kFailedPrecondition).
   Result<std::shared_ptr<const TaskPackage>> resolve(const std::string& blob, const proto::FileMap& files);
 
-  // Names `files` for a job: puts the package in the blob store once and returns its name, or "" when
-  // there is no blob store or the put failed (the job then carries the files; nothing is lost).
+  // Names `files` for a job: puts the package in the blob store once and returns its name, which is
+  // proto::task_id(files), or "" when there is no blob store or the put failed (the job then carries the
+  // files; nothing is lost).
   std::string publish(const proto::FileMap& files);
 
   // Puts built content (a reference library) in the blob store; "" as for publish().
@@ -50,7 +51,7 @@ class TaskSource {
 
   std::shared_ptr<messaging::BlobClient> blobs_;
   std::mutex mu_;
-  // By blob name, or "inline <sha256>" for packages jobs carry; bounded.
+  // By blob name, which is the task id (proto::task_id) of packages jobs carry too; bounded.
   std::map<std::string, std::shared_ptr<const TaskPackage>> parsed_;
 };
 

@@ -74,9 +74,6 @@ Result<TaskSpec> parse_task(const proto::FileMap& files);
 // TaskSpec on (service::TaskSource); tests read the count before and after to hold it to that.
 uint64_t parse_count();
 
-// sha256 of the package files (names and contents).
-std::string task_id(const proto::FileMap& files);
-
 // Shape of a tensor for one case; an error if a dim is missing from the case.
 Result<std::vector<int64_t>> shape_for(const TensorSpec& t, const Dims& dims);
 // "B=16,H=4096"

@@ -1,19 +1,14 @@
 // Names a campaign gives to what it creates. Programs are "<campaign_id>/p<index>" (p0 = program 0, the
 // task's kernel as is); jobs are "<program_id>:<stage>", so a job id says which candidate and step it is
-// and a resubmission is recognised. A confirmation reuses the compile -> test chain with the candidate id
-// "<program_id>#confirm" (proto::kConfirmSuffix): the compiler stays unaware of it, the tester only
-// declines to screen it.
+// and a resubmission is recognised. A confirmation reuses the compile -> test chain for the same program
+// with purpose "confirm" (proto::Purpose), under the *-confirm job ids (proto::job_id).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "kiln/proto/wire.h"
-
 namespace kiln::scorer {
-
-using proto::kConfirmSuffix;
 
 // Proposers a campaign names (CampaignStart.proposer), and the one program 0 is credited to.
 namespace proposer {
