@@ -83,7 +83,7 @@ Build build_one(kiln::compiler::CompileHandler& compiler, const Task& task, int 
   req.cand.program_id = task.name + "/" + std::to_string(salt);
   req.cand.code = task.files.at(task.kernel_file).data;
   req.cand.params = {{"KILN_BENCH_SALT", std::to_string(salt)}};
-  req.backend = "cuda";
+  req.backend = kiln::proto::Backend::kCuda;
   req.files = task.files;
   const double cpu0 = children_cpu_s();
   const auto t0 = Clock::now();

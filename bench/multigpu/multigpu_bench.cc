@@ -311,7 +311,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
     if (!st.is_ok()) fail(st.status().message());
     for (auto row = st->step(); row.is_ok() && *row; row = st->step()) {
       auto r = proto::decode<proto::ScoreResult>(st->column_blob(0));
-      if (!r.is_ok() || r->stage != "test") continue;
+      if (!r.is_ok() || r->stage != proto::Stage::kTest) continue;
       // Every measurement, first or confirming, with its parameters and per-case interval and stop: two runs
       // that tried the same candidates (--campaign-prefix) can be compared candidate by candidate.
       json cases = json::array();
@@ -319,11 +319,11 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
         cases.push_back({{"speedup", c.speedup}, {"interval", {c.speedup_lo, c.speedup_hi}}, {"stop", c.stop_reason}});
       }
       evaluations.push_back({{"program_id", r->cand.program_id},
-                             {"purpose", r->purpose},
+                             {"purpose", std::string(proto::name(r->purpose))},
                              {"params", r->cand.params},
                              {"status", r->test.status},
                              {"cases", cases}});
-      if (r->purpose != "eval") continue;
+      if (r->purpose != proto::Purpose::kEval) continue;
       auto add = [&](const std::string& key, double v) {
         sums[key] += v;
         ++counts[key];

@@ -123,7 +123,7 @@ kiln::proto::CompileRequest request_for(const kiln::proto::FileMap& files, const
   req.cand.program_id = id;
   req.cand.code = files.at("kernel.cu").data;
   req.cand.params = params;
-  req.backend = "cuda";
+  req.backend = kiln::proto::Backend::kCuda;
   req.arch = "sm_90";
   req.files = files;
   return req;

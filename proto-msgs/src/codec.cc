@@ -289,8 +289,7 @@ bool Reader::word(std::string_view key, std::string& out) {
   return false;
 }
 
-void Reader::unknown_word(std::string_view key, std::string_view word, std::string_view what,
-                          std::string_view words) {
+void Reader::unknown_word(std::string_view key, std::string_view word, std::string_view what, std::string_view words) {
   if (!status_.is_ok()) return;
   std::string p = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
   status_ = invalid_argument("field '" + p + "': unknown " + std::string(what) + " \"" + std::string(word) +

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   std::string dir = argv[1];
   int rc = 0;
 
-  Ready ready{"compile", "compiler-host-1234", 2, {"cpu", "", "", "x86_64", "g++ 12.2.0", "host"}};
+  Ready ready{"compile", "compiler-host-1234", 2, {Backend::kCpu, "", "", "x86_64", "g++ 12.2.0", "host"}};
   rc |= write(dir, "ready", encode(ready));
 
   Job job{"c1/p3:compile", 2, "compile", Bytes{"\x01\x02payload"}, 1764428000.5};
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
 
   ScoreResult sr;
   sr.cand = cand;
-  sr.stage = "test";
+  sr.stage = Stage::kTest;
   sr.build.ok = true;
   sr.build.compiler = "g++";
   sr.test.status = "ok";

@@ -23,14 +23,10 @@ struct StepName {
   std::string_view word;
 };
 constexpr StepName kSteps[] = {
-    {job_id::Step::kCompile, "compile"},
-    {job_id::Step::kCompileConfirm, "compile-confirm"},
-    {job_id::Step::kTest, "test"},
-    {job_id::Step::kTestConfirm, "test-confirm"},
-    {job_id::Step::kScore, "score"},
-    {job_id::Step::kScoreConfirm, "score-confirm"},
-    {job_id::Step::kPromote, "promote"},
-    {job_id::Step::kPromoted, "promoted"},
+    {job_id::Step::kCompile, "compile"}, {job_id::Step::kCompileConfirm, "compile-confirm"},
+    {job_id::Step::kTest, "test"},       {job_id::Step::kTestConfirm, "test-confirm"},
+    {job_id::Step::kScore, "score"},     {job_id::Step::kScoreConfirm, "score-confirm"},
+    {job_id::Step::kPromote, "promote"}, {job_id::Step::kPromoted, "promoted"},
 };
 
 std::string concat(std::string_view a, std::string_view b, std::string_view c = {}) {

@@ -79,9 +79,10 @@ messaging::JobOutcome CompileHandler::compile(const proto::CompileRequest& reque
       result.purpose = request.purpose;
       result.error = score_error.empty() ? fault.message() : std::move(score_error);
       result.build = std::move(build);
-      return std::vector<proto::FollowUp>{proto::FollowUp{
-          std::string(proto::svc::kScore), proto::job_id::score(cand.program_id, request.purpose),
-          {proto::encode(result)}, 0}};
+      return std::vector<proto::FollowUp>{proto::FollowUp{std::string(proto::svc::kScore),
+                                                          proto::job_id::score(cand.program_id, request.purpose),
+                                                          {proto::encode(result)},
+                                                          0}};
     });
   };
 

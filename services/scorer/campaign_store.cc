@@ -123,7 +123,12 @@ Status CampaignStore::insert_campaign(const CampaignRow& c) {
       db_.prepare(
           "INSERT INTO campaigns(id, task_id, task_name, backend, op, dtype, files, budget, proposer, max_in_flight,"
           " state, submitted_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-  ins.bind(1, c.id).bind(2, c.task_id).bind(3, c.task_name).bind(4, proto::name(c.backend)).bind(5, c.op).bind(6, c.dtype);
+  ins.bind(1, c.id)
+      .bind(2, c.task_id)
+      .bind(3, c.task_name)
+      .bind(4, proto::name(c.backend))
+      .bind(5, c.op)
+      .bind(6, c.dtype);
   ins.bind_blob(7, proto::encode(FilesBlob{c.files})).bind(8, c.budget).bind(9, c.proposer);
   ins.bind(10, c.max_in_flight).bind(11, c.state).bind(12, c.submitted_at).bind(13, c.started_at);
   KILN_RETURN_IF_ERROR(ins.run());
@@ -272,7 +277,11 @@ Result<bool> CampaignStore::insert_result(const std::string& program_id, proto::
       auto st,
       db_.prepare("INSERT OR IGNORE INTO results(program_id, purpose, campaign_id, job_id, payload, received_at)"
                   " VALUES (?, ?, ?, ?, ?, ?)"));
-  st.bind(1, program_id).bind(2, proto::name(purpose)).bind(3, campaign_id).bind(4, job_id).bind_blob(5, proto::encode(r));
+  st.bind(1, program_id)
+      .bind(2, proto::name(purpose))
+      .bind(3, campaign_id)
+      .bind(4, job_id)
+      .bind_blob(5, proto::encode(r));
   st.bind(6, wall_time_s());
   KILN_RETURN_IF_ERROR(st.run());
   return db_.changes() > 0;

@@ -30,6 +30,7 @@ Result<proto::ScoreResult> result_of(const proto::DeadLetter& dead, const std::s
     auto req = proto::decode<proto::CompileRequest>(body);
     if (!req.is_ok()) return invalid_argument("dead compile job: " + req.status().message());
     r.cand = req->cand;
+    r.purpose = req->purpose;
     r.stage = proto::Stage::kCompile;
     r.error = why;
   } else if (dead.service.rfind("test.", 0) == 0) {

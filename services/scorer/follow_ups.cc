@@ -22,7 +22,7 @@ proto::TaskRef task_ref(const CampaignRow& c) {
   t.task_id = c.task_id;
   t.name = c.task_name;
   t.op = c.op;
-  t.backend = proto::name(c.backend);
+  t.backend = c.backend;
   t.dtype = c.dtype;
   return t;
 }

@@ -58,7 +58,7 @@ Result<proto::CampaignInfo> Queries::campaign_info(const CampaignRow& c) {
   info.campaign_id = c.id;
   info.task_name = c.task_name;
   info.task_id = c.task_id;
-  info.backend = proto::name(c.backend);
+  info.backend = c.backend;
   info.state = c.state;
   info.budget = c.budget;
   info.proposed = c.proposed;

@@ -7,6 +7,7 @@
 #include "kiln/core/time.h"
 #include "kiln/messaging/outcome.h"
 #include "kiln/proto/ids.h"
+#include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
 namespace kiln::task_ingest {

@@ -188,10 +188,12 @@ Result<proto::TestReport> Evaluator::evaluate(const TestJob& job) {
   const sandbox::SandboxResult child = std::move(ran).value();
   KILN_ASSIGN_OR_RETURN(proto::TestReport report, judge(run, child, options.timeout_s, scratch));
   if (options_.screen_by_best && !job.confirmation()) seen_bars_.record(campaign, report);
-  profile(
-      child_, files, report,
-      {.scope = options_.profile_scope, .bar = bar.below, .confirmation = job.confirmation(), .wanted = job.want_profile},
-      slot);
+  profile(child_, files, report,
+          {.scope = options_.profile_scope,
+           .bar = bar.below,
+           .confirmation = job.confirmation(),
+           .wanted = job.want_profile},
+          slot);
   return run.finish(std::move(report));
 }
 

@@ -34,7 +34,7 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed in its own r
     CHECK(r.performance.measured);
     CHECK(r.performance.method == "cuda_events_checked");
     CHECK(r.performance.mode == "cold");
-    CHECK(r.worker.backend == "cuda");
+    CHECK(r.worker.backend == kiln::proto::Backend::kCuda);
     CHECK(r.worker.device_name.find("NVIDIA") != std::string::npos);
     CHECK(r.worker.gpu_uuid.rfind("GPU-", 0) == 0);
     CHECK(!r.worker.driver_version.empty());

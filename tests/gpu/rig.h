@@ -115,7 +115,7 @@ struct Rig {
       req.cand.regions = {code};
     }
     req.cand.params = params;
-    req.backend = "cuda";
+    req.backend = kiln::proto::Backend::kCuda;
     req.arch = "sm_90";
     req.files = files;
     auto out = compiler->compile(req);

@@ -89,7 +89,7 @@ json to_json(const proto::CampaignInfo& c) {
   return json{{"campaign_id", c.campaign_id},
               {"task", c.task_name},
               {"task_id", c.task_id},
-              {"backend", c.backend},
+              {"backend", std::string(proto::word_of(c.backend))},
               {"state", c.state},
               {"budget", c.budget},
               {"proposed", c.proposed},

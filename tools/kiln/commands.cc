@@ -17,6 +17,7 @@
 #include "kiln/messaging/client.h"
 #include "kiln/messaging/endpoint.h"
 #include "kiln/proto/ids.h"
+#include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
 namespace kiln::cli {

@@ -84,8 +84,8 @@ Status check_request(const proto::PromoteRequest& r) {
   if (!is_lower_name(r.dtype)) return invalid_argument("dtype must match [a-z0-9_]+, got \"" + r.dtype + "\"");
   const std::string expected_ext(proto::source_extension(r.backend));
   if (!r.source_ext.empty() && r.source_ext != expected_ext)
-    return invalid_argument("source_ext must be " + expected_ext + " for backend " + std::string(proto::name(r.backend)) + ", got \"" +
-                            r.source_ext + "\"");
+    return invalid_argument("source_ext must be " + expected_ext + " for backend " +
+                            std::string(proto::name(r.backend)) + ", got \"" + r.source_ext + "\"");
   if (r.worker.device_name.empty()) return invalid_argument("worker.device_name is empty: the target is unknown");
   return Status::ok();
 }

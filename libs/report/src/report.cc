@@ -150,7 +150,7 @@ void header(std::ostringstream& h, const ReportInput& in, const std::vector<cons
       << "</div>";
   };
   row("task", c.task_name + " (" + c.task_id.substr(0, 12) + ")");
-  row("backend", c.backend);
+  row("backend", std::string(proto::word_of(c.backend)));
   row("device", join(devices));
   row("state", c.state);
   row("budget", std::to_string(c.budget) + " proposals");

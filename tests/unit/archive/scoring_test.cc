@@ -24,7 +24,7 @@ proto::Candidate cand() {
 
 TEST_CASE("perf_score follows DESIGN §6 for every stage and status", "[archive][scoring]") {
   proto::ScoreResult propose;
-  propose.stage = "propose";
+  propose.stage = proto::Stage::kPropose;
   propose.error = "no code block in the reply";
   CHECK(archive::perf_score_for(propose) == 0);
   CHECK(archive::status_for(propose) == "no_code");

@@ -43,7 +43,7 @@ kiln::proto::CompileRequest request_for(const kiln::proto::FileMap& files, const
   req.cand.campaign_id = "c1";
   req.cand.program_id = program_id;
   req.cand.code = files.at("kernel.cpp").data;
-  req.backend = "cpu";
+  req.backend = kiln::proto::Backend::kCpu;
   req.arch = "native";
   req.files = files;
   return req;
@@ -87,7 +87,7 @@ kiln::proto::ScoreResult score_of(const kiln::messaging::JobOutcome& out, const 
   auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
   REQUIRE(score.is_ok());
   CHECK(score->kind == "result");
-  CHECK(score->stage == "compile");
+  CHECK(score->stage == kiln::proto::Stage::kCompile);
   CHECK(score->cand.program_id == program_id);
   return *score;
 }
@@ -110,7 +110,7 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK(out.next[0].avoid_worker == "tester-7");
   auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
   REQUIRE(test.is_ok());
-  CHECK(test->purpose == "eval");
+  CHECK(test->purpose == kiln::proto::Purpose::kEval);
   CHECK(test->cand.program_id == "c1/p1");
   CHECK(test->files == files);
   CHECK(test->screen_below == 2.5);
@@ -138,6 +138,36 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   CHECK(b.process.returncode == 0);
   CHECK(b.process.message.empty());
   CHECK(f.cache_hits() == 0);
+}
+
+TEST_CASE("a confirmation goes on to the tester and the scorer by its purpose alone", "[compiler][confirm]") {
+  Fixture f;
+  auto files = rmsnorm_files();
+  auto req = request_for(files, "c1/p1");
+  req.purpose = kiln::proto::Purpose::kConfirm;
+  auto out = f.handler->handle(job_for(req));
+  REQUIRE(out.outcome == Outcome::kDone);
+  REQUIRE(out.next.size() == 1);
+  // Its own test job (never the first measurement's "c1/p1:test"), for the program as it is.
+  CHECK(out.next[0].job_id == "c1/p1:test-confirm");
+  auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
+  REQUIRE(test.is_ok());
+  CHECK(test->purpose == kiln::proto::Purpose::kConfirm);
+  CHECK(test->cand.program_id == "c1/p1");
+
+  // A confirmation that does not build is scored as one, under its own score job.
+  auto region = kiln::task::replace_region(req.cand.code, "  this is not C++;\n");
+  REQUIRE(region.is_ok());
+  req.cand.code = *region;
+  auto failed = f.handler->handle(job_for(req));
+  REQUIRE(failed.outcome == Outcome::kCandidateFault);
+  REQUIRE(failed.next.size() == 1);
+  CHECK(failed.next[0].job_id == "c1/p1:score-confirm");
+  auto score = kiln::proto::decode<kiln::proto::ScoreResult>(failed.next[0].payload.data);
+  REQUIRE(score.is_ok());
+  CHECK(score->purpose == kiln::proto::Purpose::kConfirm);
+  CHECK(score->stage == kiln::proto::Stage::kCompile);
+  CHECK(score->cand.program_id == "c1/p1");
 }
 
 TEST_CASE("a compile job that names its package by blob sends a test job that names the package and the reference",
@@ -252,7 +282,7 @@ TEST_CASE("a candidate that changed code outside the editable regions is not bui
   REQUIRE(out.next[0].service == "score");
   auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
   REQUIRE(score.is_ok());
-  CHECK(score->stage == "propose");  // scored as no code: perf_score 0
+  CHECK(score->stage == kiln::proto::Stage::kPropose);  // scored as no code: perf_score 0
   CHECK(score->error.rfind("the proposal changed code outside the editable regions (line 1: \"#include <stdlib.h>\"",
                            0) == 0);
   CHECK(score->build.compiler.empty());      // refused before any compiler ran
@@ -263,7 +293,7 @@ TEST_CASE("a candidate that changed code outside the editable regions is not bui
   bodies_req.cand.regions = {"a;\n", "b;\n"};
   auto bodies = kiln::proto::decode<kiln::proto::ScoreResult>(f.handler->compile(bodies_req).next.at(0).payload.data);
   REQUIRE(bodies.is_ok());
-  CHECK(bodies->stage == "propose");
+  CHECK(bodies->stage == kiln::proto::Stage::kPropose);
   CHECK(bodies->error == "the proposal has 2 region bodies where the task's kernel has 1 editable region");
 }
 
@@ -429,7 +459,7 @@ TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only 
   CHECK(no_task.next.empty());
   CHECK(no_task.error.rfind("compile: task package: ", 0) == 0);
   auto cuda_req = request_for(files, "c1/p22");
-  cuda_req.backend = "cuda";
+  cuda_req.backend = kiln::proto::Backend::kCuda;
   auto wrong_backend = f.handler->handle(job_for(cuda_req));
   CHECK(wrong_backend.outcome == Outcome::kDeadLetter);
   CHECK(wrong_backend.error.find("the task's is 'cpu'") != std::string::npos);
@@ -498,7 +528,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
   req.cand.program_id = "c3/p1";
   req.cand.code = kernel;
   req.cand.params = {{"BLOCK", "256"}};
-  req.backend = "cuda";
+  req.backend = kiln::proto::Backend::kCuda;
   req.arch = "sm_90";
   req.files = files;
   return req;
@@ -617,7 +647,7 @@ TEST_CASE("every bundled CUDA task's program 0 and reference build with nvcc", "
       req.cand.program_id = name + (with_params ? "/p1" : "/p0");
       req.cand.code = files->at("kernel.cu").data;
       if (with_params) req.cand.params = params;
-      req.backend = "cuda";
+      req.backend = kiln::proto::Backend::kCuda;
       req.arch = "sm_90";
       req.files = *files;
       auto out = f.handler->compile(req);
@@ -715,7 +745,7 @@ kiln::proto::CompileRequest rmsnorm_cuda_request(const std::string& program_id,
   req.cand.program_id = program_id;
   req.cand.code = files->at("kernel.cu").data;
   req.cand.params = std::move(params);
-  req.backend = "cuda";
+  req.backend = kiln::proto::Backend::kCuda;
   req.arch = "sm_90";
   req.files = *files;
   return req;
@@ -784,7 +814,8 @@ TEST_CASE("CUDA candidates of one source that arrive together are built as one b
   CHECK(f.counter("kiln_compile_batched_builds_total") == 3);
 
   // A confirmation is built alone, whatever is in the cache: the same usage, nvcc's own log.
-  auto confirm = rmsnorm_cuda_request(kiln::proto::program_id::confirmation("c1/p1"), params[1]);
+  auto confirm = rmsnorm_cuda_request("c1/p1", params[1]);
+  confirm.purpose = kiln::proto::Purpose::kConfirm;
   const auto alone = built(f.handler->compile(confirm));
   INFO(alone.log);
   CHECK(!alone.cache_hit);
@@ -906,7 +937,7 @@ TEST_CASE("a lean CUDA build embeds the same machine code and PTX as a build wit
     req.cand.campaign_id = std::string("c-") + name;
     req.cand.program_id = std::string(name) + "/p0";
     req.cand.code = files->at("kernel.cu").data;
-    req.backend = "cuda";
+    req.backend = kiln::proto::Backend::kCuda;
     req.arch = "sm_90";
     req.files = *files;
     const auto a = built_test(lean_fixture, req);

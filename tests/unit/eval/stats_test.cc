@@ -54,7 +54,7 @@ TEST_CASE("running noise matches the batch statistics", "[eval]") {
 
 TEST_CASE("the host is described", "[eval]") {
   auto w = kiln::eval::cpu_worker_info();
-  CHECK(w.backend == "cpu");
+  CHECK(w.backend == kiln::proto::Backend::kCpu);
   CHECK_FALSE(w.device_name.empty());
   CHECK_FALSE(w.host.empty());
   CHECK(kiln::eval::last_level_cache_bytes() >= (256u << 10));

@@ -68,7 +68,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   CHECK(req.cand.campaign_id == "c1");
   CHECK(req.cand.code == "// parent code\n");
   CHECK(req.cand.params.size() == 2);
-  CHECK(req.backend == "cpu");
+  CHECK(req.backend == proto::Backend::kCpu);
   CHECK(req.arch == "native");
   CHECK(req.files.count("task.yaml"));
   CHECK(req.screen_below == 3.25);
@@ -77,7 +77,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
   SECTION("CUDA tasks compile for the configured arch") {
     messaging::JobOutcome cuda = handler.handle(propose_job("c2", 1, "tuner", kiln::testing::task_files("cuda")));
     auto creq = decode_or_die<proto::CompileRequest>(cuda.next.at(0).payload.data);
-    CHECK(creq.backend == "cuda");
+    CHECK(creq.backend == proto::Backend::kCuda);
     CHECK(creq.arch == "sm_90");
   }
   SECTION("an exhausted space ends the candidate with a propose-stage score") {
@@ -88,7 +88,7 @@ TEST_CASE("the propose handler answers with the candidate's compile job", "[llm_
     CHECK(gone.next[0].job_id == "c1/p9:score");
     auto r = decode_or_die<proto::ScoreResult>(gone.next[0].payload.data);
     CHECK(r.kind == "result");
-    CHECK(r.stage == "propose");
+    CHECK(r.stage == proto::Stage::kPropose);
     CHECK(r.error.find("parameter space exhausted") == 0);
     CHECK(r.cand.program_id == "c1/p9");
     CHECK(r.cand.campaign_id == "c1");
@@ -178,7 +178,7 @@ TEST_CASE("a transient fault is given back, a permanent one dead-lettered, only 
   REQUIRE(prose.next.size() == 1);
   CHECK(prose.next[0].service == "score");
   auto r = decode_or_die<proto::ScoreResult>(prose.next[0].payload.data);
-  CHECK(r.stage == "propose");  // scored as no code
+  CHECK(r.stage == proto::Stage::kPropose);  // scored as no code
   CHECK(r.error == "no fenced code block in the reply");
   CHECK(metric_value(*registry, "kiln_llm_requests_total", {{"model", "scripted"}, {"outcome", "error"}}) == 3);
 }

@@ -32,7 +32,7 @@ kiln::proto::PromoteRequest request(const std::string& source) {
   r.program_id = "c7/p12";
   r.task_name = "rmsnorm_cpu";
   r.op = "rmsnorm";
-  r.backend = "cpu";
+  r.backend = kiln::proto::Backend::kCpu;
   r.dtype = "fp32";
   r.source = source;
   r.source_ext = "cpp";

@@ -147,7 +147,7 @@ TEST_CASE("random bytes never crash the decoder", "[proto]") {
 
 TEST_CASE("process results travel with builds and test reports", "[proto]") {
   ScoreResult sr;
-  sr.stage = "test";
+  sr.stage = Stage::kTest;
   sr.build.ok = true;
   sr.build.process = ProcessResult{0, "", "ptxas info: Used 32 registers\n", ""};
   sr.test.status = "crashed";
@@ -326,7 +326,7 @@ TEST_CASE("the programs' added fields round-trip", "[proto]") {
   p.id = "c1/p2";
   p.complexity = 12;
   p.diversity = 0.25;
-  p.task = TaskRef{"00ff", "rmsnorm", "rmsnorm", "cpu", "fp32"};
+  p.task = TaskRef{"00ff", "rmsnorm", "rmsnorm", Backend::kCpu, "fp32"};
   p.raw_llm_code = "Here it is:\n```cpp\nint x;\n```\n";
   p.eval.template_results = {{"BLOCK=64", 6.5}, {"BLOCK=128", 5.9}};
   p.eval.metadata = {{"evaluator", "kiln-eval"}, {"device", "AMD EPYC"}};
@@ -338,7 +338,7 @@ TEST_CASE("the programs' added fields round-trip", "[proto]") {
   CHECK(q.complexity == 12);
   CHECK(q.diversity == Approx(0.25));
   CHECK(q.task.task_id == "00ff");
-  CHECK(q.task.backend == "cpu");
+  CHECK(q.task.backend == Backend::kCpu);
   CHECK(q.raw_llm_code == p.raw_llm_code);
   CHECK(q.eval.template_results == p.eval.template_results);
   CHECK(q.eval.metadata == p.eval.metadata);

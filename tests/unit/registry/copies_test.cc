@@ -29,7 +29,7 @@ kiln::proto::PromoteRequest softmax(const std::string& source, double speedup) {
   r.program_id = "softmax-llm/p0";
   r.task_name = "cuda_softmax";
   r.op = "softmax";
-  r.backend = "cuda";
+  r.backend = kiln::proto::Backend::kCuda;
   r.dtype = "fp32";
   r.source = source;
   r.source_ext = "cu";

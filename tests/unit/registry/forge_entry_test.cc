@@ -34,7 +34,7 @@ kiln::proto::PromoteRequest promotable() {
   r.campaign_id = "c9";
   r.program_id = "c9/p1";
   r.task_name = r.op = "rmsnorm";
-  r.backend = "cuda";
+  r.backend = kiln::proto::Backend::kCuda;
   r.dtype = "fp16";
   r.source = "__global__ void k() {}\n";
   r.source_ext = "cu";

@@ -37,7 +37,7 @@ kiln::proto::PromoteRequest good_request(const std::string& source = "__global__
   r.program_id = "c1/p3";
   r.task_name = "rmsnorm";
   r.op = "rmsnorm";
-  r.backend = "cuda";
+  r.backend = kiln::proto::Backend::kCuda;
   r.dtype = "fp16";
   r.source = source;
   r.source_ext = "cu";
@@ -228,7 +228,7 @@ TEST_CASE("v<n> is bumped and duplicates are refused", "[registry]") {
   REQUIRE(r3.is_ok());
   CHECK(*r3 == "cuda_rmsnorm_nvidiah200_fp16_b32_h4096_v1");
   auto cpu = good_request("a");
-  cpu.backend = "cpu";
+  cpu.backend = kiln::proto::Backend::kCpu;
   cpu.source_ext = "cpp";
   cpu.worker.device_name = cpu.confirm_worker.device_name = "AMD EPYC 9654";
   auto r4 = reg.promote(cpu, 1.10);

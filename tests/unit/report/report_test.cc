@@ -37,7 +37,7 @@ kiln::report::ReportInput sample() {
   c.campaign_id = "scale-abc";
   c.task_name = "scale<&>";
   c.task_id = "0123456789abcdef";
-  c.backend = "cpu";
+  c.backend = kiln::proto::Backend::kCpu;
   c.state = "done";
   c.budget = 2;
   c.scored = 3;

@@ -137,7 +137,7 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
   CHECK(creq.cand.generation == 0);
   CHECK(creq.cand.params == std::map<std::string, std::string>{{"BLOCK", "64"}, {"VEC", "1"}});
   CHECK(creq.cand.code == kiln::testing::task_files().at("kernel.cpp").data);
-  CHECK(creq.backend == "cpu");
+  CHECK(creq.backend == proto::Backend::kCpu);
   CHECK(creq.arch == "native");
   CHECK(creq.files.count("task.yaml"));
 
@@ -163,7 +163,7 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
   CHECK(info.proposed == 2);
   CHECK(info.in_flight == 3);
   CHECK(info.scored == 0);
-  CHECK(info.backend == "cpu");
+  CHECK(info.backend == proto::Backend::kCpu);
   CHECK(info.task_name == "scale_test");
 
   SECTION("a CUDA task compiles for the configured arch") {
@@ -190,7 +190,7 @@ TEST_CASE("a CUDA campaign asks for the configured arch", "[scorer][engine]") {
   scorer::Handled h = f.handle("g:start", start_payload("g", 1, 1, kiln::testing::task_files("cuda")));
   auto creq = decode_or_die<proto::CompileRequest>(h.answer.next.at(0).payload.data);
   CHECK(creq.arch == "sm_100");
-  CHECK(creq.backend == "cuda");
+  CHECK(creq.backend == proto::Backend::kCuda);
   CHECK(creq.cand.code == kiln::testing::task_files("cuda").at("kernel.cu").data);
 }
 
@@ -399,8 +399,7 @@ TEST_CASE("a confirmed fast kernel is sent for promotion", "[scorer][engine]") {
   std::map<std::string, int> confirms;
   Driver d = f.driver([&](const proto::Candidate& c, bool confirm) {
     if (confirm) ++confirms[c.program_id];
-    if (c.program_id == "c1/p1" || c.program_id == "c1/p1#confirm")
-      return confirm ? correct(c, 1.45, 1.3, 1.6) : correct(c, 1.5, 1.3, 1.7);
+    if (c.program_id == "c1/p1") return confirm ? correct(c, 1.45, 1.3, 1.6) : correct(c, 1.5, 1.3, 1.7);
     if (c.program_id == "c1/p2") return correct(c, 1.3, 1.2, 1.4);  // passes, but not the best
     return correct(c, 1.0, 0.95, 1.05);
   });
@@ -410,7 +409,9 @@ TEST_CASE("a confirmed fast kernel is sent for promotion", "[scorer][engine]") {
   // The package is parsed at the start; every result and the promotion read the spec kept then.
   CHECK(task::parse_count() - parses == 1);
 
-  CHECK(confirms == std::map<std::string, int>{{"c1/p1#confirm", 1}});
+  // The confirmation is the program itself, measured for purpose "confirm": its id carries no mark.
+  CHECK(confirms == std::map<std::string, int>{{"c1/p1", 1}});
+  CHECK(d.trace.scored_jobs.count("c1/p1:score-confirm") == 1);
   auto confirm_jobs = job_ids(d.trace.followups, "compile");
   CHECK(std::count(confirm_jobs.begin(), confirm_jobs.end(), "c1/p1:compile-confirm") == 1);
   REQUIRE(d.trace.promotions.size() == 1);
@@ -419,7 +420,7 @@ TEST_CASE("a confirmed fast kernel is sent for promotion", "[scorer][engine]") {
   CHECK(req.program_id == "c1/p1");
   CHECK(req.task_name == "scale_test");
   CHECK(req.op == "scale");
-  CHECK(req.backend == "cpu");
+  CHECK(req.backend == proto::Backend::kCpu);
   CHECK(req.dtype == "fp32");
   CHECK(req.source_ext == "cpp");
   CHECK(req.source == kiln::testing::task_files().at("kernel.cpp").data);
@@ -511,20 +512,27 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[s
   scorer::Handled scored = f.handle("c1/p0:score", proto::encode(correct(p0, 2.0, 1.8, 2.2)));
   REQUIRE(scored.answer.next.size() == 1);
   CHECK(scored.answer.next[0].job_id == "c1/p0:compile-confirm");
+  const auto confirm_request = decode_or_die<proto::CompileRequest>(scored.answer.next[0].payload.data);
+  // The purpose alone says it is a confirmation: the program keeps its id.
+  CHECK(confirm_request.purpose == proto::Purpose::kConfirm);
+  CHECK(confirm_request.cand.program_id == "c1/p0");
   // Measured again by another tester than the first time, when one is connected.
-  CHECK(decode_or_die<proto::CompileRequest>(scored.answer.next[0].payload.data).avoid_tester == "tester-1");
+  CHECK(confirm_request.avoid_tester == "tester-1");
   CHECK(f.info("c1").state == "running");
 
-  proto::Candidate confirm = p0;
-  confirm.program_id = "c1/p0#confirm";
-  scorer::Handled confirmed = f.handle("c1/p0#confirm:score", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  proto::ScoreResult confirmation = correct(p0, 1.9, 1.7, 2.1);
+  confirmation.purpose = proto::Purpose::kConfirm;
+  scorer::Handled confirmed = f.handle("c1/p0:score-confirm", proto::encode(confirmation));
   REQUIRE(confirmed.answer.next.size() == 1);
   CHECK(confirmed.answer.next[0].service == "promote");
   CHECK(confirmed.answer.next[0].job_id == "c1/p0:promote");
   CHECK(f.info("c1").state == "running");
 
-  // A second confirmation result is a duplicate.
-  scorer::Handled dup = f.handle("c1/p0#confirm:score-2", proto::encode(correct(confirm, 1.9, 1.7, 2.1)));
+  // A second confirmation result is a duplicate, also as an older tester wrote one (the program id marked
+  // "#confirm", purpose "eval"): read as today's at decode.
+  proto::ScoreResult legacy = correct(p0, 1.9, 1.7, 2.1);
+  legacy.cand.program_id = "c1/p0#confirm";
+  scorer::Handled dup = f.handle("c1/p0#confirm:score", proto::encode(legacy));
   CHECK(dup.duplicate);
   CHECK(dup.answer.next.empty());
 
@@ -571,7 +579,7 @@ TEST_CASE("dead letters end their candidates so the campaign never stalls", "[sc
   test.cand.program_id = p2.program_id;
   test.cand.proposal_index = 2;
   test.cand.code = p2.parent.code;
-  test.purpose = "eval";
+  test.purpose = proto::Purpose::kEval;
   proto::FollowUp test_job;
   test_job.job_id = "c1/p2:test";
   test_job.payload.data = proto::encode(test);
@@ -909,7 +917,7 @@ TEST_CASE("a kernel fast on one benchmark case and slow on the other is ranked b
   CHECK(info.best_speedup_lo == Approx(std::sqrt(1.9 * 1.7)));
 
   // p1 was the best when it was scored (after p0), yet never measured again: case 2 is below the bar.
-  CHECK(confirms == std::map<std::string, int>{{"c1/p2#confirm", 1}});
+  CHECK(confirms == std::map<std::string, int>{{"c1/p2", 1}});
   REQUIRE(d.trace.promotions.size() == 1);
   const proto::PromoteRequest& req = d.trace.promotions[0];
   CHECK(req.program_id == "c1/p2");
@@ -954,7 +962,7 @@ TEST_CASE("scored programs carry their task, complexity, diversity and the param
     CHECK(p.task.task_id == "t-c1");
     CHECK(p.task.name == "scale_test");
     CHECK(p.task.op == "scale");
-    CHECK(p.task.backend == "cpu");
+    CHECK(p.task.backend == proto::Backend::kCpu);
     CHECK(p.task.dtype == "fp32");
     CHECK(p.eval.metadata.at("device") == "Test CPU");
   }

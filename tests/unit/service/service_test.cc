@@ -306,7 +306,7 @@ TEST_CASE("the worker options: flags over handlers over config", "[service]") {
   ctx.worker_id = "sample-1";
   service::ServiceHandlers handlers;
   handlers.slots = 2;
-  handlers.caps.backend = "cpu";
+  handlers.caps.backend = proto::Backend::kCpu;
   ServiceFlags flags;
 
   messaging::WorkerOptions wo = service::worker_options(spec, flags, cfg, ctx, handlers);
@@ -314,7 +314,7 @@ TEST_CASE("the worker options: flags over handlers over config", "[service]") {
   CHECK(wo.service == "score");
   CHECK(wo.worker_id == "sample-1");
   CHECK(wo.slots == 2);
-  CHECK(wo.caps.backend == "cpu");
+  CHECK(wo.caps.backend == proto::Backend::kCpu);
   CHECK_FALSE(wo.caps.host.empty());  // filled with this host's name
   CHECK(wo.heartbeat_interval_s == 0.25);
   CHECK(wo.heartbeat_liveness == 6);
@@ -385,7 +385,7 @@ TEST_CASE("a running worker serves its metrics and pages, says READY, and stops 
     service::ServiceHandlers h;
     h.job = [](const proto::Job&) { return messaging::JobOutcome::ok(); };
     h.slots = 2;
-    h.caps.backend = "cpu";
+    h.caps.backend = proto::Backend::kCpu;
     const std::string state_dir = ctx.state_dir;
     h.pages.push_back(
         {"/state/([a-z]+)", "text/plain", [state_dir](const std::vector<std::string>& captures) -> Result<std::string> {
@@ -421,7 +421,7 @@ TEST_CASE("a running worker serves its metrics and pages, says READY, and stops 
   CHECK(ready->service == "score");
   CHECK(ready->worker_id == "sample-w1");
   CHECK(ready->slots == 2);
-  CHECK(ready->caps.backend == "cpu");
+  CHECK(ready->caps.backend == proto::Backend::kCpu);
   CHECK_FALSE(ready->caps.host.empty());
 
   httplib::Client http("127.0.0.1", port);

@@ -51,6 +51,8 @@ TEST_CASE("a package sent by name arrives as the package sent inline, parsed onc
   service::attach_task(scorer, files, &job_files, &job_blob);
   CHECK(job_files.empty());
   CHECK(job_blob == sha256_hex(proto::encode(proto::TaskFiles{files})));
+  // The blob's name is the package's task id: one identity, whoever computes it.
+  CHECK(job_blob == proto::task_id(files));
 
   auto reader_client = store.client();
   service::TaskSource worker(reader_client);
@@ -62,6 +64,8 @@ TEST_CASE("a package sent by name arrives as the package sent inline, parsed onc
   REQUIRE(inline_pkg.is_ok());
   CHECK((*inline_pkg)->spec.name == (*by_name)->spec.name);
   CHECK((*inline_pkg)->spec.kernel_file == (*by_name)->spec.kernel_file);
+  // One package, one parse, whether a job names it or carries it.
+  CHECK(inline_pkg->get() == by_name->get());
   // Parsed once: the second job naming it gets the same object without a fetch.
   auto again = worker.resolve(job_blob, {});
   REQUIRE(again.is_ok());

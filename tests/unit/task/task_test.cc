@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "kiln/core/files.h"
+#include "kiln/proto/payloads.h"
 #include "kiln/task/task.h"
 
 namespace fs = std::filesystem;

@@ -78,7 +78,7 @@ struct Candidate {
     kiln::proto::TestRequest req;
     req.cand.campaign_id = "c1";
     req.cand.program_id = "c1/p1";
-    req.purpose = "eval";
+    req.purpose = kiln::proto::Purpose::kEval;
     req.files = files;
     req.kernel_so.data = kernel_so;
     req.reference_so.data = reference_so;

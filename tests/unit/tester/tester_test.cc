@@ -67,7 +67,8 @@ struct Fixture {
     return bin;
   }
 
-  kiln::proto::TestRequest request(const std::string& kernel_so, const std::string& purpose = "eval") {
+  kiln::proto::TestRequest request(const std::string& kernel_so,
+                                   kiln::proto::Purpose purpose = kiln::proto::Purpose::kEval) {
     kiln::proto::TestRequest req;
     req.cand.campaign_id = "c1";
     req.cand.program_id = "c1/p1";
@@ -135,7 +136,7 @@ kiln::proto::ScoreResult run_job(TestHandler& handler, const kiln::proto::TestRe
   CHECK(out.next[0].job_id == expected_job_id);
   auto score = kiln::proto::decode<kiln::proto::ScoreResult>(out.next[0].payload.data);
   REQUIRE(score.is_ok());
-  CHECK(score->stage == "test");
+  CHECK(score->stage == kiln::proto::Stage::kTest);
   CHECK(score->cand.program_id == "c1/p1");
   CHECK(score->build.flags == "-O2");
   return *score;
@@ -147,19 +148,19 @@ TEST_CASE("a correct kernel is evaluated by kiln-eval and scored", "[tester]") {
   Fixture f;
   auto handler = make();
   CHECK(handler->service() == "test.cpu");
-  CHECK(handler->capabilities().backend == "cpu");
+  CHECK(handler->capabilities().backend == kiln::proto::Backend::kCpu);
   CHECK_FALSE(handler->capabilities().gpu_name.empty());
 
   auto score = run_job(*handler, f.request(f.build("correct")));
   INFO(score.test.message << "\n" << score.test.log);
-  CHECK(score.purpose == "eval");
+  CHECK(score.purpose == kiln::proto::Purpose::kEval);
   CHECK(score.test.status == status::kOk);
   CHECK(score.test.correctness.passed);
   CHECK(score.test.performance.measured);
   CHECK(score.test.performance.mode == "warm");
   REQUIRE(score.test.performance.cases.size() == 1);
   CHECK(score.test.performance.cases[0].candidate.n >= 5);
-  CHECK(score.test.worker.backend == "cpu");
+  CHECK(score.test.worker.backend == kiln::proto::Backend::kCpu);
   CHECK(score.test.worker.worker_id == "tester-test");
   CHECK_FALSE(score.test.worker.device_name.empty());
   CHECK(score.test.duration_s > 0);
@@ -200,8 +201,8 @@ TEST_CASE("the child's output on the wire stays within the log cap", "[tester]")
 TEST_CASE("a confirming measurement goes to its own score job", "[tester]") {
   Fixture f;
   auto handler = make();
-  auto score = run_job(*handler, f.request(f.build("correct"), "confirm"), "c1/p1:score-confirm");
-  CHECK(score.purpose == "confirm");
+  auto score = run_job(*handler, f.request(f.build("correct"), kiln::proto::Purpose::kConfirm), "c1/p1:score-confirm");
+  CHECK(score.purpose == kiln::proto::Purpose::kConfirm);
   CHECK(score.test.status == status::kOk);
 }
 
@@ -232,7 +233,7 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
 
   // A confirmation is measured in full whatever the bar.
   req.screen_below = 50;
-  req.purpose = "confirm";
+  req.purpose = kiln::proto::Purpose::kConfirm;
   auto confirm = run_job(*handler, req, "c1/p1:score-confirm");
   REQUIRE(confirm.test.performance.cases.size() == 1);
   CHECK(confirm.test.performance.cases[0].stop_reason != "screened");
@@ -258,7 +259,7 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
   CHECK(kiln::tester::why_not_profiled(confirm.test, {.scope = "all", .confirmation = true, .wanted = false}).empty());
 
   // A bar that is not a number is the job's fault.
-  req.purpose = "eval";
+  req.purpose = kiln::proto::Purpose::kEval;
   req.screen_below = std::nan("");
   CHECK(dead_lettered(*handler, req).find("screen_below must be a finite number") != std::string::npos);
   req.screen_below = -1;
@@ -354,7 +355,7 @@ TEST_CASE("a first measurement is screened against the campaign's best this test
   REQUIRE(apart.test.performance.cases.size() == 1);
   CHECK(apart.test.performance.cases[0].stop_reason != "screened");
   auto confirm = slow;
-  confirm.purpose = "confirm";
+  confirm.purpose = kiln::proto::Purpose::kConfirm;
   auto confirmed = run_job(*handler, confirm, "c1/p1:score-confirm");
   REQUIRE(confirmed.test.performance.cases.size() == 1);
   CHECK(confirmed.test.performance.cases[0].stop_reason != "screened");

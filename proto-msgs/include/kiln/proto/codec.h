@@ -109,8 +109,8 @@ std::string words_of() {
 template <WireEnum E>
 Result<E> parse_word(std::string_view word) {
   if (auto e = enum_of<E>(word)) return *e;
-  return invalid_argument("unknown " + std::string(WireWords<E>::kWhat) + " \"" + std::string(word) +
-                          "\" (expected " + words_of<E>() + ")");
+  return invalid_argument("unknown " + std::string(WireWords<E>::kWhat) + " \"" + std::string(word) + "\" (expected " +
+                          words_of<E>() + ")");
 }
 
 namespace detail {

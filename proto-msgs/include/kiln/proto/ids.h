@@ -86,8 +86,8 @@ std::string score_confirm(std::string_view program_id);    // "<program_id>:scor
 std::string compile(std::string_view program_id, Purpose purpose);
 std::string test(std::string_view program_id, Purpose purpose);
 std::string score(std::string_view program_id, Purpose purpose);
-std::string promote(std::string_view program_id);          // "<program_id>:promote"
-std::string promoted(std::string_view program_id);         // "<program_id>:promoted"
+std::string promote(std::string_view program_id);   // "<program_id>:promote"
+std::string promoted(std::string_view program_id);  // "<program_id>:promoted"
 
 // "dead:<job_id>": the id of the "score" job that carries the DeadLetter for `job_id`, the same whoever
 // dead-letters the job (the broker past max_attempts, or the worker itself), so the scorer hears of one

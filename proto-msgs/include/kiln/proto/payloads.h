@@ -269,8 +269,8 @@ struct CompileRequest {
   Candidate cand;
   std::optional<Backend> backend;  // cuda | cpu | "" (none: the task's)
   std::string arch;                // nvcc target (sm_90) or "native"
-  FileMap files;          // the task package (reference source, task.yaml), or empty when `task_blob` names it
-  std::string task_blob;  // optional (schema 3): see ProposalRequest
+  FileMap files;                   // the task package (reference source, task.yaml), or empty when `task_blob` names it
+  std::string task_blob;           // optional (schema 3): see ProposalRequest
   // The tester (its worker id) the test job should not go to while another is connected: a confirmation
   // is measured by another tester than the first measurement when there is one. Empty: any.
   std::string avoid_tester;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,10 +91,10 @@ inline constexpr size_t kMaxTemplateResults = 64;
 // The task a program belongs to (the seeds' Program.task holds the whole task; the package is stored
 // once per campaign, so a program names it).
 struct TaskRef {
-  std::string task_id;  // sha256 of the package files
+  std::string task_id;  // task_id(files): the name of the package's blob
   std::string name;
   std::string op;
-  std::string backend;
+  std::optional<Backend> backend;  // "" when unknown
   std::string dtype;
   template <class V>
   void fields(V& v) {
@@ -172,8 +173,8 @@ struct CampaignInfo {
   std::string campaign_id;
   std::string task_name;
   std::string task_id;
-  std::string backend;
-  std::string state;  // running | done
+  std::optional<Backend> backend;  // "" when unknown
+  std::string state;               // running | done
   int64_t budget = 0;
   int64_t proposed = 0;  // proposals issued (program 0 excluded)
   int64_t scored = 0;    // programs with a final score (program 0 included)

@@ -30,7 +30,7 @@ inline constexpr std::string_view kReply = "REPLY";
 // What a worker can do; the broker routes on service name and logs the rest.
 struct Capabilities {
   std::optional<Backend> backend;  // "cuda" | "cpu" | "" (none: not an evaluation worker)
-  std::string gpu_name;  // "NVIDIA H200"
+  std::string gpu_name;            // "NVIDIA H200"
   std::string gpu_uuid;
   std::string arch;       // "sm_90", "x86_64"
   std::string toolchain;  // "nvcc 13.0", "g++ 12.2.0"

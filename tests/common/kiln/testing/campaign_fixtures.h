@@ -86,7 +86,7 @@ inline proto::ScoreResult test_result(const proto::Candidate& cand, std::string 
                                       double lo = 0, double hi = 0, double median_us = 10.0) {
   proto::ScoreResult r;
   r.cand = cand;
-  r.stage = "test";
+  r.stage = proto::Stage::kTest;
   r.build.ok = true;
   r.build.compiler = "g++";
   r.build.kernel_sha256 = "abc";
@@ -118,7 +118,7 @@ inline proto::ScoreResult correct(const proto::Candidate& cand, double speedup, 
 inline proto::ScoreResult build_failed(const proto::Candidate& cand, std::string log) {
   proto::ScoreResult r;
   r.cand = cand;
-  r.stage = "compile";
+  r.stage = proto::Stage::kCompile;
   r.error = "g++ exited with 1";
   r.build.log = std::move(log);
   return r;
@@ -160,7 +160,7 @@ class Driver {
       c.cand.proposer = req.proposer;
       c.cand.code = req.parent.code;
       c.cand.params = {{"BLOCK", std::to_string(64 * req.proposal_index)}};
-      c.backend = "cpu";
+      c.backend = proto::Backend::kCpu;
       c.arch = "native";
       proto::FollowUp out;
       out.service = "compile";
@@ -192,10 +192,11 @@ class Driver {
         enqueue(propose_(f));
       } else if (f.service == "compile") {
         auto c = decode_or_die<proto::CompileRequest>(f.payload.data);
-        bool confirm = c.cand.program_id.find("#confirm") != std::string::npos;
-        proto::ScoreResult r = test_(c.cand, confirm);
+        // As the compiler and the tester do: the purpose goes on with the candidate, and names the job.
+        proto::ScoreResult r = test_(c.cand, c.purpose == proto::Purpose::kConfirm);
         r.cand = c.cand;
-        feed(c.cand.program_id + ":score", proto::encode(r));
+        r.purpose = c.purpose;
+        feed(proto::job_id::score(c.cand.program_id, c.purpose), proto::encode(r));
       } else if (f.service == "promote") {
         auto req = decode_or_die<proto::PromoteRequest>(f.payload.data);
         trace.promotions.push_back(req);
