@@ -59,7 +59,7 @@ Measured measure(compiler::CompileHandler& cc, tester::TestHandler& tt, const pr
   req.cand.program_id = "bench/p" + std::to_string(index);
   req.cand.code = files.at(spec.kernel_file).data;
   req.cand.params = params;
-  req.backend = std::string(kiln::proto::name(spec.backend));
+  req.backend = spec.backend;
   req.arch = "native";
   req.files = files;
   messaging::JobOutcome built = cc.compile(req);

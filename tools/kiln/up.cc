@@ -104,11 +104,12 @@ int cmd_up(const Common& common_options, const UpOptions& o) {
   add("llm-bridge", "kiln-llm-bridge", cfg.llm_bridge.metrics_port, false);
   for (int i = 0; i < cfg.up.compilers; ++i)
     add("compiler-" + std::to_string(i + 1), "kiln-compiler", replica_port(cfg.compiler.metrics_port, i), false);
+  // One tester per GPU: tester i takes GPU i unless the config pins one index for all.
+  const auto tester_backend = proto::parse_backend(cfg.tester.backend);
+  const bool gpu_each = tester_backend.is_ok() && *tester_backend == proto::Backend::kCuda && cfg.tester.gpu_index < 0;
   for (int i = 0; i < cfg.up.testers; ++i) {
     add("tester-" + std::to_string(i + 1), "kiln-tester", replica_port(cfg.tester.metrics_port, i), false);
-    // One tester per GPU: tester i takes GPU i unless the config pins one index for all.
-    if (proto::is_backend(cfg.tester.backend, proto::Backend::kCuda) && cfg.tester.gpu_index < 0)
-      specs.back().env.emplace_back("KILN_TESTER_GPU_INDEX", std::to_string(i));
+    if (gpu_each) specs.back().env.emplace_back("KILN_TESTER_GPU_INDEX", std::to_string(i));
   }
   add("scorer", "kiln-scorer", cfg.scorer.metrics_port, false);
   add("promoter", "kiln-promoter", cfg.promoter.metrics_port, false);

@@ -167,7 +167,7 @@ TEST_CASE("the Python bridge serves ProposalRequests only with an allowlisted ke
     stop = true;
     t.join();
     REQUIRE(got);
-    CHECK(seen->backend == "cpu");
+    CHECK(seen->backend == kiln::proto::Backend::kCpu);
     CHECK(seen->arch == "native");
     CHECK(seen->cand.campaign_id == "camp");
     CHECK(seen->cand.program_id == "camp/p1");

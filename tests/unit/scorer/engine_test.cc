@@ -170,7 +170,7 @@ TEST_CASE("a campaign starts with program 0 and the first wave of proposals", "[
     f.handle("c2:start", start_payload("c2", 1, 1, kiln::testing::task_files("cuda")));
     auto req = f.engine->campaign("c2");
     REQUIRE(req.is_ok());
-    CHECK(req->backend == "cuda");
+    CHECK(req->backend == proto::Backend::kCuda);
   }
   SECTION("budget 0 runs program 0 alone") {
     scorer::Handled h0 = f.handle("c3:start", start_payload("c3", 0, 4));
