@@ -866,6 +866,38 @@ TEST_CASE("a follow-up that names a device model waits for a worker of it, and e
   CHECK(ran_on == std::vector<std::string>{"x"});
 }
 
+TEST_CASE("the broker's status counts the jobs waiting for a device model no worker has", "[broker]") {
+  broker::BrokerOptions opt;
+  opt.device_wait_s = 0;  // for ever
+  RunningBroker b(opt);
+  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
+    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "", "GPU-X"};
+    return messaging::JobOutcome::ok({next});
+  });
+  messaging::Client client(b.ctx, b.endpoint());
+  auto waiting = [&] {
+    auto body = client.request("broker", "status", "");
+    REQUIRE(body.is_ok());
+    auto st = proto::decode<proto::BrokerStatus>(*body);
+    REQUIRE(st.is_ok());
+    for (const auto& q : st->queues)
+      if (q.service == "check") return q.waiting_for_device;
+    return std::map<std::string, int64_t>{};
+  };
+  RunningWorker y(
+      b.ctx, b.endpoint(), "check", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1, {}, "check-y",
+      "GPU-Y");
+  REQUIRE(client.submit(submit_of("first", "a", "")).is_ok());
+  REQUIRE(client.submit(submit_of("first", "b", "")).is_ok());
+  REQUIRE(eventually([&] { return waiting() == std::map<std::string, int64_t>{{"GPU-X", 2}}; }));
+  RunningWorker x(
+      b.ctx, b.endpoint(), "check", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1, {}, "check-x",
+      "GPU-X");
+  REQUIRE(eventually([&] { return job_status(client, "b:check").state == "done"; }));
+  CHECK(job_status(client, "a:check").state == "done");
+  CHECK(waiting().empty());
+}
+
 TEST_CASE("while the job table cannot write, new jobs are refused as retryable, and it recovers by itself",
           "[broker]") {
   CapturedLog log;

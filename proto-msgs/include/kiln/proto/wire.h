@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -238,6 +239,9 @@ struct QueueStatus {
   int64_t failed = 0;
   int64_t dead = 0;
   int64_t workers = 0;
+  // Queued jobs that need a device model (FollowUp::device) no connected worker of the service has, by
+  // model: they wait, up to broker.device_wait_s.
+  std::map<std::string, int64_t> waiting_for_device;
   template <class V>
   void fields(V& v) {
     v("service", service);
@@ -247,6 +251,7 @@ struct QueueStatus {
     v("failed", failed);
     v("dead", dead);
     v("workers", workers);
+    v("waiting_for_device", waiting_for_device);
   }
 };
 

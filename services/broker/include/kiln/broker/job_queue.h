@@ -176,6 +176,8 @@ class JobQueue {
   const std::unordered_map<std::string, LiveJob>& jobs() const { return jobs_; }
   const std::map<std::string, ServiceQueue>& services() const { return services_; }
   const std::unordered_map<std::string, Worker>& workers() const { return workers_; }
+  // Whether a worker of the device model `job` needs (LiveJob::device) serves its service now.
+  bool device_served(const LiveJob& job) const;
   JobTable& table() { return table_; }
 
  private:
@@ -184,7 +186,6 @@ class JobQueue {
   void enqueue_row(JobRow row);
   void dead_letter(const LiveJob& job, const std::string& reason, bool worker_retry);
   bool may_take(const LiveJob& job, const Worker& w, const ServiceQueue& q) const;
-  bool device_served(const LiveJob& job) const;
   bool waited_too_long(LiveJob& job, double now);
   void fail_unserved_device(const std::string& job_id);
   bool store_ok(std::string_view op, const std::string& what, const Status& st);
