@@ -16,7 +16,8 @@ runs on>" (KILN_NODE, from the stack's {{.Node.Hostname}}). Figures go to bench/
     python3 bench/cluster/swarm_nodes.py [--budget 12] [--keep]
 
 Needs root, a Docker daemon, and the images (`docker-compose -f docker/docker-compose.yml build`,
-`docker/swarm-gateway.sh` builds kiln-gateway; KILN_IMAGE names Kiln's image, as for the compose file). Exit 0 when every check passed.
+`docker/swarm-gateway.sh` builds kiln-gateway; KILN_IMAGE names Kiln's image, as for the compose file).
+Exit 0 when every check passed.
 """
 import argparse
 import json
@@ -293,8 +294,8 @@ def main():
         result["image_load_s"] = round(load_images(), 1)
         make_swarm(ips)
         t = time.time()
-        on(NODES[0], "sh", "-c", f"cd /kiln && KILN_IMAGE={KILN_IMAGE} docker stack deploy --resolve-image never -c docker/kiln-stack.yml "
-                                 f"-c bench/cluster/bench.yml {STACK}")
+        on(NODES[0], "sh", "-c", f"cd /kiln && KILN_IMAGE={KILN_IMAGE} docker stack deploy --resolve-image never "
+                                 f"-c docker/kiln-stack.yml -c bench/cluster/bench.yml {STACK}")
         on(NODES[0], "env", "KILN_GATEWAY_ADDR=0.0.0.0", "KILN_GATEWAY_PORTS=5555=broker:5555 9090=prometheus:9090",
            "bash", "/kiln/docker/swarm-gateway.sh", STACK)
         kiln = Kiln(args, f"tcp://{ips[NODES[0]]}:5555")
