@@ -146,7 +146,8 @@ proto::FollowUp CompileHandler::test_job(const proto::CompileRequest& request, c
                          proto::job_id::test(cand.program_id),
                          {proto::encode(test)},
                          0,
-                         request.avoid_tester};
+                         request.avoid_tester,
+                         request.tester_device};
 }
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {

@@ -92,6 +92,10 @@ struct FollowUp {
   // A worker id this job should not go to while another worker of its service is connected: a
   // confirming measurement runs on another tester (another GPU) when there is one. Empty: any worker.
   std::string avoid_worker;
+  // The device model (a worker's READY gpu_name) the job must run on; empty: any. A confirming
+  // measurement names the model of the first measurement: it waits for a worker of that model, up to the
+  // broker's device_wait_s, rather than run on another model whose figures would not count.
+  std::string device;
   template <class V>
   void fields(V& v) {
     v("service", service);
@@ -99,6 +103,7 @@ struct FollowUp {
     v("payload", payload);
     v("timeout_s", timeout_s);
     v("avoid_worker", avoid_worker);
+    v("device", device);
   }
 };
 
