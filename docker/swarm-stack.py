@@ -61,6 +61,7 @@ CONFIG_FILES = {
 }
 # Compose keys Swarm ignores or refuses, replaced by deploy settings or configs (or, for security_opt, by
 # nothing: see docs/cluster.md).
+NODE_ENV, NODE_TEMPLATE = "KILN_NODE", "{{.Node.Hostname}}"
 DROPPED = {"build", "restart", "depends_on", "profiles", "security_opt", "deploy", "ports"}
 KEPT = {"image", "command", "environment", "volumes", "user", "read_only", "init", "cap_add", "cap_drop", "tmpfs"}
 
@@ -74,7 +75,8 @@ STACK_HEADER = """\
 # GPU nodes (NVIDIA runtime as dockerd's default, GPUs advertised as NVIDIA-GPU generic resources):
 #   docker node update --label-add kiln.gpu=true <node>; docker service scale kiln_tester-gpu=<GPUs in all>
 # Every service is on the overlay network `kiln` with DNS round robin (no virtual IP, no IPVS needed); only
-# the CURVE bridge port 5557 is published on a node.
+# the CURVE bridge port 5557 is published on a node. Each Kiln process gets KILN_NODE, its node's host name
+# (a Swarm template): Prometheus sees node="<host>" on every series of it.
 """
 PROM_HEADER = """\
 # Prometheus on Docker Swarm: every replica of every Kiln service on every node, found through Swarm's
@@ -88,12 +90,26 @@ class Error(Exception):
     pass
 
 
+def with_node(env):
+    """A Kiln process's environment plus KILN_NODE, the node's host name as Swarm fills it in: every series
+    on its /metrics then carries node="<host>" (docs/cluster.md)."""
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) if "=" in e else (e, None) for e in env)
+    env = dict(env or {})
+    if NODE_ENV in env:
+        raise Error(f"{NODE_ENV} is set by docker/swarm-stack.py, not in docker-compose.yml")
+    env[NODE_ENV] = NODE_TEMPLATE
+    return env
+
+
 def swarm_service(name, svc, spec):
     out = {k: copy.deepcopy(v) for k, v in svc.items() if k in KEPT}
     unknown = set(svc) - KEPT - DROPPED
     if unknown:
         raise Error(f"service {name}: keys {sorted(unknown)} are neither carried to Swarm nor dropped "
                     f"(docker/swarm-stack.py KEPT/DROPPED)")
+    if str((svc.get("command") or [""])[0]).startswith("kiln-"):
+        out["environment"] = with_node(out.get("environment"))
     if name == "grafana":
         out.pop("volumes", None)  # bind mounts of the checkout: Swarm configs instead
     if "tmpfs" in out:

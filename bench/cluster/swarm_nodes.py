@@ -9,12 +9,15 @@ with bench/cluster/bench.yml over it (a compiler and a tester per node, 3 s hear
 docker/swarm-gateway.sh on node 1 forwards the broker to the host CLI. A CPU campaign is submitted from the
 host; once node 3's tester holds a job, node 3 is killed whole (its dockerd and every container at once,
 SIGKILL). Checked: the campaign finishes on the other nodes, every candidate scored exactly once, the
-promoted kernel in the registry volume on node 1. Figures go to bench/cluster/swarm_nodes.json.
+promoted kernel in the registry volume on node 1; before the campaign, that Prometheus (on node 1, through
+tasks.<service> DNS) sees every replica of every node, and every series of each carries node="<the node it
+runs on>" (KILN_NODE, from the stack's {{.Node.Hostname}}). Figures go to bench/cluster/swarm_nodes.json.
 
     python3 bench/cluster/swarm_nodes.py [--budget 12] [--keep]
 
 Needs root, a Docker daemon, and the images (`docker-compose -f docker/docker-compose.yml build`,
-`docker/swarm-gateway.sh` builds kiln-gateway). Exit 0 when every check passed.
+`docker/swarm-gateway.sh` builds kiln-gateway; KILN_IMAGE names Kiln's image, as for the compose file).
+Exit 0 when every check passed.
 """
 import argparse
 import json
@@ -29,7 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NODES = ["kiln-node1", "kiln-node2", "kiln-node3"]
 NETWORK = "kiln-nodes"
 NODE_IMAGE = "kiln-swarm-node:latest"
-IMAGES = ["kiln:latest", "kiln-prometheus:latest", "kiln-gateway:latest"]
+KILN_IMAGE = os.environ.get("KILN_IMAGE", "kiln:latest")  # as in the compose and stack files
+IMAGES = [KILN_IMAGE, "kiln-prometheus:latest", "kiln-gateway:latest"]
 STACK = "kiln"
 RESULT = os.path.join(ROOT, "bench", "cluster", "swarm_nodes.json")
 
@@ -152,10 +156,49 @@ def prom(ip, query):
         return json.load(r)["data"]["result"]
 
 
+def overlay_homes():
+    """The node each task's overlay address is on: {address: node}."""
+    homes = {}
+    fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
+    for n in NODES:
+        out = on(n, "sh", "-c", f"docker ps -q | xargs -r docker inspect -f '{fmt}'")
+        for ip in out.split():
+            homes[ip] = n
+    return homes
+
+
+def node_labels(ips, result, checks):
+    """The node label Prometheus sees on each replica's series, against the node the replica runs on."""
+    synthetic = "up|scrape_.+"
+    targets = {}  # replica address -> the target's service
+
+    def every_target_labelled():
+        targets.clear()
+        for r in prom(ips[NODES[0]], 'up{job="kiln"} == 1'):
+            targets[r["metric"]["replica"]] = r["metric"]["service"]
+        seen = {}
+        for r in prom(ips[NODES[0]], f'count by (replica, node) ({{job="kiln", __name__!~"{synthetic}"}})'):
+            seen.setdefault(r["metric"]["replica"], set()).add(r["metric"].get("node", ""))
+        return seen if len(targets) >= 3 * len(NODES) and all(seen.get(t) for t in targets) else None
+    seen = eventually(every_target_labelled, 120, 2.0, "Prometheus to scrape every replica")
+    homes = overlay_homes()
+    rows = [{"service": svc, "replica": rep, "runs_on": homes.get(rep, "?"), "node_labels": sorted(seen[rep])}
+            for rep, svc in sorted(targets.items(), key=lambda t: (t[1], t[0]))]
+    result["node_labels"] = rows
+    for row in rows:
+        log(f"{row['service']} {row['replica']} on {row['runs_on']}: node={row['node_labels']}")
+    wrong = [row for row in rows if row["node_labels"] != [row["runs_on"]]]
+    check(not wrong, f"every series of each of the {len(rows)} replicas carries node=<the node it runs on> "
+          f"(wrong: {wrong})", checks)
+    check({row["runs_on"] for row in rows if row["service"] == "tester"} == set(NODES),
+          "Prometheus sees a tester labelled with each node", checks)
+
+
 def campaign(args, kiln, ips, result, checks):
     workers = eventually(lambda: (lambda ws: ws if sum(w["service"] == "compile" for w in ws) >= 3 and
                                   sum(w["service"] == "test.cpu" for w in ws) >= 3 else None)(
         kiln.json("status")["workers"]), 240, 2.0, "3 compilers and 3 testers to register")
+    node_labels(ips, result, checks)
     homes = {n: containers_on(n) for n in NODES}
 
     def node_of(w):
@@ -213,7 +256,7 @@ def campaign(args, kiln, ips, result, checks):
                           "Prometheus to count the requeues")
     result["requeued"] = {f"{r['metric'].get('service')}/{r['metric'].get('reason')}": float(r["value"][1])
                           for r in requeues}
-    reg = json.loads(on(NODES[0], "docker", "run", "--rm", "-v", f"{STACK}_kiln-registry:/r:ro", "kiln:latest",
+    reg = json.loads(on(NODES[0], "docker", "run", "--rm", "-v", f"{STACK}_kiln-registry:/r:ro", KILN_IMAGE,
                         "cat", "/r/verified_kernels.json"))
     entries = reg.get("kernels", reg if isinstance(reg, list) else [])
     found = [e for e in entries if e.get("kernel_id", e.get("id")) in set(info["promoted"])]
@@ -251,8 +294,8 @@ def main():
         result["image_load_s"] = round(load_images(), 1)
         make_swarm(ips)
         t = time.time()
-        on(NODES[0], "sh", "-c", f"cd /kiln && docker stack deploy --resolve-image never -c docker/kiln-stack.yml "
-                                 f"-c bench/cluster/bench.yml {STACK}")
+        on(NODES[0], "sh", "-c", f"cd /kiln && KILN_IMAGE={KILN_IMAGE} docker stack deploy --resolve-image never "
+                                 f"-c docker/kiln-stack.yml -c bench/cluster/bench.yml {STACK}")
         on(NODES[0], "env", "KILN_GATEWAY_ADDR=0.0.0.0", "KILN_GATEWAY_PORTS=5555=broker:5555 9090=prometheus:9090",
            "bash", "/kiln/docker/swarm-gateway.sh", STACK)
         kiln = Kiln(args, f"tcp://{ips[NODES[0]]}:5555")

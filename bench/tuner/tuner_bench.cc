@@ -116,11 +116,13 @@ CampaignRun tuner_campaign(const std::string& db, const std::string& campaign_id
       if (it == table.end()) die("no measurement for " + archive::params_string(req.cand.params));
       proto::ScoreResult r = it->second.result;
       r.cand = req.cand;
-      if (it->second.speedup > run.best_speedup && req.cand.program_id.find("#confirm") == std::string::npos) {
+      r.purpose = req.purpose;
+      const bool confirm = req.purpose == proto::Purpose::kConfirm;
+      if (it->second.speedup > run.best_speedup && !confirm) {
         run.best_speedup = it->second.speedup;
         run.candidates_to_best = req.cand.proposal_index;
       }
-      score(req.cand.program_id + ":score", proto::encode(r));
+      score(proto::job_id::score(req.cand.program_id, req.purpose), proto::encode(r));
     } else if (f.service == "promote") {
       auto req = value_or_die(proto::decode<proto::PromoteRequest>(f.payload.data), "promote request");
       proto::PromoteOutcome o;

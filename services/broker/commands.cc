@@ -35,6 +35,13 @@ constexpr std::string_view kBadRequestId = "request ids are UTF-8 text without c
 
 bool valid_job_id(std::string_view s) { return !s.empty() && s.size() <= kMaxJobId && messaging::is_printable_utf8(s); }
 
+// A follow-up's avoid_worker and device are compared with READYs' worker ids and gpu names, and logged.
+constexpr std::string_view kBadRouting = "avoid_worker and device are at most 128 bytes of printable text";
+bool valid_routing(const proto::FollowUp& f) {
+  auto ok = [](std::string_view s) { return s.size() <= kMaxWorkerId && messaging::is_printable_utf8(s); };
+  return ok(f.avoid_worker) && ok(f.device);
+}
+
 bool valid_worker_id(std::string_view s) {
   if (s.empty() || s.size() > kMaxWorkerId) return false;
   for (unsigned char c : s)
@@ -141,6 +148,8 @@ void Commands::on_ready(const Envelope& env) {
     return refuse_ready(env.identity, rejection_for_service(st), st.message());
   if (!valid_worker_id(ready->worker_id))
     return refuse_ready(env.identity, Rejection::kInvalidName, "worker ids are 1-128 bytes of printable ASCII");
+  if (ready->caps.gpu_name.size() > kMaxWorkerId || !messaging::is_printable_utf8(ready->caps.gpu_name))
+    return refuse_ready(env.identity, Rejection::kInvalidName, "device names are at most 128 bytes of printable text");
   const bool bridge = is_external(env.identity);
   if (bridge && std::find(opt_.external_services.begin(), opt_.external_services.end(), ready->service) ==
                     opt_.external_services.end())
@@ -202,6 +211,7 @@ void Commands::on_result(const Envelope& env) {
     return refuse(Rejection::kBadResult, "outcome must be ok, failed or retry");
   for (const auto& f : res->next) {
     if (!valid_job_id(f.job_id)) return refuse(Rejection::kBadResult, "follow-up: " + std::string(kBadJobId));
+    if (!valid_routing(f)) return refuse(Rejection::kBadResult, "follow-up: " + std::string(kBadRouting));
     if (Status st = queue_.admit_service(f.service); !st.is_ok())
       return refuse(rejection_for_service(st), "follow-up: " + st.message());
     if (is_external(env.identity)) {

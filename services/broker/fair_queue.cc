@@ -59,6 +59,25 @@ std::optional<std::string> FairQueue::take(size_t scan, const std::function<bool
   return id;
 }
 
+bool FairQueue::remove(const std::string& job_id, int64_t priority, const std::string& campaign) {
+  auto lit = levels_.find(priority);
+  if (lit == levels_.end()) return false;
+  Level& level = lit->second;
+  auto cit = level.jobs.find(campaign);
+  if (cit == level.jobs.end()) return false;
+  auto& jobs = cit->second;
+  auto it = std::find(jobs.begin(), jobs.end(), job_id);
+  if (it == jobs.end()) return false;
+  jobs.erase(it);
+  --size_;
+  if (jobs.empty()) {
+    level.jobs.erase(cit);
+    level.turns.erase(std::find(level.turns.begin(), level.turns.end(), campaign));
+    if (level.turns.empty()) levels_.erase(lit);
+  }
+  return true;
+}
+
 std::vector<std::string> FairQueue::take_all() {
   std::vector<std::string> out = peek(size_);
   levels_.clear();

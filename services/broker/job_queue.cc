@@ -51,6 +51,7 @@ size_t JobQueue::resume(std::vector<JobRow> active) {
     j.attempt = row.attempt;
     j.timeout_s = row.timeout_s;
     j.avoid_worker = std::move(row.avoid_worker);
+    j.device = std::move(row.device);
     j.priority = row.priority;
     j.campaign = std::move(row.campaign);
     enqueue(std::move(j));
@@ -196,6 +197,7 @@ void JobQueue::enqueue_row(JobRow r) {
   j.attempt = r.attempt;
   j.timeout_s = r.timeout_s;
   j.avoid_worker = std::move(r.avoid_worker);
+  j.device = std::move(r.device);
   j.priority = r.priority;
   j.campaign = std::move(r.campaign);
   publish(j, "queued");
@@ -336,10 +338,12 @@ Status JobQueue::complete(const std::string& job_id, JobState final_state, const
   return Status::ok();
 }
 
-// May `w` take `job`? A job that avoids a worker goes to another worker of its service with the same
-// device model as the avoided one (busy or not: the job waits for it) when one is connected, else to any
-// worker, the avoided one included.
+// May `w` take `job`? A job that names a device model goes only to workers of that model. A job that
+// avoids a worker goes to another worker of its service with the same device model (the one it names, else
+// the avoided worker's) when one is connected, busy or not (the job waits for it); else to any worker it
+// may take, the avoided one included.
 bool JobQueue::may_take(const LiveJob& job, const Worker& w, const ServiceQueue& q) const {
+  if (!job.device.empty() && w.caps.gpu_name != job.device) return false;
   if (job.avoid_worker.empty()) return true;
   const Worker* avoided = nullptr;
   for (const auto& id : q.workers) {
@@ -347,7 +351,9 @@ bool JobQueue::may_take(const LiveJob& job, const Worker& w, const ServiceQueue&
     if (o.worker_id == job.avoid_worker) avoided = &o;
   }
   auto alternative = [&](const Worker& o) {
-    return o.worker_id != job.avoid_worker && (avoided == nullptr || o.caps.gpu_name == avoided->caps.gpu_name);
+    if (o.worker_id == job.avoid_worker) return false;
+    if (!job.device.empty()) return o.caps.gpu_name == job.device;
+    return avoided == nullptr || o.caps.gpu_name == avoided->caps.gpu_name;
   };
   for (const auto& id : q.workers) {
     if (alternative(workers_.at(id))) return alternative(w);
@@ -497,10 +503,50 @@ void JobQueue::check_timers() {
   }
   for (const auto& [id, after] : lost)
     remove_worker(id, "worker lost: silent for " + format_value("%.1f", after) + " s");
-  std::vector<std::string> expired;
-  for (auto& [id, j] : jobs_)
+  std::vector<std::string> expired, unserved;
+  for (auto& [id, j] : jobs_) {
     if (j.leased && now > j.lease_deadline) expired.push_back(id);
+    if (!j.leased && waited_too_long(j, now)) unserved.push_back(id);
+  }
   for (const auto& id : expired) requeue(id, "deadline passed");
+  for (const auto& id : unserved) fail_unserved_device(id);
+}
+
+bool JobQueue::device_served(const LiveJob& job) const {
+  auto q = services_.find(job.service);
+  if (q == services_.end()) return false;
+  return std::any_of(q->second.workers.begin(), q->second.workers.end(),
+                     [&](const std::string& id) { return workers_.at(id).caps.gpu_name == job.device; });
+}
+
+// Whether a queued job that needs a device model has waited device_wait_s with no worker of that model
+// serving its service; the wait starts over whenever one is connected.
+bool JobQueue::waited_too_long(LiveJob& job, double now) {
+  if (job.device.empty()) return false;
+  if (device_served(job)) {
+    job.no_device_since = 0;
+    return false;
+  }
+  if (job.no_device_since == 0) {
+    job.no_device_since = now;
+    spdlog::info("job {} waits for a worker of '{}' on '{}': none is connected", job.id, job.service, job.device);
+    return false;
+  }
+  return opt_.device_wait_s > 0 && now - job.no_device_since >= opt_.device_wait_s;
+}
+
+// Not the candidate's fault: the dead letter says the job was not run (worker_retry), and why.
+void JobQueue::fail_unserved_device(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  LiveJob job = std::move(it->second);
+  jobs_.erase(it);
+  auto q = services_.find(job.service);
+  if (q != services_.end()) q->second.queued.remove(job.id, job.priority, job.campaign);
+  dead_letter(job,
+              "no worker of '" + job.service + "' on '" + job.device + "' was connected for " +
+                  format_value("%.0f", opt_.device_wait_s) + " s (it must run on the device model it names)",
+              true);
 }
 
 std::vector<std::string> JobQueue::heartbeats_due() const {

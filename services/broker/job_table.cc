@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   error      TEXT NOT NULL DEFAULT '',
   timeout_s  REAL NOT NULL DEFAULT 0,
   avoid_worker TEXT NOT NULL DEFAULT '',
+  device     TEXT NOT NULL DEFAULT '',
   created_at REAL NOT NULL,
   updated_at REAL NOT NULL,
   priority   INTEGER NOT NULL DEFAULT 0,
@@ -96,6 +97,7 @@ Result<JobTable> JobTable::open(const std::string& path, int64_t max_bytes) {
   KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "avoid_worker", "TEXT NOT NULL DEFAULT ''"));
   KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "priority", "INTEGER NOT NULL DEFAULT 0"));
   KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "campaign", "TEXT NOT NULL DEFAULT ''"));
+  KILN_RETURN_IF_ERROR(add_column_if_missing(*db, "device", "TEXT NOT NULL DEFAULT ''"));
   KILN_RETURN_IF_ERROR(db->exec(kEndedIndex));
   if (max_bytes > 0) {
     KILN_ASSIGN_OR_RETURN(auto page, db->prepare("PRAGMA page_size"));
@@ -111,7 +113,7 @@ Result<std::vector<JobRow>> JobTable::load_active() {
   KILN_ASSIGN_OR_RETURN(
       auto st,
       db_.prepare("SELECT id, service, state, attempt, payload, timeout_s, created_at, avoid_worker, priority, "
-                  "campaign FROM jobs WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
+                  "campaign, device FROM jobs WHERE state IN ('queued','leased') ORDER BY created_at, rowid"));
   std::vector<JobRow> rows;
   while (true) {
     KILN_ASSIGN_OR_RETURN(bool row, st.step());
@@ -127,6 +129,7 @@ Result<std::vector<JobRow>> JobTable::load_active() {
     r.avoid_worker = st.column_text(7);
     r.priority = st.column_int(8);
     r.campaign = st.column_text(9);
+    r.device = st.column_text(10);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -197,7 +200,7 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
         auto ins,
         db_.prepare(
             "INSERT OR IGNORE INTO jobs(id, service, state, attempt, payload, timeout_s, created_at, updated_at, "
-            "avoid_worker, priority, campaign) VALUES(?,?,'queued',1,?,?,?,?,?,?,?)"));
+            "avoid_worker, priority, campaign, device) VALUES(?,?,'queued',1,?,?,?,?,?,?,?,?)"));
     for (const auto& f : next) {
       ins.bind(1, f.job_id)
           .bind(2, f.service)
@@ -207,7 +210,8 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
           .bind(6, now)
           .bind(7, f.avoid_worker)
           .bind(8, priority)
-          .bind(9, campaign);
+          .bind(9, campaign)
+          .bind(10, f.device);
       KILN_RETURN_IF_ERROR(ins.run());
       if (db_.changes() > 0) {
         JobRow r;
@@ -217,6 +221,7 @@ Result<std::vector<JobRow>> JobTable::complete(const std::string& id, JobState f
         r.timeout_s = f.timeout_s;
         r.created_at = now;
         r.avoid_worker = f.avoid_worker;
+        r.device = f.device;
         r.priority = priority;
         r.campaign = campaign;
         inserted.push_back(std::move(r));

@@ -22,6 +22,7 @@ BrokerOptions options_from_config(const config::BrokerConfig& bc, const std::str
   opt.retention.finished_max_jobs = bc.retention_max_jobs;
   opt.retention_interval_s = bc.retention_interval_s;
   opt.lease_timeout_s = bc.lease_timeout_s;
+  opt.device_wait_s = bc.device_wait_s;
   opt.external_bind = bc.external_bind;
   opt.allowlist_path = under_state_dir(state_dir, bc.external_allowlist);
   return opt;

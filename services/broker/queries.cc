@@ -42,6 +42,11 @@ proto::BrokerStatus status_of(JobQueue& queue, int64_t rejected_frames) {
     }
     st.queues.push_back(qs);
   }
+  for (const auto& [id, job] : queue.jobs()) {
+    if (job.leased || job.device.empty() || queue.device_served(job)) continue;
+    for (auto& qs : st.queues)
+      if (qs.service == job.service) ++qs.waiting_for_device[job.device];
+  }
   for (const auto& [id, w] : queue.workers()) {
     st.workers.push_back(
         proto::WorkerStatus{w.service, w.worker_id, w.slots, static_cast<int64_t>(w.leased.size()), w.caps});

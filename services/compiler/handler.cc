@@ -149,7 +149,8 @@ proto::FollowUp CompileHandler::test_job(const proto::CompileRequest& request, c
                          proto::job_id::test(cand.program_id, request.purpose),
                          {proto::encode(test)},
                          0,
-                         request.avoid_tester};
+                         request.avoid_tester,
+                         request.tester_device};
 }
 
 messaging::JobOutcome CompileHandler::handle(const proto::Job& job) {

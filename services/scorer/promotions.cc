@@ -53,9 +53,13 @@ Status Promotions::request_confirmation(CampaignRow& c, const proto::Program& p,
   compile.arch = arch_for(options_, c.backend);
   compile.want_profile = reads_profiles(c);
   service::attach_task(*options_.tasks, c.files, &compile.files, &compile.task_blob);
-  // Measured again by another tester (another GPU) than the first time, when one is connected.
+  // Measured again by another tester (another GPU) than the first time when one is connected, and on the
+  // same device model: the registry takes a confirmation made on the target only.
   KILN_ASSIGN_OR_RETURN(auto eval, store_.load_result(p.id, proto::Purpose::kEval));
-  if (eval) compile.avoid_tester = eval->test.worker.worker_id;
+  if (eval) {
+    compile.avoid_tester = eval->test.worker.worker_id;
+    compile.tester_device = eval->test.worker.device_name;
+  }
   fx.next.push_back(follow_up(proto::svc::kCompile, proto::job_id::compile_confirm(p.id), proto::encode(compile)));
   return Status::ok();
 }

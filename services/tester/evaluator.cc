@@ -48,6 +48,9 @@ struct Evaluator::Run {
   proto::TestReport finish(proto::TestReport r) const {
     if (r.worker.device_name.empty()) r.worker = evaluator.worker();
     r.worker.worker_id = evaluator.options_.worker_id;
+    // The model named as this tester announced it (READY's gpu_name), which a confirmation is routed by;
+    // the evaluator's own name for it (the CUDA runtime's rather than NVML's) may be spelled otherwise.
+    if (!evaluator.worker().device_name.empty()) r.worker.device_name = evaluator.worker().device_name;
     r.duration_s = monotonic_s() - start;
     r.process = process;
     r.metadata = metadata;

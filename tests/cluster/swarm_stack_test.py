@@ -65,6 +65,26 @@ class SwarmStack(unittest.TestCase):
                  for n in sd["names"]]
         self.assertTrue(names and all(n.startswith("tasks.") for n in names), names)
 
+    def test_every_kiln_process_knows_its_node(self):
+        # KILN_NODE puts node="<host>" on every series the process exposes (docs/cluster.md).
+        for name, svc in load("docker/kiln-stack.yml")["services"].items():
+            env = svc.get("environment") or {}
+            if svc.get("command", [""])[0].startswith("kiln-"):
+                self.assertEqual(env.get("KILN_NODE"), "{{.Node.Hostname}}", name)
+            else:
+                self.assertNotIn("KILN_NODE", env, name)
+        compose = load("docker/docker-compose.yml")
+        kept = swarm_stack.stack(compose)["services"]["llm-bridge"]["environment"]
+        self.assertEqual(set(kept), {"OPENAI_API_KEY", "KILN_NODE"})  # the service's own variables kept
+        listed = copy.deepcopy(compose)
+        listed["services"]["compiler"]["environment"] = ["A=1", "B"]
+        self.assertEqual(swarm_stack.stack(listed)["services"]["compiler"]["environment"],
+                         {"A": "1", "B": None, "KILN_NODE": "{{.Node.Hostname}}"})
+        clash = copy.deepcopy(compose)
+        clash["services"]["compiler"]["environment"] = {"KILN_NODE": "x"}
+        with self.assertRaisesRegex(swarm_stack.Error, r"KILN_NODE is set by docker/swarm-stack.py"):
+            swarm_stack.stack(clash)
+
     def test_unknown_compose_service_is_refused(self):
         compose = load("docker/docker-compose.yml")
         extra = copy.deepcopy(compose)

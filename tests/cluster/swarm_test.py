@@ -10,7 +10,9 @@ deploys docker/kiln-stack.yml with `docker stack deploy`, starts docker/swarm-ga
   - `docker service scale` adds compilers the way `--scale` does;
   - a CPU campaign submitted from the host CLI (through the gateway on loopback) finishes, every candidate
     scored exactly once, the promoted kernel in the registry volume;
-  - Prometheus finds every replica through `tasks.<service>` DNS.
+  - Prometheus finds every replica through `tasks.<service>` DNS, and every series of every replica carries
+    node="<the swarm node's host name>" (KILN_NODE from the stack's {{.Node.Hostname}}), as do the answers of
+    the dashboard's per-node queries.
 Then removes the stack, the gateway and the volumes, and leaves the swarm if it made it (unless --keep).
 
 Exit codes: 0 passed, 1 failed, 77 skipped (no Docker daemon here, or it cannot make a swarm).
@@ -31,6 +33,9 @@ from stack_harness import Failure, check, compose_command, eventually, log, run,
 use_name("swarm-test")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STACK_FILE = os.path.join(ROOT, "docker", "kiln-stack.yml")
+DASHBOARD = os.path.join(ROOT, "docker", "grafana", "dashboards", "kiln.json")
+# Series Prometheus makes itself for a target (they carry only the target's labels).
+SYNTHETIC = "up|scrape_.+"
 COMPOSE_FILE = os.path.join(ROOT, "docker", "docker-compose.yml")
 KILN_SERVICES = ["broker", "task-ingest", "llm-bridge", "compiler", "tester", "scorer", "promoter"]
 STATEFUL = ["broker", "scorer", "promoter"]
@@ -178,6 +183,32 @@ def check_prometheus(sw):
     got = eventually(all_up, 120, 2.0, "Prometheus to see every replica up")
     check(True, "Prometheus `up` through tasks.<service> DNS: " +
           ", ".join(f"{s}={len(v)}" for s, v in sorted(got.items())))
+    check_node_labels(sw)
+
+
+def check_node_labels(sw):
+    """Every series of every Kiln target says the node its replica runs on: this swarm's one node."""
+    host = sw.docker("node", "inspect", "self", "--format", "{{.Description.Hostname}}").stdout.strip()
+    name = sw.docker("info", "--format", "{{.Name}}").stdout.strip()
+    check(bool(host) and host == name, f"the swarm node's host name {host!r} is the daemon's name {name!r}")
+    targets = {r["metric"]["instance"] for r in sw.prom('up{job="kiln"} == 1')}
+    series = sw.prom(f'count by (instance, node) ({{job="kiln", __name__!~"{SYNTHETIC}"}})')
+    nodes = {}
+    for r in series:
+        nodes.setdefault(r["metric"]["instance"], set()).add(r["metric"].get("node", ""))
+    unlabelled = sw.prom(f'count by (instance) ({{job="kiln", node="", __name__!~"{SYNTHETIC}"}})')
+    check(not unlabelled, f"no Kiln series lacks a node label ({[r['metric'] for r in unlabelled]})")
+    check(bool(targets) and all(nodes.get(t) == {host} for t in targets),
+          f"every series of each of the {len(targets)} targets carries node={host!r} "
+          f"({ {t: sorted(nodes.get(t, ())) for t in sorted(targets)} })")
+    dash = json.load(open(DASHBOARD))
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])
+             if "by (node" in t.get("expr", "") and "kiln_gpu_" not in t["expr"]]  # no GPU tester here
+    for expr in exprs:
+        answer = eventually(lambda: sw.prom(expr), 60, 3.0, f"'{expr}' to return data")
+        check(all(r["metric"].get("node") == host for r in answer),
+              f"dashboard query {expr}: {len(answer)} series, each with node={host!r}")
+    check(bool(exprs), f"the dashboard has per-node queries ({len(exprs)} checked)")
 
 
 def build_images(sw):

@@ -30,7 +30,8 @@ def stop(*_):
 signal.signal(signal.SIGTERM, stop)  # before the start is recorded: the test signals once it reads it
 with open(rec, "a") as f:
     f.write(json.dumps({"exe": name, "argv": sys.argv[1:], "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                        "backend": os.environ.get("KILN_TESTER_BACKEND"), "pid": os.getpid()}) + "\n")
+                        "backend": os.environ.get("KILN_TESTER_BACKEND"), "node": os.environ.get("KILN_NODE"),
+                        "pid": os.getpid()}) + "\n")
 marker = os.path.join(os.path.dirname(rec), "crashed-once")
 if name == "kiln-compiler" and os.environ.get("STUB_CRASH_ONCE") and not os.path.exists(marker):
     open(marker, "w").close()
@@ -72,7 +73,8 @@ def run_node(tmp, env_extra, expect_starts):
     rec = os.path.join(tmp, "record.jsonl")
     env = dict(os.environ, KILN_SLURM_BIN=bindir, KILN_SLURM_BROKER="tcp://10.0.0.1:5555",
                KILN_SLURM_LOG_DIR=os.path.join(tmp, "logs"), SLURM_JOB_ID="42", STUB_RECORD=rec, TMPDIR=tmp)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    for inherited in ("CUDA_VISIBLE_DEVICES", "KILN_NODE", "SLURMD_NODENAME"):
+        env.pop(inherited, None)
     env.update(env_extra)
     os.makedirs(env["KILN_SLURM_LOG_DIR"], exist_ok=True)
     node = subprocess.Popen([KILN_SLURM, "node"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -85,8 +87,11 @@ def run_node(tmp, env_extra, expect_starts):
 
 
 def test_gpu_node(tmp):
-    rc, out, recs = run_node(tmp, {"CUDA_VISIBLE_DEVICES": "3,GPU-1a2b", "SLURM_CPUS_ON_NODE": "8"}, 5)
+    rc, out, recs = run_node(tmp, {"CUDA_VISIBLE_DEVICES": "3,GPU-1a2b", "SLURM_CPUS_ON_NODE": "8",
+                                   "SLURMD_NODENAME": "gpu-node-7"}, 5)
     starts = [r for r in recs if "exe" in r]
+    check(all(r["node"] == "gpu-node-7" for r in starts),
+          f"every worker knows its Slurm node name as KILN_NODE ({sorted({r['node'] for r in starts})})")
     testers = sorted((r["cuda"], r["backend"]) for r in starts if r["exe"] == "kiln-tester")
     check(testers == [("3", "cuda"), ("GPU-1a2b", "cuda")],
           f"one CUDA tester per allocated GPU, each seeing only its own ({testers})")
@@ -109,6 +114,8 @@ def test_cpu_node_restarts(tmp):
            "CUDA_VISIBLE_DEVICES": "NoDevFiles"}
     rc, out, recs = run_node(tmp, env, 4)  # the compiler twice: it exits once and is started again
     starts = [r for r in recs if "exe" in r]
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+    check(all(r["node"] == host for r in starts), f"outside Slurm, KILN_NODE is the host's short name ({host})")
     testers = [r["backend"] for r in starts if r["exe"] == "kiln-tester"]
     check(testers == ["cpu", "cpu"] and all(r["cuda"] == "NoDevFiles" for r in starts if r["exe"] == "kiln-tester"),
           f"without a GPU: the CPU testers asked for ({testers})")

@@ -27,7 +27,8 @@ json queues_json(const proto::BrokerStatus& st) {
                  {"done", s.done},
                  {"failed", s.failed},
                  {"dead", s.dead},
-                 {"workers", s.workers}});
+                 {"workers", s.workers},
+                 {"waiting_for_device", s.waiting_for_device}});
   return q;
 }
 
@@ -51,6 +52,9 @@ void print_queues(const proto::BrokerStatus& st) {
     std::printf("%-12s %7lld %7lld %7lld %7lld %5lld %8lld%s\n", s.service.c_str(), (long long)s.queued,
                 (long long)s.leased, (long long)s.done, (long long)s.failed, (long long)s.dead, (long long)s.workers,
                 s.queued > 0 && s.workers == 0 ? "  (waiting: no worker for this service)" : "");
+    for (const auto& [device, n] : s.waiting_for_device)
+      std::printf("  %lld job(s) of %s wait for a worker on '%s': none is connected (broker.device_wait_s)\n",
+                  (long long)n, s.service.c_str(), device.c_str());
   }
   // An evaluation worker that runs candidates unconfined, or refuses to run them, says so here.
   for (const auto& x : st.workers)

@@ -53,6 +53,7 @@ std::vector<Key> keys_of(KilnConfig& c) {
       {"broker.retention_days", &c.broker.retention_days},
       {"broker.retention_max_jobs", &c.broker.retention_max_jobs},
       {"broker.retention_interval_s", &c.broker.retention_interval_s},
+      {"broker.device_wait_s", &c.broker.device_wait_s},
       {"broker.lease_timeout_s", &c.broker.lease_timeout_s},
       {"broker.metrics_port", &c.broker.metrics_port},
       {"broker.external_bind", &c.broker.external_bind},
@@ -392,6 +393,7 @@ void validate(const KilnConfig& c, const std::string& where) {
   v.non_negative("broker.retention_days", b.retention_days);
   v.at_least("broker.retention_max_jobs", b.retention_max_jobs, int64_t{0});
   v.non_negative("broker.retention_interval_s", b.retention_interval_s);
+  v.non_negative("broker.device_wait_s", b.device_wait_s);
   if (!b.lease_timeout_s.count("default")) v.error("broker.lease_timeout_s.default", "missing (required)");
   for (const auto& [service, seconds] : b.lease_timeout_s) v.positive("broker.lease_timeout_s." + service, seconds);
   v.port("broker.metrics_port", b.metrics_port);

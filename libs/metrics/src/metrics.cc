@@ -3,9 +3,13 @@
 #include <httplib.h>
 #include <sys/socket.h>
 #include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "kiln/core/time.h"
@@ -17,10 +21,20 @@ namespace {
 // shutdown prompt (no keep-alive connection holds a worker thread when the server stops).
 constexpr size_t kHandlerThreads = 2;
 constexpr double kStartTimeoutS = 5.0;
+
+// A byte of a refused name for an error line: 'c' when printable ASCII, else its hex value.
+std::string describe_byte(char c) {
+  auto b = static_cast<unsigned char>(c);
+  if (b > 0x20 && b < 0x7f) return std::string("'") + c + "'";
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", b);
+  return std::string("byte ") + hex;
+}
 }  // namespace
 
 struct MetricsServer::Impl {
   std::shared_ptr<prometheus::Registry> registry;
+  std::string node;
   httplib::Server server;
   std::thread thread;
   std::atomic<bool> listen_returned{false};
@@ -44,9 +58,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::shared_ptr<prom
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  impl.node = node_from_env();
   auto* reg = impl.registry.get();
-  impl.server.Get("/metrics", [reg](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(*reg), kContentType);
+  const std::string* node = &impl.node;
+  impl.server.Get("/metrics", [reg, node](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render(*reg, *node), kContentType);
   });
   for (const Page& page : pages) {
     impl.server.Get(page.pattern, [page](const httplib::Request& req, httplib::Response& res) {
@@ -97,8 +113,45 @@ MetricsServer::~MetricsServer() {
 
 int MetricsServer::port() const { return impl_ ? impl_->port : 0; }
 
-std::string render(prometheus::Registry& registry) {
-  return prometheus::TextSerializer().Serialize(registry.Collect());
+Result<std::string> valid_node(std::string_view value) {
+  if (value.empty()) return invalid_argument(std::string(kNodeEnv) + ": empty node name");
+  if (value.size() > kMaxNodeLength)
+    return invalid_argument(std::string(kNodeEnv) + ": node name of " + std::to_string(value.size()) +
+                            " characters (at most " + std::to_string(kMaxNodeLength) + ")");
+  auto allowed = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  };
+  auto bad = std::find_if_not(value.begin(), value.end(), allowed);
+  if (bad != value.end())
+    return invalid_argument(std::string(kNodeEnv) + ": node name has " + describe_byte(*bad) + " at offset " +
+                            std::to_string(bad - value.begin()) + " (allowed: letters, digits, '.', '_', '-')");
+  return std::string(value);
+}
+
+std::string node_from_env() {
+  const char* value = std::getenv(kNodeEnv);
+  if (value == nullptr || *value == '\0') return "";
+  auto node = valid_node(value);
+  if (!node.is_ok()) {
+    spdlog::warn("{}; series carry no node label", node.status().message());
+    return "";
+  }
+  return std::move(node).value();
+}
+
+std::string render(prometheus::Registry& registry, const std::string& node) {
+  std::vector<prometheus::MetricFamily> families = registry.Collect();
+  if (!node.empty()) {
+    for (auto& family : families) {
+      for (auto& metric : family.metric) {
+        auto& labels = metric.label;
+        bool own = std::any_of(labels.begin(), labels.end(), [](const auto& l) { return l.name == "node"; });
+        if (!own) labels.push_back({"node", node});
+      }
+    }
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 prometheus::Histogram::BucketBoundaries duration_buckets_s() {

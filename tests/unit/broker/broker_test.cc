@@ -576,7 +576,11 @@ TEST_CASE("a READY with a bad service name or worker id is refused with a reply 
   ready = proto::Ready{"fine", "bad\nid", 1, {}};
   peer.send({"KILN1", "READY", proto::encode(ready)});
   CHECK(peer.refusal() == "READY refused: worker ids are 1-128 bytes of printable ASCII");
-  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 3);
+  ready = proto::Ready{"fine", "w", 1, {}};
+  ready.caps.gpu_name = "GPU\x1b[2J";  // the name is logged and matched against jobs' device
+  peer.send({"KILN1", "READY", proto::encode(ready)});
+  CHECK(peer.refusal() == "READY refused: device names are at most 128 bytes of printable text");
+  CHECK(metric_value(*b.registry, "kiln_broker_rejected_frames_total", "reason=invalid_name") == 4);
   // None of them registered a worker or a service.
   messaging::Client client(b.ctx, b.endpoint());
   auto body = client.request("broker", "status", "");
@@ -812,6 +816,88 @@ TEST_CASE("a follow-up that avoids a worker goes to another of the same device m
   CHECK(ran_on.back() == "a");
 }
 
+TEST_CASE("a follow-up that names a device model waits for a worker of it, and ends unrun after device_wait_s",
+          "[broker]") {
+  broker::BrokerOptions opt;
+  opt.device_wait_s = 1.0;
+  RunningBroker b(opt);
+  DeadLetterInbox inbox(b);
+  // "first" hands each job on to "check", to be run on a GPU-X (as a confirmation names its model).
+  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
+    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "", "GPU-X"};
+    return messaging::JobOutcome::ok({next});
+  });
+  std::mutex mu;
+  std::vector<std::string> ran_on;
+  auto record = [&](const std::string& who) {
+    return [&, who](const proto::Job&) {
+      std::lock_guard l(mu);
+      ran_on.push_back(who);
+      return messaging::JobOutcome::ok();
+    };
+  };
+  messaging::Client client(b.ctx, b.endpoint());
+  RunningWorker y(b.ctx, b.endpoint(), "check", record("y"), 4, {}, "check-y", "GPU-Y");
+  REQUIRE(client.submit(submit_of("first", "late", "")).is_ok());
+  // Only a GPU-Y serves "check": the job waits, then is dead-lettered as not run, saying why.
+  REQUIRE(eventually([&] { return inbox.size() == 1; }));
+  {
+    std::lock_guard l(inbox.mu);
+    CHECK(inbox.letters[0].job_id == "late:check");
+    CHECK(inbox.letters[0].worker_retry);
+    CHECK(inbox.letters[0].reason ==
+          "no worker of 'check' on 'GPU-X' was connected for 1 s (it must run on the device "
+          "model it names)");
+  }
+  CHECK(job_status(client, "late:check").state == "dead");
+  // A GPU-X joins: the next one runs there, though the idle GPU-Y registered first.
+  RunningWorker x(b.ctx, b.endpoint(), "check", record("x"), 1, {}, "check-x", "GPU-X");
+  REQUIRE(eventually([&] {  // registered before the job exists, so its wait cannot run out on a slow machine
+    auto st = client.request("broker", "status", "");
+    if (!st.is_ok()) return false;
+    auto status = proto::decode<proto::BrokerStatus>(*st);
+    int n = 0;
+    for (const auto& w : status->workers) n += w.service == "check";
+    return n == 2;
+  }));
+  REQUIRE(client.submit(submit_of("first", "served", "")).is_ok());
+  REQUIRE(eventually([&] { return job_status(client, "served:check").state == "done"; }));
+  std::lock_guard l(mu);
+  CHECK(ran_on == std::vector<std::string>{"x"});
+}
+
+TEST_CASE("the broker's status counts the jobs waiting for a device model no worker has", "[broker]") {
+  broker::BrokerOptions opt;
+  opt.device_wait_s = 0;  // for ever
+  RunningBroker b(opt);
+  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
+    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "", "GPU-X"};
+    return messaging::JobOutcome::ok({next});
+  });
+  messaging::Client client(b.ctx, b.endpoint());
+  auto waiting = [&] {
+    auto body = client.request("broker", "status", "");
+    REQUIRE(body.is_ok());
+    auto st = proto::decode<proto::BrokerStatus>(*body);
+    REQUIRE(st.is_ok());
+    for (const auto& q : st->queues)
+      if (q.service == "check") return q.waiting_for_device;
+    return std::map<std::string, int64_t>{};
+  };
+  RunningWorker y(
+      b.ctx, b.endpoint(), "check", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1, {}, "check-y",
+      "GPU-Y");
+  REQUIRE(client.submit(submit_of("first", "a", "")).is_ok());
+  REQUIRE(client.submit(submit_of("first", "b", "")).is_ok());
+  REQUIRE(eventually([&] { return waiting() == std::map<std::string, int64_t>{{"GPU-X", 2}}; }));
+  RunningWorker x(
+      b.ctx, b.endpoint(), "check", [](const proto::Job&) { return messaging::JobOutcome::ok(); }, 1, {}, "check-x",
+      "GPU-X");
+  REQUIRE(eventually([&] { return job_status(client, "b:check").state == "done"; }));
+  CHECK(job_status(client, "a:check").state == "done");
+  CHECK(waiting().empty());
+}
+
 TEST_CASE("while the job table cannot write, new jobs are refused as retryable, and it recovers by itself",
           "[broker]") {
   CapturedLog log;
@@ -914,6 +1000,10 @@ TEST_CASE("a RESULT the broker refuses releases its job at once and tells the wo
   }
   SECTION("a follow-up to an invalid service name") {
     proto::ResultMsg res{job->job_id, job->attempt, "ok", {}, "", {proto::FollowUp{"bad name", "x", {}, 0}}};
+    rogue.send({"KILN1", "RESULT", proto::encode(res)});
+  }
+  SECTION("a follow-up whose device is not printable text") {
+    proto::ResultMsg res{job->job_id, job->attempt, "ok", {}, "", {proto::FollowUp{"work", "x", {}, 0, "", "H200\n"}}};
     rogue.send({"KILN1", "RESULT", proto::encode(res)});
   }
   auto ack_env = rogue.wait_for(proto::cmd::kAck);

@@ -479,6 +479,93 @@ TEST_CASE("job queue: a job that avoids a worker goes to another one with the sa
   CHECK(f.rec.delivered[1].first == "it3");  // not t1, not the other model
 }
 
+// A confirmation names the device model of its first measurement (FollowUp::device).
+void queue_confirmation(Fixture& f, const std::string& device, const std::string& avoid) {
+  f.submit("p:test", "test.cuda");
+  f.queue->dispatch();
+  const std::string holder = f.rec.delivered.back().first;
+  REQUIRE(f.queue->end_lease(holder, "p:test", 1) == JobQueue::LeaseEnd::kEnded);
+  proto::FollowUp confirm{"test.cuda", "p:confirm", proto::Bytes{"x"}, 0, avoid, device};
+  REQUIRE(f.queue->complete("p:test", JobState::kDone, "", "", {confirm}).is_ok());
+}
+
+TEST_CASE("job queue: a job that names a device model never goes to another model, even when it is alone",
+          "[broker][job_queue]") {
+  Fixture f;
+  f.add_worker("t1", "test.cuda", 1, "NVIDIA H200");
+  queue_confirmation(f, "NVIDIA H200", "t1");
+  f.queue->remove_worker("it1", "gone");
+  f.add_worker("t2", "test.cuda", 4, "NVIDIA H20");
+  f.queue->dispatch();
+  CHECK(f.rec.delivered.size() == 1);  // the H20 is idle, and the confirmation waits
+  CHECK_FALSE(f.live("p:confirm").leased);
+  // Its first tester again, with no other H200 connected: it takes it (same model).
+  f.add_worker("t1", "test.cuda", 1, "NVIDIA H200");
+  f.queue->dispatch();
+  REQUIRE(f.rec.delivered.size() == 2);
+  CHECK(f.rec.delivered[1].first == "it1");
+  CHECK(f.rec.delivered[1].second.job_id == "p:confirm");
+}
+
+TEST_CASE("job queue: a job whose device model no worker has ends unrun after device_wait_s, saying why",
+          "[broker][job_queue]") {
+  Fixture f;
+  f.opt.device_wait_s = 600;
+  f.add_worker("t1", "test.cuda", 1, "NVIDIA H200");
+  f.add_worker("t2", "test.cuda", 1, "NVIDIA A100");
+  queue_confirmation(f, "NVIDIA H200", "t1");
+  f.queue->remove_worker("it1", "gone");
+  f.queue->dispatch();
+  f.queue->check_timers();  // the wait starts
+  f.advance(400);
+  f.queue->check_timers();
+  // An H200 tester comes and goes: the wait starts over.
+  f.add_worker("t3", "test.cuda", 1, "NVIDIA H200");
+  f.queue->check_timers();
+  f.queue->remove_worker("it3", "gone");
+  f.queue->check_timers();
+  f.advance(400);
+  f.queue->check_timers();
+  REQUIRE(f.state_of("p:confirm") == JobState::kQueued);
+  f.advance(201);
+  f.queue->check_timers();
+  f.queue->dispatch();
+  CHECK(f.state_of("p:confirm") == JobState::kDead);
+  CHECK(f.queue->jobs().count("p:confirm") == 0);
+  CHECK(f.queue->services().at("test.cuda").queued.empty());
+  auto row = f.queue->table().get("p:confirm");
+  REQUIRE(row.is_ok());
+  CHECK(row->error.find("no worker of 'test.cuda' on 'NVIDIA H200' was connected for 600 s") != std::string::npos);
+  // The scorer is told it was not run, not that the candidate failed.
+  auto letter = f.queue->jobs().find(proto::job_id::dead_letter("p:confirm"));
+  REQUIRE(letter != f.queue->jobs().end());
+  auto dl = proto::decode<proto::DeadLetter>(letter->second.payload);
+  REQUIRE(dl.is_ok());
+  CHECK(dl->worker_retry);
+  CHECK(dl->reason.find("NVIDIA H200") != std::string::npos);
+  CHECK(f.rec.delivered.size() == 1);  // the A100 never got it
+}
+
+TEST_CASE("job queue: device_wait_s 0 waits for ever, and a restart keeps the device a job needs",
+          "[broker][job_queue]") {
+  Fixture f;
+  f.opt.device_wait_s = 0;
+  f.add_worker("t1", "test.cuda", 1, "NVIDIA H200");
+  queue_confirmation(f, "NVIDIA H200", "t1");
+  f.queue->remove_worker("it1", "gone");
+  for (int i = 0; i < 5; ++i) {
+    f.advance(100000);
+    f.queue->check_timers();
+  }
+  CHECK(f.state_of("p:confirm") == JobState::kQueued);
+  auto active = f.queue->table().load_active();
+  REQUIRE(active.is_ok());
+  auto it = std::find_if(active->begin(), active->end(), [](const JobRow& r) { return r.id == "p:confirm"; });
+  REQUIRE(it != active->end());
+  CHECK(it->device == "NVIDIA H200");
+  CHECK(it->avoid_worker == "t1");
+}
+
 TEST_CASE("job queue: a restart requeues the leased jobs of the previous run", "[broker][job_queue]") {
   Fixture f;
   f.submit("a");

@@ -104,6 +104,24 @@ struct RunningBroker {
 
 }  // namespace
 
+TEST_CASE("fair queue: removing one job keeps the others' order and turns", "[broker][scheduling]") {
+  FairQueue q;
+  q.push("a1", 0, "a");
+  q.push("a2", 0, "a");
+  q.push("b1", 0, "b");
+  q.push("h1", 5, "h");
+  CHECK_FALSE(q.remove("a1", 5, "a"));  // another priority
+  CHECK_FALSE(q.remove("zz", 0, "a"));
+  CHECK(q.remove("h1", 5, "h"));  // its level goes with it
+  CHECK(q.remove("a1", 0, "a"));
+  CHECK(q.size() == 2);
+  CHECK(drain(q) == Ids{"a2", "b1"});
+  q.push("b2", 0, "b");
+  CHECK(q.remove("b2", 0, "b"));  // its campaign leaves the rotation
+  CHECK(q.empty());
+  CHECK(drain(q).empty());
+}
+
 TEST_CASE("fair queue: campaigns take turns, each FIFO, in the order they joined", "[broker][scheduling]") {
   FairQueue q;
   for (const char* id : {"a1", "a2", "a3", "a4"}) q.push(id, 0, "a");

@@ -99,15 +99,17 @@ TEST_CASE("a CPU candidate and its reference are built and sent to the tester", 
   auto files = rmsnorm_files();
   auto req = request_for(files, "c1/p1");
   req.cand.params = {{"THREADS", "2"}, {"VEC", "8"}};
-  req.avoid_tester = "tester-7";  // a confirmation: another tester than the first measurement's
-  req.screen_below = 2.5;         // the campaign's bar goes on to the tester
-  req.want_profile = false;       // as does whether its proposer reads profiles
+  req.avoid_tester = "tester-7";   // a confirmation: another tester than the first measurement's,
+  req.tester_device = "Test CPU";  // of the same device model
+  req.screen_below = 2.5;          // the campaign's bar goes on to the tester
+  req.want_profile = false;        // as does whether its proposer reads profiles
   auto out = f.handler->handle(job_for(req));
   REQUIRE(out.outcome == Outcome::kDone);
   REQUIRE(out.next.size() == 1);
   CHECK(out.next[0].service == "test.cpu");
   CHECK(out.next[0].job_id == "c1/p1:test");
   CHECK(out.next[0].avoid_worker == "tester-7");
+  CHECK(out.next[0].device == "Test CPU");
   auto test = kiln::proto::decode<kiln::proto::TestRequest>(out.next[0].payload.data);
   REQUIRE(test.is_ok());
   CHECK(test->purpose == kiln::proto::Purpose::kEval);

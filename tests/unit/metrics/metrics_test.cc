@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "kiln/core/files.h"
 #include "kiln/metrics/metrics.h"
@@ -85,16 +88,18 @@ TEST_CASE("promtool accepts the exposition", "[metrics]") {
   auto registry = sample_registry();
   kiln::TempDir dir;
   std::string path = dir.path() + "/metrics.txt";
-  REQUIRE(kiln::write_file_atomic(path, kiln::metrics::render(*registry)).is_ok());
-  std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[512];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int rc = ::pclose(p);
-  INFO(out);
-  CHECK(rc == 0);
+  for (std::string node : {"", "swarm-node-1"}) {  // without and with the node label
+    REQUIRE(kiln::write_file_atomic(path, kiln::metrics::render(*registry, node)).is_ok());
+    std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int rc = ::pclose(p);
+    INFO(node << ": " << out);
+    CHECK(rc == 0);
+  }
 }
 
 TEST_CASE("pages beside /metrics answer their captures, 404 for not_found and 500 for other errors", "[metrics]") {
@@ -126,4 +131,116 @@ TEST_CASE("pages beside /metrics answer their captures, 404 for not_found and 50
   auto metrics = client.Get("/metrics");
   REQUIRE(metrics);
   CHECK(metrics->status == 200);
+}
+
+namespace {
+
+// The sample lines of an exposition (not the # HELP and # TYPE lines).
+std::vector<std::string> samples(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line[0] != '#') out.push_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+// Sets KILN_NODE (or unsets it, for nullptr) for one scope.
+class NodeEnv {
+ public:
+  explicit NodeEnv(const char* value) {
+    if (value)
+      ::setenv(kiln::metrics::kNodeEnv, value, 1);
+    else
+      ::unsetenv(kiln::metrics::kNodeEnv);
+  }
+  ~NodeEnv() { ::unsetenv(kiln::metrics::kNodeEnv); }
+  NodeEnv(const NodeEnv&) = delete;
+  NodeEnv& operator=(const NodeEnv&) = delete;
+};
+
+std::string scrape(const char* node_env) {
+  NodeEnv env(node_env);
+  auto server = kiln::metrics::MetricsServer::start(sample_registry(), "127.0.0.1", 0);
+  REQUIRE(server.is_ok());
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto res = client.Get("/metrics");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  return res->body;
+}
+
+}  // namespace
+
+TEST_CASE("with a node, every sample carries node=\"<name>\"", "[metrics][node]") {
+  auto registry = sample_registry();
+  prometheus::BuildGauge()
+      .Name("kiln_own_node")
+      .Help("A metric naming a node itself.")
+      .Register(*registry)
+      .Add({{"node", "other"}})
+      .Set(1);
+  std::string text = kiln::metrics::render(*registry, "worker-2.example");
+  auto lines = samples(text);
+  REQUIRE(lines.size() > 20);  // the histogram's buckets, sum and count among them
+  for (const std::string& line : lines) {
+    INFO(line);
+    if (line.rfind("kiln_own_node", 0) == 0) {
+      CHECK(line == "kiln_own_node{node=\"other\"} 1");  // its own label kept, not doubled
+    } else {
+      CHECK(line.find("node=\"worker-2.example\"") != std::string::npos);
+    }
+  }
+  CHECK(text.find("kiln_promotions_total{outcome=\"promoted\",node=\"worker-2.example\"} 3") != std::string::npos);
+  CHECK(text.find("kiln_job_duration_seconds_bucket{service=\"compile\",node=\"worker-2.example\",le=\"0.5\"} 1") !=
+        std::string::npos);
+}
+
+TEST_CASE("without a node, no sample carries a node label", "[metrics][node]") {
+  std::string text = kiln::metrics::render(*sample_registry());
+  REQUIRE_FALSE(samples(text).empty());
+  CHECK(text.find("node=") == std::string::npos);
+  CHECK(text == kiln::metrics::render(*sample_registry(), ""));
+}
+
+TEST_CASE("node names are host names: bounded, letters, digits, '.', '_' and '-'", "[metrics][node]") {
+  using kiln::metrics::valid_node;
+  for (const char* ok : {"n1", "worker-3.example.org", "GPU_node-07", "a"}) {
+    INFO(ok);
+    auto v = valid_node(ok);
+    REQUIRE(v.is_ok());
+    CHECK(*v == ok);
+  }
+  CHECK(valid_node(std::string(kiln::metrics::kMaxNodeLength, 'a')).is_ok());
+  auto too_long = valid_node(std::string(kiln::metrics::kMaxNodeLength + 1, 'a'));
+  REQUIRE_FALSE(too_long.is_ok());
+  CHECK(too_long.status().message().find("254 characters") != std::string::npos);
+  CHECK_FALSE(valid_node("").is_ok());
+  for (std::string bad : {"two words", "quote\"d", "new\nline", "brace}", "tab\t", "caf\xc3\xa9", "a/b", "x=y"}) {
+    INFO(bad);
+    auto v = valid_node(bad);
+    REQUIRE_FALSE(v.is_ok());
+    CHECK(v.status().code() == kiln::StatusCode::kInvalidArgument);
+    CHECK(v.status().message().find("KILN_NODE") != std::string::npos);
+  }
+  CHECK(valid_node("new\nline").status().message().find("byte 0x0a at offset 3") != std::string::npos);
+  CHECK(valid_node("a/b").status().message().find("'/' at offset 1") != std::string::npos);
+}
+
+TEST_CASE("/metrics labels every sample with KILN_NODE, and with none when it is unset or invalid", "[metrics][node]") {
+  std::string labelled = scrape("swarm-node-1");
+  for (const std::string& line : samples(labelled)) {
+    INFO(line);
+    CHECK(line.find("node=\"swarm-node-1\"") != std::string::npos);
+  }
+  CHECK(scrape(nullptr).find("node=") == std::string::npos);
+  CHECK(scrape("").find("node=") == std::string::npos);
+  // An invalid name is logged and ignored: the server still starts and serves, without the label.
+  std::string refused = scrape("bad node\"}");
+  CHECK(refused.find("kiln_promotions_total{outcome=\"promoted\"} 3") != std::string::npos);
+  CHECK(refused.find("node=") == std::string::npos);
 }

@@ -516,8 +516,9 @@ TEST_CASE("the campaign waits for a pending confirmation before it is done", "[s
   // The purpose alone says it is a confirmation: the program keeps its id.
   CHECK(confirm_request.purpose == proto::Purpose::kConfirm);
   CHECK(confirm_request.cand.program_id == "c1/p0");
-  // Measured again by another tester than the first time, when one is connected.
+  // Measured again by another tester than the first time when one is connected, on the same device model.
   CHECK(confirm_request.avoid_tester == "tester-1");
+  CHECK(confirm_request.tester_device == "Test CPU");
   CHECK(f.info("c1").state == "running");
 
   proto::ScoreResult confirmation = correct(p0, 1.9, 1.7, 2.1);
@@ -744,6 +745,24 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][en
     CHECK(info.promotion_notes.at(0) ==
           "c1/p0: not confirmed: not evaluated: worker asked to retry: compile: toolchain: g++ killed by SIGSEGV"
           " (dead after 3 attempts)");
+  }
+  SECTION("its test job waited in vain for a tester of the first measurement's device model") {
+    proto::TestRequest t;
+    t.cand = decode_or_die<proto::CompileRequest>(confirm_compile.payload.data).cand;
+    t.purpose = proto::Purpose::kConfirm;
+    d.job_id = proto::job_id::test(t.cand.program_id, t.purpose);
+    d.service = "test.cpu";
+    d.attempts = 1;
+    d.payload = proto::Bytes{proto::encode(t)};
+    d.reason = "no worker of 'test.cpu' on 'Test CPU' was connected for 600 s";
+    d.worker_retry = true;
+    scorer::Handled h = f.handle("dead:" + d.job_id, proto::encode(d));
+    CHECK(h.answer.next.empty());
+    proto::CampaignInfo info = f.info("c1");
+    CHECK(info.state == "done");
+    CHECK(info.promotion_notes.at(0) ==
+          "c1/p0: not confirmed: not evaluated: no worker of 'test.cpu' on 'Test CPU' was connected for 600 s"
+          " (dead after 1 attempts)");
   }
   CHECK(f.programs("c1").at("c1/p0").eval.perf_score == 5);  // the program's own score stands
 }

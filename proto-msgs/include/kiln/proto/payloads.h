@@ -1,7 +1,5 @@
 // Job payloads that travel through the broker (DESIGN §1-§7). Job ids are deterministic:
-// "<program_id>:<step>", so a duplicate follow-up is dropped by the broker (ids.h builds them).
-//
-// Flow of one candidate:
+// "<program_id>:<step>", so a duplicate follow-up is dropped by the broker (ids.h builds them). One candidate:
 //   ingest (IngestRequest) -> score (CampaignStart)
 //   score -> propose (ProposalRequest) -> compile (CompileRequest) -> test.<backend> (TestRequest)
 //         -> score (ScoreResult) -> [test.<backend> confirm] -> promote (PromoteRequest) -> score (PromoteOutcome)
@@ -271,9 +269,9 @@ struct CompileRequest {
   std::string arch;                // nvcc target (sm_90) or "native"
   FileMap files;                   // the task package (reference source, task.yaml), or empty when `task_blob` names it
   std::string task_blob;           // optional (schema 3): see ProposalRequest
-  // The tester (its worker id) the test job should not go to while another is connected: a confirmation
-  // is measured by another tester than the first measurement when there is one. Empty: any.
-  std::string avoid_tester;
+  // For the test job (FollowUp::avoid_worker, ::device): a tester to avoid while another is connected,
+  // and the device model it must run on (optional). Empty: any.
+  std::string avoid_tester, tester_device;
   double screen_below = 0;   // optional (schema 3): ProposalRequest.screen_below, for the test job
   bool want_profile = true;  // optional (schema 3): ProposalRequest.want_profile, for the test job
   // Optional: what the chain measures, copied into the test job (its id and the tester's way follow it).
@@ -285,6 +283,7 @@ struct CompileRequest {
     v("arch", arch);
     v("files", files);
     v("avoid_tester", avoid_tester);
+    v("tester_device", tester_device);
     v("task_blob", task_blob);
     v("screen_below", screen_below);
     v("want_profile", want_profile);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -94,6 +95,10 @@ struct FollowUp {
   // A worker id this job should not go to while another worker of its service is connected: a
   // confirming measurement runs on another tester (another GPU) when there is one. Empty: any worker.
   std::string avoid_worker;
+  // The device model (a worker's READY gpu_name) the job must run on; empty: any. A confirming
+  // measurement names the model of the first measurement: it waits for a worker of that model, up to the
+  // broker's device_wait_s, rather than run on another model whose figures would not count.
+  std::string device;
   template <class V>
   void fields(V& v) {
     v("service", service);
@@ -101,6 +106,7 @@ struct FollowUp {
     v("payload", payload);
     v("timeout_s", timeout_s);
     v("avoid_worker", avoid_worker);
+    v("device", device);
   }
 };
 
@@ -231,6 +237,9 @@ struct QueueStatus {
   int64_t failed = 0;
   int64_t dead = 0;
   int64_t workers = 0;
+  // Queued jobs that need a device model (FollowUp::device) no connected worker of the service has, by
+  // model: they wait, up to broker.device_wait_s.
+  std::map<std::string, int64_t> waiting_for_device;
   template <class V>
   void fields(V& v) {
     v("service", service);
@@ -240,6 +249,7 @@ struct QueueStatus {
     v("failed", failed);
     v("dead", dead);
     v("workers", workers);
+    v("waiting_for_device", waiting_for_device);
   }
 };
 

@@ -27,6 +27,9 @@ struct BrokerConfig {
   double retention_days = 7;
   int64_t retention_max_jobs = 100000;
   double retention_interval_s = 60;
+  // A job that must run on one device model (a confirmation) fails after waiting this long with no worker
+  // of that model connected; 0: it waits for ever.
+  double device_wait_s = 600;
   std::map<std::string, double> lease_timeout_s = {  // per service; "default" for the rest
       {"default", 60},
       {"compile", 180},

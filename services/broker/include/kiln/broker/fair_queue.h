@@ -27,6 +27,8 @@ class FairQueue {
   // Takes the first job, in hand-out order among the first `scan` of them, that `accept` takes (it may
   // also see ids of jobs that are gone, and may accept them so they are dropped); nullopt when none.
   std::optional<std::string> take(size_t scan, const std::function<bool(const std::string&)>& accept);
+  // Removes one job, queued with `priority` and `campaign`, keeping everyone's turn; false when absent.
+  bool remove(const std::string& job_id, int64_t priority, const std::string& campaign);
   // Empties the queue, in hand-out order.
   std::vector<std::string> take_all();
   // The first `n` ids in hand-out order, without taking them.

@@ -40,8 +40,10 @@ struct LiveJob {
   double lease_deadline = 0;  // monotonic
   double enqueued_mono = 0;
   double leased_mono = 0;
-  std::string avoid_worker;  // a worker id not to lease it to while the service has another worker
-  int64_t priority = 0;      // JobRow::priority, campaign: its place in its service's FairQueue
+  std::string avoid_worker;    // a worker id not to lease it to while the service has another worker
+  std::string device;          // the device model (Capabilities::gpu_name) of the workers that may take it
+  double no_device_since = 0;  // monotonic: since when no worker of `device` serves its service; 0: one does
+  int64_t priority = 0;        // JobRow::priority, campaign: its place in its service's FairQueue
   std::string campaign;
 };
 
@@ -160,7 +162,8 @@ class JobQueue {
 
   // ---- timers
   // Retries the dead letters a failed write left pending, removes the workers silent for too long,
-  // requeues the leases past their deadline.
+  // requeues the leases past their deadline, and dead-letters the jobs that have waited device_wait_s for
+  // a worker of the device model they need.
   void check_timers();
   // Workers owed a heartbeat now.
   std::vector<std::string> heartbeats_due() const;
@@ -173,6 +176,8 @@ class JobQueue {
   const std::unordered_map<std::string, LiveJob>& jobs() const { return jobs_; }
   const std::map<std::string, ServiceQueue>& services() const { return services_; }
   const std::unordered_map<std::string, Worker>& workers() const { return workers_; }
+  // Whether a worker of the device model `job` needs (LiveJob::device) serves its service now.
+  bool device_served(const LiveJob& job) const;
   JobTable& table() { return table_; }
 
  private:
@@ -181,6 +186,8 @@ class JobQueue {
   void enqueue_row(JobRow row);
   void dead_letter(const LiveJob& job, const std::string& reason, bool worker_retry);
   bool may_take(const LiveJob& job, const Worker& w, const ServiceQueue& q) const;
+  bool waited_too_long(LiveJob& job, double now);
+  void fail_unserved_device(const std::string& job_id);
   bool store_ok(std::string_view op, const std::string& what, const Status& st);
   void update_gauges(const std::string& service);
   size_t custom_services() const;

@@ -28,6 +28,7 @@ struct JobRow {
   double created_at = 0;  // wall clock
   std::string error;
   std::string avoid_worker;  // FollowUp::avoid_worker
+  std::string device;        // FollowUp::device
   // Scheduling (job_queue.h): higher priorities are handed out first; within one, campaigns take turns.
   // Follow-ups inherit both from the job whose result made them.
   int64_t priority = 0;

@@ -38,6 +38,10 @@ struct BrokerOptions {
   // a reason, so a peer opening connections in a loop cannot grow the broker's state without bound.
   size_t max_workers = 4096;
   std::map<std::string, double> lease_timeout_s = {{"default", 60}};
+  // How long a job that needs a device model (FollowUp::device: a confirmation) waits while no worker of
+  // that model serves its service, before it is dead-lettered saying so (not the candidate's fault); 0:
+  // for ever.
+  double device_wait_s = 600;
 
   // External bridges (DESIGN §2): a second ROUTER endpoint with CURVE. Empty external_bind: none.
   std::string external_bind;
