@@ -20,7 +20,6 @@ namespace {
 
 constexpr const char* kPython = kSystemPython;
 
-
 #define REQUIRE_TORCH() \
   if (!have_torch()) KILN_SKIP("/usr/bin/python3 has no torch here")
 

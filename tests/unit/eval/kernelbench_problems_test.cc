@@ -27,7 +27,6 @@ const std::set<std::string> kProblems = {"kb_matmul",        "kb_gelu",     "kb_
                                          "kb_softmax",       "kb_conv2d",   "kb_maxpool2d", "kb_cumsum",
                                          "kb_cross_entropy", "kb_attention"};
 
-
 struct Problem {
   kiln::task::TaskSpec spec;
   kiln::proto::FileMap files;

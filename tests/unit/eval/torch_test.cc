@@ -13,8 +13,8 @@
 
 using kiln::eval::EvalOptions;
 using kiln::eval::testing::build_kernel;
-using kiln::testing::have_torch;
 using kiln::task::TaskSpec;
+using kiln::testing::have_torch;
 namespace status = kiln::proto::test_status;
 
 namespace {
@@ -62,7 +62,6 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )";
 }
-
 
 TaskSpec linear_task(const std::string& yaml = kLinearYaml, const std::string& module = kLinearModule) {
   kiln::proto::FileMap files;
