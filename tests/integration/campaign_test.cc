@@ -310,7 +310,7 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   for (const json* p : {&p0, &p1}) {
     CHECK((*p)["perf_score"] == 5);
     REQUIRE((*p)["cases"].size() == 2);
-    CHECK((*p)["cases"][0]["dims"]["N"] == 4096);
+    CHECK((*p)["cases"][0]["dims"]["N"] == 16384);
     CHECK((*p)["cases"][1]["dims"]["N"] == 65536);
     // The program's speedup is the geometric mean of its cases'.
     const double mean =
@@ -330,7 +330,7 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   REQUIRE(entries->size() == 1);
   json e = registry::to_json(entries->front());
   CHECK(e["program_id"] == cid + "/p1");
-  CHECK(std::regex_match(e["kernel_id"].get<std::string>(), std::regex("cpp_scale_[a-z0-9]+_fp32_n4096_v1")));
+  CHECK(std::regex_match(e["kernel_id"].get<std::string>(), std::regex("cpp_scale_[a-z0-9]+_fp32_n16384_v1")));
   REQUIRE(e["cases"].size() == 2);
   CHECK(e["cases"][1]["dims"]["N"] == 65536);
   for (const auto& c : e["cases"]) CHECK(c["speedup_interval"][0].get<double>() >= 1.10);
@@ -341,7 +341,7 @@ TEST_CASE("a task with two benchmark cases is scored and promoted on both", "[in
   auto text = k.kiln({"best", cid});
   REQUIRE(text.exit_code == 0);
   INFO("kiln best (text): " << text.out);
-  CHECK(text.out.find("N=4096: ") != std::string::npos);
+  CHECK(text.out.find("N=16384: ") != std::string::npos);
   CHECK(text.out.find("N=65536: ") != std::string::npos);
   CHECK(text.out.find("geometric means over the benchmark cases") != std::string::npos);
 }

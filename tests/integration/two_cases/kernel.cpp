@@ -1,4 +1,4 @@
-// Program 0 of the two-case integration test: with SLOW_LARGE=1, inputs above 8192 elements take the
+// Program 0 of the two-case integration test: with SLOW_LARGE=1, inputs above 32768 elements take the
 // slow path (80 recomputations per element, twice the reference's 40).
 #include <kiln/kernel_abi.h>
 
@@ -8,7 +8,7 @@
 
 // [EVOLVE_START]
 static void scale(const float* x, float* y, long n, float alpha) {
-  const int reps = SLOW_LARGE && n > 8192 ? 80 : 1;
+  const int reps = SLOW_LARGE && n > 32768 ? 80 : 1;
   for (int rep = 0; rep < reps; ++rep) {
     for (long i = 0; i < n; ++i) {
       volatile float v = alpha * x[i];

@@ -766,54 +766,70 @@ TEST_CASE("a full job table refuses submits with a logged error and takes them a
   REQUIRE(eventually([&] { return ran == accepted + 1; }));
 }
 
+namespace {
+
+// Which worker ran each job, in order: each worker's handler is record(its name).
+struct RanOn {
+  std::mutex mu;
+  std::vector<std::string> names;
+  messaging::JobHandler record(const std::string& name) {
+    return [this, name](const proto::Job&) {
+      std::lock_guard l(mu);
+      names.push_back(name);
+      return messaging::JobOutcome::ok();
+    };
+  }
+  std::vector<std::string> list() {
+    std::lock_guard l(mu);
+    return names;
+  }
+};
+
+// A worker of "first" that hands each job on to "check", with the routing a confirmation carries.
+RunningWorker hand_on_to_check(RunningBroker& b, const std::string& avoid_worker, const std::string& device) {
+  return RunningWorker(b.ctx, b.endpoint(), "first", [avoid_worker, device](const proto::Job& job) {
+    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, avoid_worker, device};
+    return messaging::JobOutcome::ok({next});
+  });
+}
+
+// How many workers of `service` the broker lists.
+int workers_of(messaging::Client& client, const std::string& service) {
+  auto st = client.request("broker", "status", "");
+  if (!st.is_ok()) return -1;
+  auto status = proto::decode<proto::BrokerStatus>(*st);
+  if (!status.is_ok()) return -1;
+  int n = 0;
+  for (const auto& w : status->workers) n += w.service == service;
+  return n;
+}
+
+}  // namespace
+
 TEST_CASE("a follow-up that avoids a worker goes to another of the same device model when one is connected",
           "[broker]") {
   RunningBroker b;
   // "first" hands each job on to "check", avoiding the worker "check-a" (as a confirmation avoids the
   // tester that made the first measurement).
-  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
-    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "check-a"};
-    return messaging::JobOutcome::ok({next});
-  });
-  std::mutex mu;
-  std::vector<std::string> ran_on;
-  auto record = [&](const std::string& who) {
-    return [&, who](const proto::Job&) {
-      std::lock_guard l(mu);
-      ran_on.push_back(who);
-      return messaging::JobOutcome::ok();
-    };
-  };
+  RunningWorker first = hand_on_to_check(b, "check-a", "");
+  RanOn ran;
   messaging::Client client(b.ctx, b.endpoint());
-  auto count = [&] {
-    std::lock_guard l(mu);
-    return ran_on.size();
-  };
   {
     // check-c has another device model than check-a: a confirmation there would not count.
-    RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 4, {}, "check-a", "GPU-X");
-    RunningWorker c(b.ctx, b.endpoint(), "check", record("c"), 4, {}, "check-c", "GPU-Y");
-    RunningWorker bw(b.ctx, b.endpoint(), "check", record("b"), 1, {}, "check-b", "GPU-X");
-    REQUIRE(eventually([&] {
-      auto st = client.request("broker", "status", "");
-      if (!st.is_ok()) return false;
-      auto status = proto::decode<proto::BrokerStatus>(*st);
-      int n = 0;
-      for (const auto& w : status->workers) n += w.service == "check";
-      return n == 3;
-    }));
+    RunningWorker a(b.ctx, b.endpoint(), "check", ran.record("a"), 4, {}, "check-a", "GPU-X");
+    RunningWorker c(b.ctx, b.endpoint(), "check", ran.record("c"), 4, {}, "check-c", "GPU-Y");
+    RunningWorker bw(b.ctx, b.endpoint(), "check", ran.record("b"), 1, {}, "check-b", "GPU-X");
+    REQUIRE(eventually([&] { return workers_of(client, "check") == 3; }));
     for (int i = 0; i < 6; ++i) REQUIRE(client.submit(submit_of("first", "j" + std::to_string(i), "")).is_ok());
-    REQUIRE(eventually([&] { return count() == 6; }));
-    std::lock_guard l(mu);
+    REQUIRE(eventually([&] { return ran.list().size() == 6; }));
     // check-a and check-c are idle with 4 slots each, yet every job waited for check-b.
-    for (const auto& who : ran_on) CHECK(who == "b");
+    for (const auto& who : ran.list()) CHECK(who == "b");
   }
   // With only the avoided worker connected, it takes the job rather than let it wait forever.
-  RunningWorker a(b.ctx, b.endpoint(), "check", record("a"), 1, {}, "check-a");
+  RunningWorker a(b.ctx, b.endpoint(), "check", ran.record("a"), 1, {}, "check-a");
   REQUIRE(client.submit(submit_of("first", "alone", "")).is_ok());
-  REQUIRE(eventually([&] { return count() == 7; }));
-  std::lock_guard l(mu);
-  CHECK(ran_on.back() == "a");
+  REQUIRE(eventually([&] { return ran.list().size() == 7; }));
+  CHECK(ran.list().back() == "a");
 }
 
 TEST_CASE("a follow-up that names a device model waits for a worker of it, and ends unrun after device_wait_s",
@@ -823,21 +839,10 @@ TEST_CASE("a follow-up that names a device model waits for a worker of it, and e
   RunningBroker b(opt);
   DeadLetterInbox inbox(b);
   // "first" hands each job on to "check", to be run on a GPU-X (as a confirmation names its model).
-  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
-    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "", "GPU-X"};
-    return messaging::JobOutcome::ok({next});
-  });
-  std::mutex mu;
-  std::vector<std::string> ran_on;
-  auto record = [&](const std::string& who) {
-    return [&, who](const proto::Job&) {
-      std::lock_guard l(mu);
-      ran_on.push_back(who);
-      return messaging::JobOutcome::ok();
-    };
-  };
+  RunningWorker first = hand_on_to_check(b, "", "GPU-X");
+  RanOn ran;
   messaging::Client client(b.ctx, b.endpoint());
-  RunningWorker y(b.ctx, b.endpoint(), "check", record("y"), 4, {}, "check-y", "GPU-Y");
+  RunningWorker y(b.ctx, b.endpoint(), "check", ran.record("y"), 4, {}, "check-y", "GPU-Y");
   REQUIRE(client.submit(submit_of("first", "late", "")).is_ok());
   // Only a GPU-Y serves "check": the job waits, then is dead-lettered as not run, saying why.
   REQUIRE(eventually([&] { return inbox.size() == 1; }));
@@ -851,29 +856,19 @@ TEST_CASE("a follow-up that names a device model waits for a worker of it, and e
   }
   CHECK(job_status(client, "late:check").state == "dead");
   // A GPU-X joins: the next one runs there, though the idle GPU-Y registered first.
-  RunningWorker x(b.ctx, b.endpoint(), "check", record("x"), 1, {}, "check-x", "GPU-X");
-  REQUIRE(eventually([&] {  // registered before the job exists, so its wait cannot run out on a slow machine
-    auto st = client.request("broker", "status", "");
-    if (!st.is_ok()) return false;
-    auto status = proto::decode<proto::BrokerStatus>(*st);
-    int n = 0;
-    for (const auto& w : status->workers) n += w.service == "check";
-    return n == 2;
-  }));
+  RunningWorker x(b.ctx, b.endpoint(), "check", ran.record("x"), 1, {}, "check-x", "GPU-X");
+  // Registered before the job exists, so its wait cannot run out on a slow machine.
+  REQUIRE(eventually([&] { return workers_of(client, "check") == 2; }));
   REQUIRE(client.submit(submit_of("first", "served", "")).is_ok());
   REQUIRE(eventually([&] { return job_status(client, "served:check").state == "done"; }));
-  std::lock_guard l(mu);
-  CHECK(ran_on == std::vector<std::string>{"x"});
+  CHECK(ran.list() == std::vector<std::string>{"x"});
 }
 
 TEST_CASE("the broker's status counts the jobs waiting for a device model no worker has", "[broker]") {
   broker::BrokerOptions opt;
   opt.device_wait_s = 0;  // for ever
   RunningBroker b(opt);
-  RunningWorker first(b.ctx, b.endpoint(), "first", [](const proto::Job& job) {
-    proto::FollowUp next{"check", job.job_id + ":check", proto::Bytes{""}, 0, "", "GPU-X"};
-    return messaging::JobOutcome::ok({next});
-  });
+  RunningWorker first = hand_on_to_check(b, "", "GPU-X");
   messaging::Client client(b.ctx, b.endpoint());
   auto waiting = [&] {
     auto body = client.request("broker", "status", "");
