@@ -28,6 +28,9 @@ import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "common"))
+from stack_harness import Failure, eventually, log, use_name  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODES = ["kiln-node1", "kiln-node2", "kiln-node3"]
 NETWORK = "kiln-nodes"
@@ -47,14 +50,6 @@ def has_cap(bit):
 HAS_SYS_RESOURCE = has_cap(24)
 
 
-def log(msg):
-    print(f"[swarm-nodes {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-class Failure(Exception):
-    pass
-
-
 def run(argv, timeout=600, check=True, stdin=None):
     r = subprocess.run(argv, cwd=ROOT, timeout=timeout, text=stdin is None, stdin=stdin,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -66,20 +61,6 @@ def run(argv, timeout=600, check=True, stdin=None):
 
 def on(node, *argv, timeout=600, check=True):
     return run(["docker", "exec", node] + list(argv), timeout=timeout, check=check)
-
-
-def eventually(fn, timeout, interval=1.0, what="condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # still starting: ask again until the deadline
-            last = e
-        time.sleep(interval)
-    raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 def check(cond, msg, checks):
@@ -278,6 +259,7 @@ def teardown(keep_volumes):
 
 
 def main():
+    use_name("swarm-nodes")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "bin", "kiln"))
     ap.add_argument("--budget", type=int, default=12)

@@ -1,4 +1,4 @@
-# What the whole-stack tests (tests/compose/compose_test.py, tests/cluster/swarm_test.py) share: a log line
+# What the whole-stack tests (compose, swarm, slurm; bench/cluster/swarm_nodes.py) share: a log line
 # prefixed with the test's name, checks that raise Failure, commands run from the checkout, waiting for a
 # condition, and the Compose command this machine has. Test-only.
 import os

@@ -33,6 +33,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from stack_harness import Failure, check, eventually, log, use_name  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KILN_SLURM = os.path.join(ROOT, "deploy", "slurm", "kiln-slurm")
 TASK = os.path.join(ROOT, "tests", "data", "tasks", "fast_cpu")
@@ -41,36 +44,8 @@ NEEDED = ["munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "slur
 JOB_SERVICES = ("compile", "test.cpu")  # what the Slurm job's workers serve
 
 
-def log(msg):
-    print(f"[slurm-test {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 class Skip(Exception):
     pass
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    log(f"ok: {msg}")
-
-
-def eventually(fn, timeout, interval=0.5, what="condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (Failure, subprocess.SubprocessError, ValueError, OSError) as e:  # still starting
-            last = e
-        time.sleep(interval)
-    raise Failure(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 def free_port():
@@ -452,6 +427,7 @@ def run(args, tmp):
 
 
 def main():
+    use_name("slurm-test")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "bin", "kiln"), help="the host's kiln CLI")
     ap.add_argument("--budget", type=int, default=4, help="proposals of the first campaign (the second: twice)")
