@@ -271,6 +271,7 @@ def main():
             r = sw.docker("service", "logs", "--no-trunc", "--tail", "15", f"{sw.stack}_{name}", check_rc=False,
                           timeout=60)
             print(f"---- {name}\n{r.stdout[-3000:]}")
+        log(f"FAIL after {time.time() - started:.0f} s: {e}")  # again, last: what failed ends the output
         return 1
     finally:
         if not args.keep:

@@ -344,6 +344,8 @@ def main():
             print(logs.stdout[-20000:])
         except Exception:
             pass
+        # Again after the logs, so that the last lines of a long run say what failed.
+        log(f"FAIL after {time.time() - started:.0f} s: {e}")
         return 1
     finally:
         if not args.keep:
