@@ -16,6 +16,9 @@ RUN_PACKAGES = build-essential cmake pkg-config libzmq3-dev cppzmq-dev libmsgpac
 TEST_PACKAGES = catch2 clang-format prometheus docker.io docker-compose debootstrap python3 python3-zmq python3-yaml \
   python3-msgpack python3-torch chromium slurm-wlm munge
 DEB_PACKAGES = $(RUN_PACKAGES) $(TEST_PACKAGES)
+# The Python the stack tests run with: Debian's, where the python3-* packages above install their modules,
+# whatever other python3 PATH finds first (one without zmq or yaml fails those tests for want of a module).
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 
 CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 
@@ -66,28 +69,28 @@ test: build
 	(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 --output-junit ctest-junit.xml \
 	  --test-output-size-passed 262144); rc=$$?; \
 	if [ $$rc -ne 0 ]; then :; elif docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory compose-test || rc=1; \
-	  [ $$rc -ne 0 ] || python3 tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; \
+	  [ $$rc -ne 0 ] || $(PYTHON) tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; \
 	else echo "make test: compose-test and swarm-test skipped: no Docker daemon (docker/ensure-dockerd.sh starts one as root)"; fi; \
-	if [ $$rc -eq 0 ]; then python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; \
+	if [ $$rc -eq 0 ]; then $(PYTHON) tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln; s=$$?; \
 	  [ $$s -eq 0 ] || [ $$s -eq 77 ] || rc=1; fi; \
 	mkdir -p $(BUILD)/catch-xml; \
-	python3 tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml --catch-xml $(BUILD)/catch-xml || rc=1; exit $$rc
+	$(PYTHON) tests/tools/ctest_summary.py $(BUILD)/ctest-junit.xml --catch-xml $(BUILD)/catch-xml || rc=1; exit $$rc
 
 # Builds the images, runs docker/docker-compose.yml with 3 compilers, a campaign from the host CLI, kills
 # workers mid-campaign, checks the registry volume, Prometheus and the dashboard's queries; tears down.
 compose-test: build
-	python3 tests/compose/compose_test.py --kiln $(BUILD)/bin/kiln
+	$(PYTHON) tests/compose/compose_test.py --kiln $(BUILD)/bin/kiln
 
 # Makes the Docker daemon a single-node swarm, deploys docker/kiln-stack.yml (`docker stack deploy`), a
 # campaign from the host CLI through docker/swarm-gateway.sh; removes the stack and leaves the swarm.
 swarm-test: build
-	python3 tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln
+	$(PYTHON) tests/cluster/swarm_test.py --kiln $(BUILD)/bin/kiln
 
 # Starts munged, slurmctld and slurmd for one node (state in a temporary folder, no systemd), `kiln up` with
 # no workers, and the workers as a Slurm job (deploy/slurm/kiln-slurm); a campaign from the host CLI, then a
 # scancel mid-campaign and the job again. Exit 77 (SKIP, with the reason) where Slurm cannot start here.
 slurm-test: build
-	python3 tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln
+	$(PYTHON) tests/slurm/slurm_test.py --kiln $(BUILD)/bin/kiln
 
 bench: build
 	mkdir -p bench/results

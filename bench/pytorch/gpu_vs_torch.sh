@@ -3,7 +3,11 @@
 # services): `kiln up` with one CUDA tester whose Python has torch, a tuner campaign on each bundled CUDA
 # task, and for each campaign's best program its speedup against the task's reference and against every
 # baseline the task names (torch_eager on all five, cublas_sgemm on sgemm), each with its 95 % interval,
-# all measured by Kiln's protocol in the same runs. Writes $OUT/vs_torch.json (and the logs).
+# all measured by Kiln's protocol in the same runs. Then (COMPILE=1, the default) each best program once
+# more, alone: a copy of its task package whose parameter lists hold only the best's values and whose
+# baselines add torch_compile, submitted with budget 0, so that the candidate, eager PyTorch, torch.compile
+# (and cuBLAS) are timed in one evaluation (torch.compile compiles in every evaluation that names it: too
+# slow for every candidate of a campaign). Writes $OUT/vs_torch.json (and the logs).
 #   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK | PACKAGE_DIR ...]
 set -u
 out=${OUT:-$PWD/gpu-out}
@@ -40,14 +44,19 @@ for t in "${tasks[@]}"; do
         python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
   ids+=("$cid")
 done
-for cid in "${ids[@]}"; do
-  for _ in $(seq 1 500); do
-    state_now=$($kiln --json best "$cid" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['campaign']['state'])" 2>/dev/null)
-    [ "$state_now" = done ] && break
-    sleep 2
+# Waits for each campaign named and keeps its `kiln best` answer as $out/best_<campaign>.json.
+wait_done() {
+  local cid state_now
+  for cid in "$@"; do
+    for _ in $(seq 1 500); do
+      state_now=$($kiln --json best "$cid" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['campaign']['state'])" 2>/dev/null)
+      [ "$state_now" = done ] && break
+      sleep 2
+    done
+    $kiln --json best "$cid" > "$out/best_$cid.json"
   done
-  $kiln --json best "$cid" > "$out/best_$cid.json"
-done
+}
+wait_done "${ids[@]}"
 echo "campaigns done after $(( $(date +%s) - start )) s"
 python3 - "$out" "${ids[@]}" <<'PY'
 import json, sys
@@ -73,5 +82,75 @@ for cid in ids:
     print(line)
 json.dump(rows, open("%s/vs_torch.json" % out, "w"), indent=2)
 PY
+
+# Phase two: each best program pinned (its package with one value per parameter, torch_compile added to
+# the baselines), program 0 only. The rows gain `pinned`: the same fields from that one evaluation.
+if [ "${COMPILE:-1}" = 1 ]; then
+  pins=()
+  i=0
+  for t in "${tasks[@]}"; do
+    dir=$t
+    [[ "$t" == */* ]] || dir=configs/tasks/$t
+    pin="$state/pin/$(basename "$dir")"
+    mkdir -p "$state/pin" && cp -r "$dir" "$pin"
+    if python3 - "$out/best_${ids[$i]}.json" "$pin/task.yaml" <<'PY'
+import json, re, sys
+best_file, yaml_file = sys.argv[1:]
+d = json.load(open(best_file))
+progs = [p for p in d["programs"] if p["status"] == "ok" or p.get("perf_score") == 5]
+if not progs:
+    sys.exit(1)
+params = max(progs, key=lambda p: p["speedup"])["params"]
+lines, out, in_params = open(yaml_file).read().split("\n"), [], False
+for line in lines:
+    m = re.match(r"^  ([A-Za-z_][A-Za-z0-9_]*): \[.*\]\s*$", line)
+    if line.startswith("params:"):
+        in_params = True
+    elif in_params and m and m.group(1) in params:
+        line = "  %s: [%s]" % (m.group(1), params[m.group(1)])
+    elif not line.startswith(" "):
+        in_params = False
+    if line.startswith("baselines:"):
+        names = [n.strip() for n in line.split("[", 1)[1].rsplit("]", 1)[0].split(",") if n.strip()]
+        line = "baselines: [%s]" % ", ".join(names + [n for n in ("torch_eager", "torch_compile") if n not in names])
+    out.append(line)
+if not any(l.startswith("baselines:") for l in out):
+    out.append("baselines: [torch_eager, torch_compile]")
+open(yaml_file, "w").write("\n".join(out))
+PY
+    then
+      cid=$($kiln --json submit "$pin" --budget 0 2>> "$out/submit.err" |
+            python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
+      pins+=("${ids[$i]}=$cid")
+    fi
+    i=$((i + 1))
+  done
+  start=$(date +%s)
+  wait_done "${pins[@]#*=}"
+  echo "pinned evaluations done after $(( $(date +%s) - start )) s"
+  python3 - "$out" "${pins[@]}" <<'PY'
+import json, sys
+out, pins = sys.argv[1], dict(p.split("=", 1) for p in sys.argv[2:])
+rows = json.load(open("%s/vs_torch.json" % out))
+for row in rows:
+    pin = pins.get(row["campaign"])
+    if not pin:
+        continue
+    d = json.load(open("%s/best_%s.json" % (out, pin)))
+    p0 = d["programs"][0] if d["programs"] else None
+    if not p0 or not p0.get("cases"):
+        row["pinned"] = {"campaign": pin, "status": p0["status"] if p0 else "missing"}
+        continue
+    case = p0["cases"][0]
+    row["pinned"] = {"campaign": pin, "status": p0["status"], "params": p0["params"],
+                     "candidate_median_us": case["median_us"], "speedup_vs_reference": case["speedup"],
+                     "baselines": case.get("baselines", [])}
+    line = "%-16s pinned %9.1f us" % (row["task"], case["median_us"])
+    for b in row["pinned"]["baselines"]:
+        line += "  vs %s (%.1f us) %.2fx [%.2f, %.2f]" % (b["name"], b["median_us"], b["speedup"], *b["speedup_interval"])
+    print(line)
+json.dump(rows, open("%s/vs_torch.json" % out, "w"), indent=2)
+PY
+fi
 kill "$up"; wait "$up" 2>/dev/null
 cp "$state"/state/logs/tester*.log "$out/" 2>/dev/null
