@@ -7,8 +7,10 @@
 # more, alone: a copy of its task package whose parameter lists hold only the best's values and whose
 # baselines add torch_compile, submitted with budget 0, so that the candidate, eager PyTorch, torch.compile
 # (and cuBLAS) are timed in one evaluation (torch.compile compiles in every evaluation that names it: too
-# slow for every candidate of a campaign). Writes $OUT/vs_torch.json (and the logs).
+# slow for every candidate of a campaign; added where the task names torch_eager). Writes $OUT/vs_torch.json (and the logs).
 #   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK | PACKAGE_DIR ...]
+# BACKEND=cpu BIN=build/bin runs the same on the CPU tasks named, with the binaries of a build here (no kit):
+# what a check of the script itself needs (CPU tasks name no torch baseline, so the pinned run adds none).
 set -u
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
@@ -17,7 +19,9 @@ shift || true
 tasks=("$@")
 [ ${#tasks[@]} -gt 0 ] || tasks=(cuda_reduce_sum cuda_rmsnorm cuda_sgemm cuda_softmax cuda_transpose)
 python=${PYTHON:-python3}
-tar xJf build-gpu/kit.tar.xz
+backend=${BACKEND:-cuda}
+bin=${BIN:-build-gpu/bin}
+[ -n "${BIN:-}" ] || tar xJf build-gpu/kit.tar.xz
 export LD_LIBRARY_PATH=$PWD/.gpu-rt/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
 state=$(mktemp -d)
@@ -26,12 +30,12 @@ broker: {bind: "tcp://127.0.0.1:25555", events_bind: "tcp://127.0.0.1:25556", me
 ingest: {metrics_port: 0}
 llm_bridge: {metrics_port: 0}
 compiler: {metrics_port: 0, cuda_arch: sm_90}
-tester: {backend: cuda, metrics_port: 0, python: "$python", profile: "off", timing: {min_time_s: 0.3, max_time_s: 3}}
+tester: {backend: $backend, metrics_port: 0, python: "$python", profile: "off", timing: {min_time_s: 0.3, max_time_s: 3}}
 scorer: {metrics_port: 0}
 promoter: {metrics_port: 0, registry_dir: $state/registry}
 up: {compilers: 4, testers: 1}
 YAML
-kiln="build-gpu/bin/kiln --config $state/kiln.yaml"
+kiln="$bin/kiln --config $state/kiln.yaml"
 $kiln up --state-dir "$state/state" > "$out/up.log" 2>&1 &
 up=$!
 sleep 5
@@ -112,10 +116,11 @@ for line in lines:
         in_params = False
     if line.startswith("baselines:"):
         names = [n.strip() for n in line.split("[", 1)[1].rsplit("]", 1)[0].split(",") if n.strip()]
-        line = "baselines: [%s]" % ", ".join(names + [n for n in ("torch_eager", "torch_compile") if n not in names])
+        # torch.compile beside eager PyTorch: the task's reference.py is the module both run.
+        if "torch_eager" in names and "torch_compile" not in names:
+            names.append("torch_compile")
+        line = "baselines: [%s]" % ", ".join(names)
     out.append(line)
-if not any(l.startswith("baselines:") for l in out):
-    out.append("baselines: [torch_eager, torch_compile]")
 open(yaml_file, "w").write("\n".join(out))
 PY
     then
