@@ -11,7 +11,7 @@ using kiln::eval::testing::build_kernel;
 using kiln::task::DType;
 using kiln::task::InitKind;
 using kiln::task::TaskSpec;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 
@@ -39,6 +39,7 @@ std::string axpy_kernel(const std::string& body, const std::string& globals = ""
 #include <cstdint>
 #include <cstring>
 #include "kiln/kernel_abi.h"
+#include "kiln/testing/test_status.h"
 )" + globals +
          R"(
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {

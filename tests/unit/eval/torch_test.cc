@@ -15,7 +15,7 @@ using kiln::eval::EvalOptions;
 using kiln::eval::testing::build_kernel;
 using kiln::task::TaskSpec;
 using kiln::testing::have_torch;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 
@@ -43,6 +43,7 @@ const std::string kLinearModule = kiln::testing::linear_relu_module(128, 512, 25
 std::string linear_kernel(const std::string& activation) {
   return R"(#include <cstdint>
 #include "kiln/kernel_abi.h"
+#include "kiln/testing/test_status.h"
 // [EVOLVE_START]
 // [EVOLVE_END]
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
