@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::eval::EvalOptions;
 using kiln::eval::KernelLibrary;
@@ -39,7 +40,6 @@ std::string axpy_kernel(const std::string& body, const std::string& globals = ""
 #include <cstdint>
 #include <cstring>
 #include "kiln/kernel_abi.h"
-#include "kiln/testing/test_status.h"
 )" + globals +
          R"(
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {

@@ -9,6 +9,7 @@
 #include "kiln/eval/torch_module.h"
 #include "kiln/task/task.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/test_status.h"
 #include "kiln/testing/torch.h"
 
 using kiln::eval::EvalOptions;
@@ -43,7 +44,6 @@ const std::string kLinearModule = kiln::testing::linear_relu_module(128, 512, 25
 std::string linear_kernel(const std::string& activation) {
   return R"(#include <cstdint>
 #include "kiln/kernel_abi.h"
-#include "kiln/testing/test_status.h"
 // [EVOLVE_START]
 // [EVOLVE_END]
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
