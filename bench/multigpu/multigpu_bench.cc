@@ -321,7 +321,7 @@ json run_once(const Options& o, int testers, const std::vector<std::string>& dir
       evaluations.push_back({{"program_id", r->cand.program_id},
                              {"purpose", std::string(proto::name(r->purpose))},
                              {"params", r->cand.params},
-                             {"status", r->test.status},
+                             {"status", std::string(proto::word_of(r->test.status))},
                              {"cases", cases}});
       if (r->purpose != proto::Purpose::kEval) continue;
       auto add = [&](const std::string& key, double v) {

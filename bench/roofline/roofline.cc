@@ -401,7 +401,7 @@ json tester_overhead(kiln::compiler::CompileHandler& compiler, const std::string
     auto r = (*tester)->evaluate(*test);
     walls.push_back(seconds_since(t0) * 1e3);
     check(r.status(), "evaluate");
-    status = r->status;
+    status = kiln::proto::word_of(r->status);
     child.push_back(r->duration_s * 1e3);
   }
   return {{"status", status},

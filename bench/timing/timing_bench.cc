@@ -126,7 +126,7 @@ EvalRun run_eval(const Options& o, const kiln::proto::FileMap& files, const std:
   auto bytes = value_or_fail(kiln::read_file(s + "/result.msgpack"), "kiln-eval result");
   EvalRun r;
   r.report = value_or_fail(kiln::proto::decode<kiln::proto::TestReport>(bytes), "kiln-eval result");
-  if (r.report.status != kiln::proto::test_status::kOk) fail("kiln-eval: " + r.report.message);
+  if (r.report.status != kiln::proto::TestStatus::kOk) fail("kiln-eval: " + r.report.message);
   r.sandbox_ms = child.wall_s * 1e3;
   r.tester_ms = (kiln::monotonic_s() - t0) * 1e3;
   return r;

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   sr.stage = Stage::kTest;
   sr.build.ok = true;
   sr.build.compiler = "g++";
-  sr.test.status = "ok";
+  sr.test.status = TestStatus::kOk;
   sr.test.correctness.passed = true;
   sr.test.correctness.max_abs_error = 1.5e-7;
   sr.test.correctness.tested_shapes = {"B=1,H=4096", "B=16,H=4097"};

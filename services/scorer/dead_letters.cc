@@ -40,7 +40,7 @@ Result<proto::ScoreResult> result_of(const proto::DeadLetter& dead, const std::s
     r.purpose = req->purpose;
     r.stage = proto::Stage::kTest;
     r.build = req->build;
-    r.test.status = std::string(proto::test_status::kCrashed);
+    r.test.status = proto::TestStatus::kCrashed;
     r.test.message = why;
   } else if (dead.service == proto::svc::kScore) {
     // A result that could not be scored: its candidate still ends, as "no result".
@@ -52,7 +52,7 @@ Result<proto::ScoreResult> result_of(const proto::DeadLetter& dead, const std::s
     r.cand = req->cand;
     r.purpose = req->purpose;
     r.stage = proto::Stage::kTest;
-    r.test.status = std::string(proto::test_status::kCrashed);
+    r.test.status = proto::TestStatus::kCrashed;
     r.test.message = "scoring " + why;
   } else {
     return invalid_argument("dead letter from unknown service '" + dead.service + "'");

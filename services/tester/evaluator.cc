@@ -217,24 +217,24 @@ Result<proto::TestReport> Evaluator::judge(Run& run, const sandbox::SandboxResul
   run.process.stdout_text = tail(child.stdout_text, out_budget);
   run.process.stderr_text = tail(child.stderr_text, err_budget);
   if (!child.succeeded()) run.process.message = child.describe(timeout_s);
-  auto failed = [&](std::string_view status, std::string message) {
+  auto failed = [&](proto::TestStatus status, std::string message) {
     proto::TestReport r;
-    r.status = std::string(status);
+    r.status = status;
     r.message = std::move(message);
     r.log = log;
     return r;
   };
   if (child.timed_out)
-    return failed(proto::test_status::kTimedOut, "timed out after " + sandbox::format_seconds(timeout_s));
+    return failed(proto::TestStatus::kTimedOut, "timed out after " + sandbox::format_seconds(timeout_s));
   if (child.term_signal != 0) {
-    return failed(proto::test_status::kCrashed, "crashed: " + sandbox::signal_description(child.term_signal));
+    return failed(proto::TestStatus::kCrashed, "crashed: " + sandbox::signal_description(child.term_signal));
   }
   if (child.exit_code != 0) {
-    return failed(proto::test_status::kCrashed, "crashed: exit code " + std::to_string(child.exit_code));
+    return failed(proto::TestStatus::kCrashed, "crashed: exit code " + std::to_string(child.exit_code));
   }
   auto signed_report = read_signed_report(scratch.dir.path(), kResultFile, scratch.key);
   if (!signed_report.is_ok())
-    return failed(proto::test_status::kCrashed, "crashed: " + signed_report.status().message());
+    return failed(proto::TestStatus::kCrashed, "crashed: " + signed_report.status().message());
   proto::TestReport report = std::move(signed_report).value();
   // The evaluator's account of where its time went ("eval_correctness_s", "eval_measure_s"); the rest of
   // the metadata is the tester's own.
@@ -242,7 +242,7 @@ Result<proto::TestReport> Evaluator::judge(Run& run, const sandbox::SandboxResul
     if (k.rfind("eval_", 0) == 0) metadata[k] = v;
   }
   metadata["eval_child_s"] = short_number(child.wall_s);
-  if (report.status == proto::test_status::kEvaluatorError) {
+  if (report.status == proto::TestStatus::kEvaluatorError) {
     // kiln-eval says, in a report it signed, that it could not evaluate here: not the candidate's verdict.
     return unavailable("the evaluator could not evaluate: " + report.message);
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,14 +28,15 @@ messaging::JobOutcome answer(const TestJob& job, proto::TestReport report) {
   result.build = job.build;
   result.test = std::move(report);
   std::string score_job = proto::job_id::score(job.cand.program_id, job.purpose);
-  const std::string verdict = result.test.status;
+  const std::optional<proto::TestStatus> verdict = result.test.status;
   const std::string message = result.test.message;
   std::vector<proto::FollowUp> next{
       proto::FollowUp{std::string(proto::svc::kScore), std::move(score_job), {proto::encode(result)}, 0}};
-  if (verdict == proto::test_status::kOk) return messaging::JobOutcome::ok(std::move(next));
+  if (verdict == proto::TestStatus::kOk) return messaging::JobOutcome::ok(std::move(next));
   // Wrong, crashed, too slow to finish, would not load: the candidate's own failure, scored against it.
-  return messaging::JobOutcome::from_status(invalid_argument("test: " + (message.empty() ? verdict : message)),
-                                            [&](const Status&) { return std::move(next); });
+  return messaging::JobOutcome::from_status(
+      invalid_argument("test: " + (message.empty() ? std::string(proto::word_of(verdict)) : message)),
+      [&](const Status&) { return std::move(next); });
 }
 
 }  // namespace

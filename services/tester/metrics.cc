@@ -2,23 +2,29 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace kiln::tester {
 namespace {
 
-// The status label values of kiln_tester_evaluations_total: every test_status, "error" for an evaluation
-// given back, "other" for anything else, so the series stay a fixed set.
-constexpr std::array<std::string_view, 10> kCountedStatuses = {proto::test_status::kOk,
-                                                               proto::test_status::kMismatch,
-                                                               proto::test_status::kInputModified,
-                                                               proto::test_status::kWrongShape,
-                                                               proto::test_status::kNonFinite,
-                                                               proto::test_status::kCrashed,
-                                                               proto::test_status::kTimedOut,
-                                                               proto::test_status::kLoadFailed,
-                                                               "error",
-                                                               "other"};
+// The status label values of kiln_tester_evaluations_total: every verdict, "error" for an evaluation
+// given back (evaluator_error among them), "other" for a report without a verdict, so the series stay a
+// fixed set.
+constexpr std::array kVerdicts = {
+    proto::TestStatus::kOk,         proto::TestStatus::kMismatch,  proto::TestStatus::kInputModified,
+    proto::TestStatus::kWrongShape, proto::TestStatus::kNonFinite, proto::TestStatus::kCrashed,
+    proto::TestStatus::kTimedOut,   proto::TestStatus::kLoadFailed};
+constexpr std::string_view kErrorLabel = "error";
+constexpr std::string_view kOtherLabel = "other";
+
+std::string_view status_label(const Result<proto::TestReport>& report) {
+  if (!report.is_ok()) return kErrorLabel;
+  const std::optional<proto::TestStatus>& status = report->status;
+  if (!status || std::find(kVerdicts.begin(), kVerdicts.end(), *status) == kVerdicts.end()) return kOtherLabel;
+  return proto::name(*status);
+}
 
 }  // namespace
 
@@ -31,7 +37,10 @@ void TesterMetrics::start(prometheus::Registry& registry, const std::string& dev
                           "not scored)")
                       .Register(registry);
   // Every status at zero from the start, so rates exist before the first of each kind.
-  for (std::string_view s : kCountedStatuses) evaluations_->Add({{"device", device_}, {"status", std::string(s)}});
+  for (proto::TestStatus s : kVerdicts)
+    evaluations_->Add({{"device", device_}, {"status", std::string(proto::name(s))}});
+  for (std::string_view s : {kErrorLabel, kOtherLabel})
+    evaluations_->Add({{"device", device_}, {"status", std::string(s)}});
   busy_seconds_ = &prometheus::BuildCounter()
                        .Name("kiln_tester_busy_seconds_total")
                        .Help("Wall time spent evaluating (correctness, timing, profiling), by device")
@@ -52,9 +61,7 @@ void TesterMetrics::count(const Result<proto::TestReport>& report, double busy_s
   busy_seconds_->Increment(busy_s);
   if (report.is_ok())
     for (const proto::CaseTiming& c : report->performance.cases) timing_seconds_->Increment(std::max(c.timing_s, 0.0));
-  std::string status = report.is_ok() ? report->status : "error";
-  if (std::find(kCountedStatuses.begin(), kCountedStatuses.end(), status) == kCountedStatuses.end()) status = "other";
-  evaluations_->Add({{"device", device_}, {"status", status}}).Increment();
+  evaluations_->Add({{"device", device_}, {"status", std::string(status_label(report))}}).Increment();
 }
 
 }  // namespace kiln::tester

@@ -44,7 +44,7 @@ std::string why_not_profiled(const proto::TestReport& report, const ProfileChoic
 void profile(const EvalChild& child, const ScratchFiles& files, proto::TestReport& report, const ProfileChoice& choice,
              int slot) {
   const TesterOptions& options = child.options();
-  if (options.backend != proto::Backend::kCuda || options.profile != "ncu" || report.status != proto::test_status::kOk)
+  if (options.backend != proto::Backend::kCuda || options.profile != "ncu" || report.status != proto::TestStatus::kOk)
     return;
   const double start = monotonic_s();
   auto skipped = [&](const std::string& why) {
@@ -90,7 +90,7 @@ void profile(const EvalChild& child, const ScratchFiles& files, proto::TestRepor
   }
   auto profiled = read_signed_report(scratch, kProfileResultFile, *key);
   if (!profiled.is_ok()) return skipped("the profiling run: " + profiled.status().message());
-  if (profiled->status != proto::test_status::kOk) return skipped("the profiling run failed: " + profiled->message);
+  if (profiled->status != proto::TestStatus::kOk) return skipped("the profiling run failed: " + profiled->message);
   const auto pid = profiled->metadata.find("profile_pid");
   auto text = read_child_file(scratch + "/" + csv, kMaxProfileCsvBytes);
   if (pid == profiled->metadata.end() || !text.is_ok()) return skipped("ncu wrote no results");

@@ -15,7 +15,7 @@ double SeenBars::bar(const std::string& campaign) {
 }
 
 void SeenBars::record(const std::string& campaign, const proto::TestReport& report) {
-  if (campaign.empty() || report.status != proto::test_status::kOk || !report.performance.measured ||
+  if (campaign.empty() || report.status != proto::TestStatus::kOk || !report.performance.measured ||
       report.performance.cases.empty())
     return;
   double lowest = std::numeric_limits<double>::infinity();

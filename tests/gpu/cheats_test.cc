@@ -80,7 +80,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* x) {
 // bound is under the bar. A crash, a timeout, a load failure or an evaluator error is not a caught cheat:
 // it fails the test, whatever the cheat.
 void check_not_promotable(const kiln::proto::TestReport& r, const char* what) {
-  namespace ts = kiln::proto::test_status;
+  using ts = kiln::proto::TestStatus;
   INFO(what << ": " << summary(r));
   if (r.status == ts::kOk) {
     REQUIRE(r.performance.cases.size() == 1);
@@ -89,7 +89,7 @@ void check_not_promotable(const kiln::proto::TestReport& r, const char* what) {
     CHECK(c.speedup_lo < kPromotionSpeedup);
     return;
   }
-  WARN(what << ": " << r.status << ": " << r.message.substr(0, 200));
+  WARN(what << ": " << kiln::testing::status_word(r.status) << ": " << r.message.substr(0, 200));
   const bool wrong_values = r.status == ts::kMismatch || r.status == ts::kInputModified ||
                             r.status == ts::kWrongShape || r.status == ts::kNonFinite;
   CHECK(wrong_values);
@@ -102,7 +102,8 @@ TEST_CASE("cheat: results cached by buffer address are caught by inputs that mov
   Rig rig(240, /*min_time_s=*/0.3);
   auto r = rig.evaluate("cuda_sgemm", caching_sgemm(0));
   check_not_promotable(r, "cache by address");
-  CHECK(r.status == "mismatch");  // already in correctness: its second seed runs on the same buffers
+  CHECK(r.status ==
+        kiln::proto::TestStatus::kMismatch);  // already in correctness: its second seed runs on the same buffers
 }
 
 TEST_CASE("cheat: results cached by address and a sample of the values are caught", "[gpu]") {
@@ -136,7 +137,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* x) {
 }
 )");
   check_not_promotable(r, "cache per buffer set");
-  CHECK(r.status != "ok");
+  CHECK(r.status != kiln::proto::TestStatus::kOk);
 }
 
 TEST_CASE("cheat: a thread that launches GPU work on its own stream after the call returns", "[gpu]") {
@@ -196,7 +197,7 @@ __attribute__((constructor)) static void forge() {
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* x) { naive(x, (cudaStream_t)x->stream); return 0; }
 )");
   INFO(summary(r));
-  CHECK(r.status != "ok");
+  CHECK(r.status != kiln::proto::TestStatus::kOk);
   CHECK(r.message.find("forged") == std::string::npos);
 }
 
@@ -231,7 +232,7 @@ __attribute__((constructor)) static void patch() {
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* x) { naive(x, (cudaStream_t)x->stream); return 0; }
 )");
   check_not_promotable(r, "patched reference and timer");
-  CHECK(r.status == "ok");
+  CHECK(r.status == kiln::proto::TestStatus::kOk);
 }
 
 TEST_CASE("an honest copy of the reference in another file: the interval contains 1.0", "[gpu]") {
@@ -241,7 +242,7 @@ TEST_CASE("an honest copy of the reference in another file: the interval contain
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args* x) { naive(x, (cudaStream_t)x->stream); return 0; }
 )");
   INFO(summary(r));
-  REQUIRE(r.status == "ok");
+  REQUIRE(r.status == kiln::proto::TestStatus::kOk);
   const auto& c = r.performance.cases.at(0);
   WARN("honest copy of the sgemm reference: " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
   CHECK(c.speedup_lo <= 1.0);

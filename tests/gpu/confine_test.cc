@@ -47,7 +47,7 @@ TEST_CASE("CUDA candidates run confined: the runtime, the driver and ncu work as
   REQUIRE(rig.tester->confinement().is_ok());
   auto r = rig.evaluate("cuda_softmax");
   INFO(summary(r));
-  CHECK(r.status == "ok");
+  CHECK(r.status == kiln::proto::TestStatus::kOk);
   CHECK(r.metadata.at("isolation_filesystem") == "readonly_root");
   CHECK(r.metadata.at("isolation_pids") == "pidns");
   CHECK(r.metadata.at("isolation_network") == "netns");
@@ -71,7 +71,7 @@ TEST_CASE("a CUDA candidate whose host code attacks Kiln's files and processes f
   REQUIRE(rig.tester->confinement().is_ok());
   auto r = rig.evaluate("cuda_transpose", hostile_transpose(targets));
   INFO(summary(r));
-  CHECK(r.status == "ok");
+  CHECK(r.status == kiln::proto::TestStatus::kOk);
   const auto seen = kiln::testing::probe_results(r.process.stderr_text + r.log);
   for (const auto& name : kiln::testing::probe_names()) {
     INFO(name);
@@ -93,7 +93,7 @@ TEST_CASE("confinement costs the measurement nothing: program 0 confined and not
       for (Rig* rig : {&confined, &open}) {
         auto r = rig->evaluate(task);
         INFO(task << ": " << summary(r));
-        REQUIRE(r.status == "ok");
+        REQUIRE(r.status == kiln::proto::TestStatus::kOk);
         REQUIRE(!r.performance.cases.empty());
         const auto& c = r.performance.cases[0];
         std::printf("  %-16s %-10s speedup %.3f [%.3f, %.3f]  eval_child_s %s  test %.2f s\n", task,

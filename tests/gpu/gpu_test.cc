@@ -30,7 +30,7 @@ TEST_CASE("every bundled CUDA task's program 0 is correct and timed in its own r
   for (const char* task : {"cuda_rmsnorm", "cuda_softmax", "cuda_sgemm", "cuda_reduce_sum", "cuda_transpose"}) {
     auto r = rig.evaluate(task);
     INFO(task << ": " << summary(r));
-    CHECK(r.status == "ok");
+    CHECK(r.status == kiln::proto::TestStatus::kOk);
     CHECK(r.performance.measured);
     CHECK(r.performance.method == "cuda_events_checked");
     CHECK(r.performance.mode == "cold");
@@ -72,7 +72,7 @@ TEST_CASE("slots that profile at once take turns with Nsight Compute, and every 
     INFO("slot job " << i << ": " << got[i].status().message());
     REQUIRE(got[i].is_ok());
     INFO(summary(*got[i]));
-    CHECK(got[i]->status == "ok");
+    CHECK(got[i]->status == kiln::proto::TestStatus::kOk);
     std::printf("  concurrent job %d: %s\n", i, got[i]->profile_summary.c_str());
     CHECK(got[i]->profile_summary.rfind("profile on ", 0) == 0);
   }
@@ -84,7 +84,7 @@ TEST_CASE("a correct candidate carries Nsight Compute's profile, taken after the
   for (const char* task : {"cuda_softmax", "cuda_sgemm"}) {
     auto r = rig.evaluate(task);
     INFO(task << ": " << summary(r));
-    REQUIRE(r.status == "ok");
+    REQUIRE(r.status == kiln::proto::TestStatus::kOk);
     WARN(task << ": " << r.profile_summary);
     REQUIRE(r.profile_summary.rfind("profile on ", 0) == 0);
     CHECK(r.log.find(r.profile_summary) != std::string::npos);
@@ -102,13 +102,13 @@ TEST_CASE("a correct candidate carries Nsight Compute's profile, taken after the
   auto bad = rig.evaluate("cuda_softmax", R"(#include "kiln/kernel_abi.h"
 extern "C" KILN_EXPORT int kiln_entry(const kiln_args*) { return 3; }
 )");
-  CHECK(bad.status != "ok");
+  CHECK(bad.status != kiln::proto::TestStatus::kOk);
   CHECK(bad.profile.empty());
   CHECK(bad.profile_summary.empty());
   // Without ncu the verdict stands and the log says why there is no profile.
   Rig without(120, 0.2, {}, {}, "ncu", "/nonexistent/ncu");
   auto plain = without.evaluate("cuda_softmax");
-  REQUIRE(plain.status == "ok");
+  REQUIRE(plain.status == kiln::proto::TestStatus::kOk);
   CHECK(plain.profile.empty());
   CHECK(plain.profile_summary == "profiling skipped: no ncu at /nonexistent/ncu");
   CHECK(plain.log.find("profiling skipped: no ncu at /nonexistent/ncu") != std::string::npos);
@@ -125,13 +125,13 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )"));
   INFO(summary(r));
-  CHECK(r.status == "crashed");
+  CHECK(r.status == kiln::proto::TestStatus::kCrashed);
   CHECK(r.message.find("after the candidate's kiln_entry") != std::string::npos);
   CHECK((r.message.find("cudaErrorIllegalAddress") != std::string::npos ||
          r.message.find("cudaErrorLaunchFailure") != std::string::npos));
   auto again = rig.evaluate("cuda_reduce_sum");
   INFO(summary(again));
-  CHECK(again.status == "ok");
+  CHECK(again.status == kiln::proto::TestStatus::kOk);
 }
 
 TEST_CASE("a kernel that never ends becomes timed_out, and the tester keeps serving", "[gpu]") {
@@ -148,10 +148,10 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )"));
   INFO(summary(r));
-  CHECK(r.status == "timed_out");
+  CHECK(r.status == kiln::proto::TestStatus::kTimedOut);
   auto again = rig.evaluate("cuda_reduce_sum");
   INFO(summary(again));
-  CHECK(again.status == "ok");
+  CHECK(again.status == kiln::proto::TestStatus::kOk);
 }
 
 TEST_CASE("cheat: work left running on another stream is part of the measured time", "[gpu]") {
@@ -177,7 +177,7 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )"));
   INFO(summary(r));
-  REQUIRE(r.status == "ok");  // the work is done and right: only its time is hidden
+  REQUIRE(r.status == kiln::proto::TestStatus::kOk);  // the work is done and right: only its time is hidden
   REQUIRE(r.performance.cases.size() == 1);
   const auto& c = r.performance.cases[0];
   WARN("other-stream cheat: speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "]");
@@ -205,8 +205,8 @@ extern "C" KILN_EXPORT int kiln_entry(const kiln_args* a) {
 }
 )");
   INFO(summary(r));
-  CHECK(r.status != "ok");
-  CHECK(r.status == "nonfinite");
+  CHECK(r.status != kiln::proto::TestStatus::kOk);
+  CHECK(r.status == kiln::proto::TestStatus::kNonFinite);
 }
 
 TEST_CASE("A/A: the reference timed as the candidate has a speedup interval containing 1.0", "[gpu]") {
@@ -215,7 +215,7 @@ TEST_CASE("A/A: the reference timed as the candidate has a speedup interval cont
   auto files = task_files("cuda_transpose");
   auto r = rig.evaluate("cuda_transpose", files.at("reference.cu").data);
   INFO(summary(r));
-  REQUIRE(r.status == "ok");
+  REQUIRE(r.status == kiln::proto::TestStatus::kOk);
   REQUIRE(r.performance.cases.size() == 1);
   const auto& c = r.performance.cases[0];
   WARN("A/A: speedup " << c.speedup << " [" << c.speedup_lo << ", " << c.speedup_hi << "], n " << c.candidate.n);
@@ -258,7 +258,7 @@ TEST_CASE("the CUDA child forks its runners under the tester's confinement", "[g
   Rig rig(120, 0.05);
   auto r = rig.evaluate("cuda_transpose");
   INFO(summary(r));
-  CHECK(r.status == kiln::proto::test_status::kOk);
+  CHECK(r.status == kiln::proto::TestStatus::kOk);
   CHECK(r.metadata.at("isolation_filesystem") == "readonly_root");
 }
 

@@ -17,6 +17,7 @@
 #include "kiln/task/task.h"
 #include "kiln/tester/handler.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/test_status.h"
 
 namespace kiln::gpu_test {
 
@@ -133,7 +134,7 @@ struct Rig {
 };
 
 inline std::string summary(const kiln::proto::TestReport& r) {
-  return r.status + ": " + r.message + "\n--- log ---\n" + r.log;
+  return kiln::testing::status_word(r.status) + ": " + r.message + "\n--- log ---\n" + r.log;
 }
 
 // A reduce_sum candidate whose body is `body` (a kernel and a kiln_entry using it).

@@ -86,7 +86,7 @@ TEST_CASE("a PyTorch reference on the GPU: program 0 is checked and timed agains
   INFO(r.status().message());
   REQUIRE(r.is_ok());
   INFO(summary(*r));
-  CHECK(r->status == "ok");
+  CHECK(r->status == kiln::proto::TestStatus::kOk);
   CHECK(has_torch(*r));
   CHECK(r->metadata.at("reference") == "torch_eager");
   REQUIRE(r->performance.measured);
@@ -108,11 +108,11 @@ TEST_CASE("a PyTorch reference on the GPU: wrong kernels fail, a correct one pas
   }
   REQUIRE(ok.is_ok());
   INFO(summary(*ok));
-  CHECK(ok->status == "ok");
+  CHECK(ok->status == kiln::proto::TestStatus::kOk);
   for (int bug : {1, 2}) {
     auto r = rig.evaluate("kernelbench/kb_softmax_cuda", softmax_candidate(bug));
     INFO("bug " << bug << ": " << summary(r));
-    CHECK(r.status == "mismatch");
+    CHECK(r.status == kiln::proto::TestStatus::kMismatch);
   }
 }
 
@@ -127,7 +127,7 @@ TEST_CASE("a PyTorch reference on the GPU: a candidate's forged event times are 
   INFO(summary(*r));
   // One thread per row is far slower than PyTorch: on the evaluator's clock it stays so. A Python runner's
   // clock gap (the interpreter's steps) would have hidden the lie; the C probe's does not.
-  REQUIRE(r->status == "ok");
+  REQUIRE(r->status == kiln::proto::TestStatus::kOk);
   CHECK(r->performance.method == "host_clock");
   REQUIRE(r->performance.cases.size() == 1);
   const auto& c = r->performance.cases[0];

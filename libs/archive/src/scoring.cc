@@ -127,18 +127,27 @@ std::string params_string(const std::map<std::string, std::string>& params) {
 int64_t perf_score_for(const proto::ScoreResult& r) {
   if (r.stage == proto::Stage::kPropose) return kScoreNoCode;
   if (r.stage == proto::Stage::kCompile) return kScoreBuildFailed;
-  const std::string& s = r.test.status;
-  if (s == proto::test_status::kOk) return kScoreCorrect;
-  if (s == proto::test_status::kMismatch || s == proto::test_status::kInputModified) return kScoreWrongValues;
-  if (s == proto::test_status::kWrongShape || s == proto::test_status::kNonFinite) return kScoreWrongShape;
-  // crashed, timed_out, load_failed, an unknown word or no report at all: no usable result.
-  return kScoreCrashed;
+  // No verdict at all: no usable result.
+  if (!r.test.status) return kScoreCrashed;
+  switch (*r.test.status) {
+    case proto::TestStatus::kOk: return kScoreCorrect;
+    case proto::TestStatus::kMismatch:
+    case proto::TestStatus::kInputModified: return kScoreWrongValues;
+    case proto::TestStatus::kWrongShape:
+    case proto::TestStatus::kNonFinite: return kScoreWrongShape;
+    // A tester gives an evaluator_error back rather than scoring it; one that came anyway has no result.
+    case proto::TestStatus::kCrashed:
+    case proto::TestStatus::kTimedOut:
+    case proto::TestStatus::kLoadFailed:
+    case proto::TestStatus::kEvaluatorError: return kScoreCrashed;
+  }
+  return kScoreCrashed;  // no TestStatus: decode() never makes one
 }
 
 std::string status_for(const proto::ScoreResult& r) {
   if (r.stage == proto::Stage::kPropose) return "no_code";
   if (r.stage == proto::Stage::kCompile) return "build_failed";
-  return r.test.status.empty() ? std::string(proto::test_status::kCrashed) : r.test.status;
+  return std::string(proto::name(r.test.status.value_or(proto::TestStatus::kCrashed)));
 }
 
 double combined_score(const proto::EvalResult& e) {

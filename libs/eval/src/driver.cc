@@ -94,7 +94,7 @@ class Protocol {
     report.correctness.atol = spec_.atol;
     report.performance.mode = options_.timing.mode;
     if (const std::string why = device_.candidate_load_failure(); !why.empty()) {
-      report.status = proto::test_status::kLoadFailed;
+      report.status = proto::TestStatus::kLoadFailed;
       report.message = "cannot load the kernel: " + why;
       return report;
     }
@@ -533,11 +533,11 @@ class Protocol {
     report.metadata["profile_pid"] = std::to_string(device_.candidate_pid());
     report.metadata["profile_case"] = task::dims_string(dims);
     if (!c.ok()) {
-      report.status = proto::test_status::kCrashed;
+      report.status = proto::TestStatus::kCrashed;
       report.message = "profile run: " + c.what();
       return report;
     }
-    report.status = proto::test_status::kOk;
+    report.status = proto::TestStatus::kOk;
     report.message = "profile run on " + task::dims_string(dims);
     return report;
   }

@@ -177,29 +177,29 @@ void conclude(const Findings& f, proto::TestReport& report) {
     return f.cmp.first_mismatches.empty() ? lead : lead + "; first: " + f.cmp.first_mismatches.front();
   };
   if (!f.crashed.empty()) {
-    report.status = proto::test_status::kCrashed;
+    report.status = proto::TestStatus::kCrashed;
     report.message = "crashed: " + f.crashed;
   } else if (!f.failed_call.empty()) {
-    report.status = proto::test_status::kCrashed;
+    report.status = proto::TestStatus::kCrashed;
     report.message = "failed: " + f.failed_call;
   } else if (!f.changed_descriptor.empty()) {
-    report.status = proto::test_status::kWrongShape;
+    report.status = proto::TestStatus::kWrongShape;
     report.message = f.changed_descriptor;
   } else if (f.cmp.nonfinite > 0) {
-    report.status = proto::test_status::kNonFinite;
+    report.status = proto::TestStatus::kNonFinite;
     report.message = first(std::to_string(f.cmp.nonfinite) + " non-finite outputs where the reference is finite");
   } else if (!f.modified_input.empty()) {
-    report.status = proto::test_status::kInputModified;
+    report.status = proto::TestStatus::kInputModified;
     report.message = f.modified_input;
   } else if (f.cmp.mismatches > 0) {
-    report.status = proto::test_status::kMismatch;
+    report.status = proto::TestStatus::kMismatch;
     report.message = first(std::to_string(f.cmp.mismatches) + " outputs differ from the reference");
   } else {
-    report.status = proto::test_status::kOk;
+    report.status = proto::TestStatus::kOk;
     report.message = "correct on " + std::to_string(f.tested_shapes.size()) + " shapes";
   }
   proto::Correctness& c = report.correctness;
-  c.passed = report.status == proto::test_status::kOk;
+  c.passed = report.status == proto::TestStatus::kOk;
   c.max_abs_error = f.cmp.max_abs_error;
   c.max_rel_error = f.cmp.max_rel_error;
   c.mismatches = f.cmp.mismatches;

@@ -126,7 +126,7 @@ Result<Args> parse_args(int argc, char** argv) {
 proto::TestReport run(Args& args, const EvalTool& tool) {
   proto::TestReport report;
   auto fail = [&](const std::string& message) {
-    report.status = proto::test_status::kEvaluatorError;
+    report.status = proto::TestStatus::kEvaluatorError;
     report.message = message;
     return report;
   };
@@ -188,7 +188,8 @@ int run_eval_tool(int argc, char** argv, const EvalTool& tool) {
   proto::TestReport report = run(*args, tool);
   report.worker = tool.worker_info();
   report.duration_s = monotonic_s() - start;
-  std::fprintf(stderr, "%s: %s: %s\n", tool.name, report.status.c_str(), report.message.c_str());
+  std::fprintf(stderr, "%s: %s: %s\n", tool.name, std::string(proto::word_of(report.status)).c_str(),
+               report.message.c_str());
   const std::string bytes = proto::encode(report);
   Status written = write_file_atomic(args->out, bytes);
   if (written.is_ok() && !key.empty())

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "kiln/testing/campaign_fixtures.h"
 
@@ -30,19 +33,29 @@ TEST_CASE("perf_score follows DESIGN §6 for every stage and status", "[archive]
   CHECK(archive::status_for(propose) == "no_code");
   CHECK(archive::perf_score_for(build_failed(cand(), "x.cpp:1: error: nope")) == 1);
 
-  const std::vector<std::pair<std::string, int64_t>> by_status = {
-      {"crashed", 2},   {"timed_out", 2}, {"load_failed", 2},    {"", 2},  {"something_new", 2}, {"wrong_shape", 3},
-      {"nonfinite", 3}, {"mismatch", 4},  {"input_modified", 4}, {"ok", 5}};
+  using proto::TestStatus;
+  const std::vector<std::pair<std::optional<TestStatus>, int64_t>> by_status = {{TestStatus::kCrashed, 2},
+                                                                                {TestStatus::kTimedOut, 2},
+                                                                                {TestStatus::kLoadFailed, 2},
+                                                                                {TestStatus::kEvaluatorError, 2},
+                                                                                {std::nullopt, 2},
+                                                                                {TestStatus::kWrongShape, 3},
+                                                                                {TestStatus::kNonFinite, 3},
+                                                                                {TestStatus::kMismatch, 4},
+                                                                                {TestStatus::kInputModified, 4},
+                                                                                {TestStatus::kOk, 5}};
   for (const auto& [status, score] : by_status) {
-    INFO("status '" << status << "'");
+    INFO("status " << kiln::testing::status_word(status));
     proto::ScoreResult r = test_result(cand(), status);
     CHECK(archive::perf_score_for(r) == score);
     proto::EvalResult e = archive::evaluate(r);
     CHECK(e.perf_score == score);
     CHECK(e.compiled);
     CHECK(e.correctness == (score == 5));
+    // The word stored with the score is the wire's word.
+    if (status) CHECK(e.status == proto::name(*status));
   }
-  CHECK(archive::status_for(test_result(cand(), "")) == "crashed");
+  CHECK(archive::status_for(test_result(cand(), std::nullopt)) == "crashed");
 }
 
 TEST_CASE("evaluate fills runtime, speedup, baseline and the fitness", "[archive][scoring]") {
@@ -81,10 +94,10 @@ TEST_CASE("evaluate fills runtime, speedup, baseline and the fitness", "[archive
     CHECK(e.combined_score == 5);
   }
   SECTION("an incorrect kernel never gains from its timing") {
-    proto::ScoreResult wrong = test_result(cand(), "mismatch", 9.0, 8.0, 10.0);
+    proto::ScoreResult wrong = test_result(cand(), proto::TestStatus::kMismatch, 9.0, 8.0, 10.0);
     e = archive::evaluate(wrong);
     CHECK(e.combined_score == 4);
-    CHECK(e.combined_score < archive::evaluate(test_result(cand(), "ok")).combined_score);
+    CHECK(e.combined_score < archive::evaluate(test_result(cand(), proto::TestStatus::kOk)).combined_score);
   }
 }
 
@@ -106,7 +119,7 @@ TEST_CASE("eval_log is condensed and bounded", "[archive][scoring]") {
     CHECK(e.eval_log.find("[...]") != std::string::npos);
   }
   SECTION("wrong values: status and the first mismatches") {
-    proto::EvalResult e = archive::evaluate(test_result(cand(), "mismatch"));
+    proto::EvalResult e = archive::evaluate(test_result(cand(), proto::TestStatus::kMismatch));
     CHECK(e.eval_log.find("mismatch") == 0);
     CHECK(e.eval_log.find("y[1]: got 2 expected 1") != std::string::npos);
     CHECK(e.eval_log.find("3 mismatches") != std::string::npos);
@@ -130,8 +143,8 @@ TEST_CASE("speedup_shortfall states why a measurement misses the promotion bar",
   CHECK(archive::speedup_shortfall(correct(cand(), 1.3, 1.2, 1.4), 1.10).empty());
   CHECK(archive::speedup_shortfall(correct(cand(), 1.3, 1.05, 1.4), 1.10).find("below 1.10") != std::string::npos);
   CHECK(archive::speedup_shortfall(correct(cand(), 1.05, 1.0, 1.1), 1.10).find("speedup 1.050") != std::string::npos);
-  CHECK(archive::speedup_shortfall(test_result(cand(), "ok"), 1.10) == "not timed");
-  CHECK(archive::speedup_shortfall(test_result(cand(), "crashed"), 1.10).find("crashed") == 0);
+  CHECK(archive::speedup_shortfall(test_result(cand(), proto::TestStatus::kOk), 1.10) == "not timed");
+  CHECK(archive::speedup_shortfall(test_result(cand(), proto::TestStatus::kCrashed), 1.10).find("crashed") == 0);
 }
 
 namespace {

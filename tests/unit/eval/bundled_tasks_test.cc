@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "kiln/eval/eval.h"
 #include "kiln/task/task.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::eval::KernelLibrary;
 using kiln::eval::testing::build_kernel;
@@ -55,7 +56,7 @@ TEST_CASE("bundled CPU tasks are correct for program 0 and a tuned choice", "[ev
       auto report = kiln::eval::evaluate(spec, cand->entry(), ref->entry(), options);
       REQUIRE(report.is_ok());
       INFO(defines << ": " << report->message);
-      CHECK(report->status == kiln::proto::test_status::kOk);
+      CHECK(report->status == kiln::proto::TestStatus::kOk);
     }
   }
 }
@@ -78,7 +79,7 @@ TEST_CASE("sgemm times the OpenBLAS baseline beside the reference", "[eval][task
   auto report = kiln::eval::evaluate(spec, cand->entry(), ref->entry(), options);
   REQUIRE(report.is_ok());
   INFO(report->message);
-  CHECK(report->status == kiln::proto::test_status::kOk);
+  CHECK(report->status == kiln::proto::TestStatus::kOk);
   REQUIRE(report->performance.cases.size() == 1);
   const auto& c = report->performance.cases[0];
   REQUIRE(c.baselines.size() == 1);

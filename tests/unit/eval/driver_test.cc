@@ -20,6 +20,7 @@
 #include "kiln/core/files.h"
 #include "kiln/eval/device.h"
 #include "kiln/eval/device_lock.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::Result;
 using kiln::Status;
@@ -30,7 +31,7 @@ using kiln::eval::TensorSet;
 using kiln::task::DType;
 using kiln::task::InitKind;
 using kiln::task::TaskSpec;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::eval::EvalOptions;
 using kiln::eval::KernelLibrary;
@@ -11,7 +12,7 @@ using kiln::eval::testing::build_kernel;
 using kiln::task::DType;
 using kiln::task::InitKind;
 using kiln::task::TaskSpec;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

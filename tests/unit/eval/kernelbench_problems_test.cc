@@ -11,11 +11,12 @@
 #include "kiln/eval/eval.h"
 #include "kiln/task/task.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/test_status.h"
 #include "kiln/testing/torch.h"
 
 using kiln::eval::testing::build_kernel;
 using kiln::testing::have_torch;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

@@ -8,6 +8,7 @@
 
 #include "kiln/eval/detail/protocol.h"
 #include "kiln/eval/device.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::eval::TimingOptions;
 using kiln::eval::detail::Findings;
@@ -62,10 +63,10 @@ TEST_CASE("the verdict takes the worst finding first", "[eval]") {
   f.modified_input = "input 'x' was modified (case)";
   kiln::proto::TestReport r;
   kiln::eval::detail::conclude(f, r);
-  CHECK(r.status == "input_modified");
+  CHECK(r.status == kiln::proto::TestStatus::kInputModified);
   f.failed_call = "CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered)";
   kiln::eval::detail::conclude(f, r);
-  CHECK(r.status == "crashed");
+  CHECK(r.status == kiln::proto::TestStatus::kCrashed);
   CHECK(r.message.find("cudaErrorIllegalAddress") != std::string::npos);
   CHECK_FALSE(r.correctness.passed);
 }

@@ -9,9 +9,10 @@
 #include "kernels.h"
 #include "kiln/core/files.h"
 #include "kiln/proto/codec.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::eval::testing::build_kernel;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

@@ -9,13 +9,14 @@
 #include "kiln/eval/torch_module.h"
 #include "kiln/task/task.h"
 #include "kiln/testing/skip.h"
+#include "kiln/testing/test_status.h"
 #include "kiln/testing/torch.h"
 
 using kiln::eval::EvalOptions;
 using kiln::eval::testing::build_kernel;
 using kiln::task::TaskSpec;
 using kiln::testing::have_torch;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

@@ -125,7 +125,7 @@ TEST_CASE("the parent's Nsight Compute profile reaches the next proposal's promp
   proto::Candidate parent;
   parent.campaign_id = "c1";
   parent.program_id = "c1/p3";
-  proto::ScoreResult scored = kiln::testing::test_result(parent, "ok", 2.0, 1.9, 2.1);
+  proto::ScoreResult scored = kiln::testing::test_result(parent, proto::TestStatus::kOk, 2.0, 1.9, 2.1);
   scored.test.profile = {{"kernels", 1}, {"dram_pct", 81}, {"sm_pct", 12}, {"limiter", 1}};
   scored.test.profile_summary = "profile on B=16,H=4096: 1 kernel, 120.3 us: dram 81 %, sm 12 % of peak: memory bound";
   proto::ProposalRequest req;

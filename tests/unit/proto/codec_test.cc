@@ -5,6 +5,7 @@
 #include "kiln/core/files.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
+#include "kiln/testing/test_status.h"
 
 using namespace kiln::proto;
 
@@ -150,7 +151,7 @@ TEST_CASE("process results travel with builds and test reports", "[proto]") {
   sr.stage = Stage::kTest;
   sr.build.ok = true;
   sr.build.process = ProcessResult{0, "", "ptxas info: Used 32 registers\n", ""};
-  sr.test.status = "crashed";
+  sr.test.status = TestStatus::kCrashed;
   sr.test.process = ProcessResult{-11, "case 1 ok\n", "runner: fault\n", "killed by SIGSEGV"};
   auto d = decode<ScoreResult>(encode(sr));
   REQUIRE(d.is_ok());

@@ -1,11 +1,13 @@
-// Enums at the edge: message structs hold Backend, Stage and Purpose, and the codec writes each as the one
-// word the wire has always carried. The bytes must not change (older peers and stored records read them),
-// a word the codec does not know is a decode error naming the field, and older writers' ways of saying
-// something are read as today's.
+// Enums at the edge: message structs hold Backend, Stage, Purpose and TestStatus, and the codec writes each
+// as the one word the wire has always carried. The bytes must not change (older peers and stored records
+// read them), a word the codec does not know is a decode error naming the field, and older writers' ways
+// of saying something are read as today's.
 #include <catch2/catch.hpp>
 
+#include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kiln/core/files.h"
 #include "kiln/core/hash.h"
@@ -13,6 +15,7 @@
 #include "kiln/proto/ids.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
+#include "kiln/testing/test_status.h"
 
 using namespace kiln::proto;
 
@@ -58,6 +61,47 @@ struct ReadyWords {
   }
 };
 
+// TestReport.status as every writer before the enum declared it.
+struct StatusWord {
+  std::string status;
+  std::string message;
+  template <class V>
+  void fields(V& v) {
+    v("status", status);
+    v("message", message);
+  }
+};
+struct StatusEnum {
+  std::optional<TestStatus> status;
+  std::string message;
+  template <class V>
+  void fields(V& v) {
+    v("status", status);
+    v("message", message);
+  }
+};
+struct TestWords {  // a ScoreResult's "test" as strings
+  StatusWord test;
+  template <class V>
+  void fields(V& v) {
+    v("test", test);
+  }
+};
+
+// Every test status with the word the wire has always carried for it, spelled out here rather than read
+// from ids.h, so a changed word fails this test.
+const std::pair<TestStatus, const char*> kStatusWords[] = {
+    {TestStatus::kOk, "ok"},
+    {TestStatus::kMismatch, "mismatch"},
+    {TestStatus::kInputModified, "input_modified"},
+    {TestStatus::kWrongShape, "wrong_shape"},
+    {TestStatus::kNonFinite, "nonfinite"},
+    {TestStatus::kCrashed, "crashed"},
+    {TestStatus::kTimedOut, "timed_out"},
+    {TestStatus::kLoadFailed, "load_failed"},
+    {TestStatus::kEvaluatorError, "evaluator_error"},
+};
+
 std::string golden(const std::string& name) {
   auto r = kiln::read_file(std::string(KILN_SOURCE_DIR) + "/proto-msgs/golden/" + name + ".msgpack");
   REQUIRE(r.is_ok());
@@ -84,6 +128,62 @@ TEST_CASE("an enum field is written byte for byte as its word", "[proto][codec][
   }
   // An empty optional is the empty string the old field held when it named nothing.
   CHECK(encode(EnumFields{}) == encode(StringFields{"test", "eval", ""}));
+}
+
+TEST_CASE("a test status is written byte for byte as the word it always was", "[proto][codec][enums]") {
+  CHECK(std::size(kStatusWords) == std::size(WireWords<TestStatus>::kWords));  // every status is listed here
+  for (const auto& [status, word] : kStatusWords) {
+    INFO(word);
+    CHECK(name(status) == word);
+    CHECK(encode(StatusEnum{status, "m"}) == encode(StatusWord{word, "m"}));
+    // A whole report writes the word, as the string field did.
+    TestReport typed;
+    typed.status = status;
+    auto as_words = decode<StatusWord>(encode(typed));
+    REQUIRE(as_words.is_ok());
+    CHECK(as_words->status == word);
+    auto back = decode<TestReport>(encode(StatusWord{word, "m"}));
+    REQUIRE(back.is_ok());
+    CHECK(back->status == status);
+    CHECK(back->message == "m");
+    auto parsed = parse_test_status(word);
+    REQUIRE(parsed.is_ok());
+    CHECK(*parsed == status);
+    // Nested in a ScoreResult, where the scorer reads it.
+    auto result = decode<ScoreResult>(encode(TestWords{{word, ""}}));
+    REQUIRE(result.is_ok());
+    CHECK(result->test.status == status);
+  }
+  // No test ran (a propose or compile stage): the empty string the old field held, both ways.
+  ScoreResult compile_failed;
+  compile_failed.stage = Stage::kCompile;
+  auto back = decode<ScoreResult>(encode(compile_failed));
+  REQUIRE(back.is_ok());
+  CHECK_FALSE(back->test.status.has_value());
+  CHECK(encode(*back) == encode(compile_failed));
+  CHECK(decode<TestWords>(encode(compile_failed))->test.status.empty());
+  CHECK(encode(StatusEnum{}) == encode(StatusWord{}));
+  auto empty = decode<TestReport>(encode(StatusWord{}));
+  REQUIRE(empty.is_ok());
+  CHECK_FALSE(empty->status.has_value());
+}
+
+TEST_CASE("a test status the codec does not know is a decode error naming the field and the word",
+          "[proto][codec][enums]") {
+  const std::string expected =
+      "(expected ok, mismatch, input_modified, wrong_shape, nonfinite, crashed, timed_out, load_failed or "
+      "evaluator_error)";
+  auto report = decode<TestReport>(encode(StatusWord{"passed", ""}));
+  REQUIRE_FALSE(report.is_ok());
+  CHECK(report.status().code() == kiln::StatusCode::kInvalidArgument);
+  CHECK(report.status().message() == "field 'status': unknown test status \"passed\" " + expected);
+  auto result = decode<ScoreResult>(encode(TestWords{{"OK", ""}}));
+  REQUIRE_FALSE(result.is_ok());
+  CHECK(result.status().message() == "field 'test.status': unknown test status \"OK\" " + expected);
+  auto parsed = parse_test_status("harness_error");
+  REQUIRE_FALSE(parsed.is_ok());
+  CHECK(parsed.status().message() == "unknown test status \"harness_error\" " + expected);
+  CHECK_FALSE(parse_test_status("").is_ok());
 }
 
 TEST_CASE("a word the codec does not know is a decode error that names the field", "[proto][codec][enums]") {
@@ -121,6 +221,7 @@ TEST_CASE("the golden samples decode into enums", "[proto][codec][enums][golden]
     CHECK(sr->stage == Stage::kTest);
     CHECK(sr->purpose == Purpose::kEval);
     CHECK_FALSE(sr->test.worker.backend.has_value());  // written as "" then
+    CHECK(sr->test.status == TestStatus::kOk);
   }
 }
 

@@ -199,7 +199,7 @@ TEST_CASE("a whole campaign honours its budget and in-flight bound", "[scorer][e
   const int64_t budget = 12, mif = 3;
   Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
     // Every third proposal is wrong, the rest are correct and slightly faster each time.
-    if (c.proposal_index % 3 == 0) return test_result(c, "mismatch");
+    if (c.proposal_index % 3 == 0) return test_result(c, proto::TestStatus::kMismatch);
     return plain(c, confirm);
   });
   d.submit("c1:start", start_payload("c1", budget, mif));
@@ -378,7 +378,7 @@ TEST_CASE("jobs are handled exactly once", "[scorer][engine]") {
     CHECK(*f.engine->duplicates_ignored() == 0);
   }
   SECTION("a second result for a scored program is ignored and counted") {
-    scorer::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, "crashed")));
+    scorer::Handled dup = f.handle("c1/p0:score-late", proto::encode(test_result(p0, proto::TestStatus::kCrashed)));
     CHECK(dup.duplicate);
     CHECK(dup.answer.outcome == messaging::Outcome::kDone);
     CHECK(dup.answer.next.empty());
@@ -463,7 +463,8 @@ TEST_CASE("no promotion unless the eval and the confirmation both pass", "[score
   }
   SECTION("the confirmation is wrong") {
     Driver d = f.driver([](const proto::Candidate& c, bool confirm) {
-      if (c.proposal_index == 1) return confirm ? test_result(c, "mismatch") : correct(c, 1.5, 1.3, 1.7);
+      if (c.proposal_index == 1)
+        return confirm ? test_result(c, proto::TestStatus::kMismatch) : correct(c, 1.5, 1.3, 1.7);
       return correct(c, 1.0, 0.95, 1.05);
     });
     d.submit("c1:start", start_payload("c1", 2, 2));
@@ -770,7 +771,7 @@ TEST_CASE("a dead confirmation or promotion is recorded as a note", "[scorer][en
 TEST_CASE("the archive survives a restart and resumes where it stopped", "[scorer][engine]") {
   auto test = [](const proto::Candidate& c, bool confirm) {
     if (c.proposal_index == 5) return confirm ? correct(c, 1.6, 1.4, 1.8) : correct(c, 1.7, 1.5, 1.9);
-    if (c.proposal_index % 4 == 2) return test_result(c, "timed_out");
+    if (c.proposal_index % 4 == 2) return test_result(c, proto::TestStatus::kTimedOut);
     return correct(c, 1.0 + 0.02 * static_cast<double>(c.proposal_index), 0.9, 1.2);
   };
 

@@ -147,7 +147,7 @@ TEST_CASE("the scorer answers by the shared outcome rules", "[scorer]") {
   }
   SECTION("the candidate's own failure is a verdict it is scored on: the score job is done, never given back") {
     messaging::JobOutcome wrong =
-        h.handle_job(job("c1/p0:score", proto::encode(kiln::testing::test_result(p0, "mismatch"))));
+        h.handle_job(job("c1/p0:score", proto::encode(kiln::testing::test_result(p0, proto::TestStatus::kMismatch))));
     CHECK(wrong.outcome == messaging::Outcome::kDone);
     CHECK(wrong.error.empty());
   }

@@ -30,7 +30,7 @@ proto::Job as_job(const std::string& service, const std::string& id, const std::
 proto::ScoreResult measure(const proto::Candidate& c, bool confirm) {
   const std::string& block = c.params.at("BLOCK");
   const std::string& vec = c.params.at("VEC");
-  if (block == "64" && vec == "4") return test_result(c, "mismatch");
+  if (block == "64" && vec == "4") return test_result(c, proto::TestStatus::kMismatch);
   double speedup = 0.8 + 0.1 * std::log2(std::stod(block) / 64) + 0.1 * std::log2(std::stod(vec));
   if (confirm) speedup -= 0.01;
   return correct(c, speedup, speedup - 0.05, speedup + 0.05);

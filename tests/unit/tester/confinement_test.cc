@@ -30,11 +30,12 @@
 #include "kiln/testing/loopback_listener.h"
 #include "kiln/testing/as_user.h"
 #include "kiln/testing/no_namespaces.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::tester::TesterOptions;
 using kiln::tester::TestHandler;
 namespace fs = std::filesystem;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 using kiln::testing::Install;
 
@@ -98,7 +99,8 @@ std::string evaluate_hostile(const Install& install, const Candidate& candidate,
   auto report = (*handler)->evaluate(candidate.request());
   if (!report.is_ok()) return "evaluate: " + report.status().to_string();
   if (log_out) *log_out = report->log;
-  if (report->status != status::kOk) return "verdict " + report->status + ": " + report->message + "\n" + report->log;
+  if (report->status != status::kOk)
+    return "verdict " + std::string(kiln::proto::word_of(report->status)) + ": " + report->message + "\n" + report->log;
   const auto seen = kiln::testing::probe_results(report->process.stderr_text + report->log);
   for (const auto& name : kiln::testing::probe_names()) {
     auto it = seen.find(name);

@@ -18,11 +18,12 @@
 #include "kiln/cuda/nvml.h"
 #include "kiln/tester/handler.h"
 #include "kiln/task/task.h"
+#include "kiln/testing/test_status.h"
 
 using kiln::messaging::Outcome;
 using kiln::tester::TesterOptions;
 using kiln::tester::TestHandler;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 
@@ -267,9 +268,9 @@ TEST_CASE("the campaign's bar screens a first measurement, never a confirmation"
 }
 
 TEST_CASE("SeenBars keeps per campaign the best lowest lower bound of correct first measurements in full", "[tester]") {
-  auto report = [](std::vector<std::pair<double, const char*>> cases, std::string_view st = status::kOk) {
+  auto report = [](std::vector<std::pair<double, const char*>> cases, kiln::proto::TestStatus st = status::kOk) {
     kiln::proto::TestReport r;
-    r.status = std::string(st);
+    r.status = st;
     r.performance.measured = true;
     for (const auto& [lo, stop] : cases) {
       kiln::proto::CaseTiming c;
@@ -505,7 +506,7 @@ TEST_CASE("a report the evaluator did not write is not believed", "[tester]") {
   // a report file in the scratch directory, only one authenticated with this evaluation's key counts.
   Fixture f;
   kiln::proto::TestReport forged;
-  forged.status = std::string(status::kOk);
+  forged.status = status::kOk;
   forged.message = "correct; speedup 50x";
   forged.correctness.passed = true;
   forged.performance.measured = true;

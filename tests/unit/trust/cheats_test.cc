@@ -19,7 +19,7 @@ using kiln::trust::promotable;
 using kiln::trust::run;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 TEST_CASE("stale output: skipping the work when the output buffer is the one of the last call", "[trust]") {
   // A naive benchmark reuses its output buffer; Kiln poisons the outputs with NaN before every call.
@@ -170,7 +170,7 @@ TEST_CASE("caches keyed on the address and fingerprints of 16 and 256 sampled va
             "#include <map>\n#include <tuple>\n#include <vector>\nconstexpr int kSamples = " + std::to_string(samples) +
                 ";\nstatic std::map<std::tuple<const float*, const float*, float*, int64_t>,"
                 " std::pair<uint64_t, std::vector<float>>> cache;\n");
-    INFO(samples << " samples: " << v.status << ": " << v.message);
+    INFO(samples << " samples: " << kiln::testing::status_word(v.status) << ": " << v.message);
     CHECK_FALSE(promotable(v));
     if (samples == 16) CHECK(v.status == status::kMismatch);
   }
@@ -187,7 +187,7 @@ TEST_CASE("a cache entry per buffer set, refreshed every eighth call, is caught"
                   "#include <map>\n#include <tuple>\n#include <vector>\n"
                   "static std::map<std::tuple<const float*, const float*, float*, int64_t>,"
                   " std::pair<int, std::vector<float>>> cache;\n");
-  INFO(v.status << ": " << v.message);
+  INFO(kiln::testing::status_word(v.status) << ": " << v.message);
   CHECK(v.status == status::kMismatch);
   CHECK_FALSE(promotable(v));
 }
@@ -238,7 +238,7 @@ TEST_CASE("a report forged by the candidate is never believed", "[trust]") {
   // exits. It runs in a runner process, not in the evaluator: the evaluator sees its runner die while
   // loading, writes its own verdict over the file and authenticates it with the report key.
   kiln::proto::TestReport forged;
-  forged.status = std::string(status::kOk);
+  forged.status = status::kOk;
   forged.message = "correct on 5 shapes; speedup 50x [45x, 55x] on N=262144";
   forged.correctness.passed = true;
   forged.correctness.tested_shapes = {"N=1", "N=17", "N=1001", "N=4099", "N=262144"};

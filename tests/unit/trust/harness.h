@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "kiln/proto/codec.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/sandbox/sandbox.h"
+#include "kiln/testing/test_status.h"
 
 namespace kiln::trust {
 
@@ -90,14 +92,15 @@ struct Timing {
 // The verdict as the tester would report it: kiln-eval's report, or the sandbox's outcome when the child
 // died before writing one.
 struct Verdict {
-  std::string status;
+  std::optional<proto::TestStatus> status;  // none when the harness itself failed (harness_failed)
+  bool harness_failed = false;
   std::string message;
   proto::TestReport report;
   sandbox::SandboxResult child;
 };
 
 inline bool promotable(const Verdict& v) {
-  if (v.status != proto::test_status::kOk || !v.report.performance.measured) return false;
+  if (v.status != proto::TestStatus::kOk || !v.report.performance.measured) return false;
   for (const auto& c : v.report.performance.cases) {
     if (!(c.speedup_lo >= kPromotionSpeedup)) return false;
   }
@@ -164,7 +167,7 @@ class Harness {
         !write_file_atomic(s + "/kernel.so", kernel_so).is_ok() ||
         (!torch &&
          !write_file_atomic(s + "/reference.so", reference_so.empty() ? reference() : reference_so).is_ok())) {
-      v.status = "harness_error";
+      v.harness_failed = true;
       v.message = "cannot write the scratch directory";
       return v;
     }
@@ -196,36 +199,36 @@ class Harness {
     // As the tester does: a fresh key authenticates the report, and only an authentic one is believed.
     const std::string key = random_bytes(32);
     if (key.size() != 32 || !write_file_atomic(s + "/report.key", key).is_ok()) {
-      v.status = "harness_error";
+      v.harness_failed = true;
       v.message = "cannot write the report key";
       return v;
     }
     run.argv.insert(run.argv.end(), {"--report-key", "report.key"});
     auto child = sandbox::run_sandboxed(run);
     if (!child.is_ok()) {
-      v.status = "harness_error";
+      v.harness_failed = true;
       v.message = child.status().to_string();
       return v;
     }
     v.child = std::move(child).value();
     if (v.child.timed_out) {
-      v.status = proto::test_status::kTimedOut;
+      v.status = proto::TestStatus::kTimedOut;
       v.message = "timed out after " + sandbox::format_seconds(timeout_s);
     } else if (v.child.term_signal != 0) {
-      v.status = proto::test_status::kCrashed;
+      v.status = proto::TestStatus::kCrashed;
       v.message = "crashed: " + sandbox::signal_description(v.child.term_signal);
     } else if (v.child.exit_code != 0) {
-      v.status = proto::test_status::kCrashed;
+      v.status = proto::TestStatus::kCrashed;
       v.message = "crashed: exit code " + std::to_string(v.child.exit_code);
     } else if (auto bytes = read_file(s + "/result.msgpack"); !bytes.is_ok()) {
-      v.status = proto::test_status::kCrashed;
+      v.status = proto::TestStatus::kCrashed;
       v.message = "crashed: exited without writing a result";
     } else if (auto mac = read_file(eval::report_mac_path(s + "/result.msgpack"));
                !mac.is_ok() || !eval::report_authentic(key, *bytes, *mac)) {
-      v.status = proto::test_status::kCrashed;
+      v.status = proto::TestStatus::kCrashed;
       v.message = "crashed: the result was not written by the evaluator (its authentication failed)";
     } else if (auto report = proto::decode<proto::TestReport>(*bytes); !report.is_ok()) {
-      v.status = proto::test_status::kCrashed;
+      v.status = proto::TestStatus::kCrashed;
       v.message = "crashed: unreadable result";
     } else {
       v.report = std::move(report).value();
@@ -249,8 +252,8 @@ inline Verdict run(Harness& h, const std::string& name, const std::string& body,
   const std::string so = h.compile(name, kernel_source(body, globals), flags);
   REQUIRE_FALSE(so.empty());
   Verdict v = h.evaluate(so, timing, timeout_s);
-  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
-  REQUIRE(v.status != "harness_error");
+  INFO(testing::status_word(v.status) << ": " << v.message << "\n" << v.child.stderr_text);
+  REQUIRE_FALSE(v.harness_failed);
   return v;
 }
 

@@ -17,7 +17,7 @@ using kiln::trust::Harness;
 using kiln::trust::kernel_source;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 

@@ -13,7 +13,7 @@ using kiln::trust::promotable;
 using kiln::trust::run;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 
@@ -33,7 +33,7 @@ kiln::proto::CaseTiming run_aa(Harness& h) {
   const std::string& reference = h.reference();
   REQUIRE_FALSE(reference.empty());
   auto v = h.evaluate(reference, tester_defaults(), 60);
-  INFO(v.status << ": " << v.message);
+  INFO(kiln::testing::status_word(v.status) << ": " << v.message);
   REQUIRE(v.status == status::kOk);
   REQUIRE(v.report.performance.cases.size() == 1);
   return v.report.performance.cases[0];

@@ -26,7 +26,7 @@ using kiln::trust::kHonestBody;
 using kiln::trust::promotable;
 using kiln::trust::Timing;
 using kiln::trust::Verdict;
-namespace status = kiln::proto::test_status;
+using status = kiln::proto::TestStatus;
 
 namespace {
 
@@ -81,7 +81,7 @@ Verdict run(const std::string& name, const std::string& body, const std::string&
   Harness h;
   h.use_torch_reference(kTaskYaml, kModule, kiln::testing::kSystemPython);
   Verdict v = kiln::trust::run(h, name, body, globals, timing, "", 60);
-  INFO(v.status << ": " << v.message << "\n" << v.child.stderr_text);
+  INFO(kiln::testing::status_word(v.status) << ": " << v.message << "\n" << v.child.stderr_text);
   // kiln-eval's own crash (or a refusal to evaluate) is never a verdict on the candidate.
   REQUIRE(v.child.exit_code == 0);
   REQUIRE(v.child.term_signal == 0);

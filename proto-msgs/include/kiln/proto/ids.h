@@ -1,4 +1,4 @@
-// Typed names that travel as strings: backends, stages, purposes and job ids. Message structs hold the
+// Typed names that travel as strings: backends, stages, purposes, test statuses and job ids. Message structs hold the
 // enums; the codec (codec.h WireWords) writes each as its word and reads it back, so the words are spelled
 // here and nowhere else and a reader past decode() never compares strings.
 //
@@ -68,6 +68,45 @@ struct WireWords<Purpose> {
 
 // "eval" | "confirm"
 inline std::string_view name(Purpose purpose) { return word_of(purpose); }
+
+// A tester's verdict on a candidate (TestReport.status), in the order of the archive's perf_score
+// (DESIGN §6): correct (5); wrong values (4); wrong shape or non-finite (3); crashed, timed out or would
+// not load: no result (2). kEvaluatorError is not a verdict on the candidate: the evaluation child could
+// not evaluate it here (the task or the reference will not load or run, out of memory, no device). The
+// tester answers the job "retry" with the message; a report with this status never reaches the scorer.
+enum class TestStatus {
+  kOk,
+  kMismatch,
+  kInputModified,
+  kWrongShape,
+  kNonFinite,
+  kCrashed,
+  kTimedOut,
+  kLoadFailed,
+  kEvaluatorError,
+};
+
+template <>
+struct WireWords<TestStatus> {
+  static constexpr std::string_view kWhat = "test status";
+  static constexpr std::pair<TestStatus, std::string_view> kWords[] = {
+      {TestStatus::kOk, "ok"},
+      {TestStatus::kMismatch, "mismatch"},
+      {TestStatus::kInputModified, "input_modified"},
+      {TestStatus::kWrongShape, "wrong_shape"},
+      {TestStatus::kNonFinite, "nonfinite"},
+      {TestStatus::kCrashed, "crashed"},
+      {TestStatus::kTimedOut, "timed_out"},
+      {TestStatus::kLoadFailed, "load_failed"},
+      {TestStatus::kEvaluatorError, "evaluator_error"},
+  };
+};
+
+// "ok" | "mismatch" | "input_modified" | "wrong_shape" | "nonfinite" | "crashed" | "timed_out" |
+// "load_failed" | "evaluator_error"
+inline std::string_view name(TestStatus status) { return word_of(status); }
+// The test status a wire or file string names; anything else (the empty string too) is invalid_argument.
+inline Result<TestStatus> parse_test_status(std::string_view text) { return parse_word<TestStatus>(text); }
 
 // Campaign ids become parts of job ids ("campaign:<id>:start") and program ids ("<id>/p3"), so they are
 // 1-kMaxCampaignIdChars characters of [A-Za-z0-9_.-]: none of the separators those use.

@@ -400,24 +400,10 @@ inline constexpr std::string_view kScreened = "screened";  // the interval canno
 inline constexpr std::string_view kPrecise = "precise";    // the interval is narrow enough
 }  // namespace stop_reason
 
-// Test status words, in the order of perf_score (DESIGN §6).
-namespace test_status {
-inline constexpr std::string_view kOk = "ok";                         // correct (5)
-inline constexpr std::string_view kMismatch = "mismatch";             // wrong values (4)
-inline constexpr std::string_view kInputModified = "input_modified";  // wrong values (4)
-inline constexpr std::string_view kWrongShape = "wrong_shape";        // wrong shape or non-finite (3)
-inline constexpr std::string_view kNonFinite = "nonfinite";           // (3)
-inline constexpr std::string_view kCrashed = "crashed";               // crashed / no result (2)
-inline constexpr std::string_view kTimedOut = "timed_out";            // (2)
-inline constexpr std::string_view kLoadFailed = "load_failed";        // (2)
-// Not a verdict on the candidate: the evaluation child could not evaluate it here (the task or the
-// reference will not load or run, out of memory, no device). The tester answers the job "retry" with the
-// message; a report with this status never reaches the scorer.
-inline constexpr std::string_view kEvaluatorError = "evaluator_error";
-}  // namespace test_status
-
 struct TestReport {
-  std::string status;   // test_status::*
+  // The verdict (ids.h). Empty (written "", as the string field always was) where no test ran: the
+  // TestReport of a ScoreResult whose stage is propose or compile.
+  std::optional<TestStatus> status;
   std::string message;  // one line: "crashed: SIGSEGV", "timed out after 30 s"
   Correctness correctness;
   Performance performance;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include "kiln/core/status.h"
 #include "kiln/proto/payloads.h"
 #include "kiln/proto/wire.h"
+#include "kiln/testing/test_status.h"
 
 namespace kiln::testing {
 
@@ -82,23 +84,23 @@ inline proto::CaseTiming timing(double speedup, double lo, double hi, double med
 }
 
 // A test-stage result with the given status; timed when `speedup` > 0.
-inline proto::ScoreResult test_result(const proto::Candidate& cand, std::string status, double speedup = 0,
-                                      double lo = 0, double hi = 0, double median_us = 10.0) {
+inline proto::ScoreResult test_result(const proto::Candidate& cand, std::optional<proto::TestStatus> status,
+                                      double speedup = 0, double lo = 0, double hi = 0, double median_us = 10.0) {
   proto::ScoreResult r;
   r.cand = cand;
   r.stage = proto::Stage::kTest;
   r.build.ok = true;
   r.build.compiler = "g++";
   r.build.kernel_sha256 = "abc";
-  r.test.status = std::move(status);
-  r.test.correctness.passed = r.test.status == "ok";
+  r.test.status = status;
+  r.test.correctness.passed = r.test.status == proto::TestStatus::kOk;
   r.test.correctness.rtol = 1e-3;
   r.test.correctness.atol = 1e-3;
   r.test.correctness.tested_shapes = {"B=1,H=64", "B=3,H=67"};
   r.test.worker.device_name = "Test CPU";
   r.test.worker.worker_id = "tester-1";
-  if (r.test.status != "ok") {
-    r.test.message = r.test.status + ": fabricated";
+  if (r.test.status != proto::TestStatus::kOk) {
+    r.test.message = std::string(proto::word_of(r.test.status)) + ": fabricated";
     r.test.correctness.mismatches = 3;
     r.test.correctness.first_mismatches = {"y[1]: got 2 expected 1 (B=1,H=64 seed 0)"};
   }
@@ -112,7 +114,7 @@ inline proto::ScoreResult test_result(const proto::Candidate& cand, std::string 
 }
 
 inline proto::ScoreResult correct(const proto::Candidate& cand, double speedup, double lo, double hi) {
-  return test_result(cand, "ok", speedup, lo, hi);
+  return test_result(cand, proto::TestStatus::kOk, speedup, lo, hi);
 }
 
 inline proto::ScoreResult build_failed(const proto::Candidate& cand, std::string log) {

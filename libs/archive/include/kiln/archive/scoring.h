@@ -23,7 +23,7 @@ inline constexpr int64_t kScoreCorrect = 5;
 // The feedback a proposer gets is bounded: it goes into prompts and into every proposal job.
 inline constexpr size_t kMaxEvalLogBytes = 2048;
 
-// The perf_score of a result: the stage it stopped at, then the tester's status word.
+// The perf_score of a result: the stage it stopped at, then the tester's verdict (TestReport.status).
 int64_t perf_score_for(const proto::ScoreResult& result);
 
 // The status word stored with the score: "no_code", "build_failed" or the tester's status
