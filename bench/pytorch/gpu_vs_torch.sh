@@ -7,7 +7,8 @@
 # more, alone: a copy of its task package whose parameter lists hold only the best's values and whose
 # baselines add torch_compile, submitted with budget 0, so that the candidate, eager PyTorch, torch.compile
 # (and cuBLAS) are timed in one evaluation (torch.compile compiles in every evaluation that names it: too
-# slow for every candidate of a campaign; added where the task names torch_eager). Writes $OUT/vs_torch.json (and the logs).
+# slow for every candidate of a campaign; added where the task names torch_eager). Writes
+# $OUT/vs_torch.json (and the logs).
 #   PYTHON=/path/to/python3 bash bench/pytorch/gpu_vs_torch.sh [BUDGET] [TASK | PACKAGE_DIR ...]
 # BACKEND=cpu BIN=build/bin runs the same on the CPU tasks named, with the binaries of a build here (no kit):
 # what a check of the script itself needs (CPU tasks name no torch baseline, so the pinned run adds none).
@@ -39,15 +40,18 @@ kiln="$bin/kiln --config $state/kiln.yaml"
 $kiln up --state-dir "$state/state" > "$out/up.log" 2>&1 &
 up=$!
 sleep 5
+dirs=()  # a package's folder as given, a bundled task's name as its folder
+for t in "${tasks[@]}"; do
+  if [[ "$t" == */* ]]; then dirs+=("$t"); else dirs+=("configs/tasks/$t"); fi
+done
+# Submits package folder $1 with budget $2 and prints the campaign's id.
+submit() {
+  $kiln --json submit "$1" --budget "$2" 2>> "$out/submit.err" |
+    python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])"
+}
 start=$(date +%s)
 ids=()
-for t in "${tasks[@]}"; do
-  dir=$t
-  [[ "$t" == */* ]] || dir=configs/tasks/$t  # a bundled task's name, or a package's folder
-  cid=$($kiln --json submit "$dir" --budget "$budget" 2>> "$out/submit.err" |
-        python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
-  ids+=("$cid")
-done
+for dir in "${dirs[@]}"; do ids+=("$(submit "$dir" "$budget")"); done
 # Waits for each campaign named and keeps its `kiln best` answer as $out/best_<campaign>.json.
 wait_done() {
   local cid state_now
@@ -91,20 +95,16 @@ PY
 # the baselines), program 0 only. The rows gain `pinned`: the same fields from that one evaluation.
 if [ "${COMPILE:-1}" = 1 ]; then
   pins=()
-  i=0
-  for t in "${tasks[@]}"; do
-    dir=$t
-    [[ "$t" == */* ]] || dir=configs/tasks/$t
-    pin="$state/pin/$(basename "$dir")"
-    mkdir -p "$state/pin" && cp -r "$dir" "$pin"
-    if python3 - "$out/best_${ids[$i]}.json" "$pin/task.yaml" <<'PY'
+  for i in "${!dirs[@]}"; do
+    pin="$state/pin/$(basename "${dirs[$i]}")"
+    mkdir -p "$state/pin" && cp -r "${dirs[$i]}" "$pin"
+    # The best's parameters, from its row of vs_torch.json (none where the campaign had no correct program).
+    if python3 - "$out/vs_torch.json" "${ids[$i]}" "$pin/task.yaml" <<'PY'
 import json, re, sys
-best_file, yaml_file = sys.argv[1:]
-d = json.load(open(best_file))
-progs = [p for p in d["programs"] if p["status"] == "ok" or p.get("perf_score") == 5]
-if not progs:
+rows_file, campaign, yaml_file = sys.argv[1:]
+params = next((r.get("params") for r in json.load(open(rows_file)) if r["campaign"] == campaign), None)
+if params is None:
     sys.exit(1)
-params = max(progs, key=lambda p: p["speedup"])["params"]
 lines, out, in_params = open(yaml_file).read().split("\n"), [], False
 for line in lines:
     m = re.match(r"^  ([A-Za-z_][A-Za-z0-9_]*): \[.*\]\s*$", line)
@@ -124,11 +124,8 @@ for line in lines:
 open(yaml_file, "w").write("\n".join(out))
 PY
     then
-      cid=$($kiln --json submit "$pin" --budget 0 2>> "$out/submit.err" |
-            python3 -c "import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d, list) else d)['campaign_id'])")
-      pins+=("${ids[$i]}=$cid")
+      pins+=("${ids[$i]}=$(submit "$pin" 0)")
     fi
-    i=$((i + 1))
   done
   start=$(date +%s)
   wait_done "${pins[@]#*=}"
